@@ -1,0 +1,99 @@
+//! The sidecar's configuration file: the one contract between the operator (which renders it into
+//! a ConfigMap) and the sidecar (which reads it at start). Every field has a default, so an empty
+//! file is a valid configuration that serves the built-in catalog.
+
+mod validate;
+pub mod yaml;
+
+use serde::{Deserialize, Serialize};
+
+pub use validate::ConfigError;
+
+/// Default HTTP request body limit: 256 MiB (a 16M-element FP32 tensor in binary form fits).
+pub const DEFAULT_MAX_HTTP_BODY_BYTES: u64 = 256 * 1024 * 1024;
+/// Default gRPC message limit, both directions: 256 MiB.
+pub const DEFAULT_MAX_GRPC_MESSAGE_BYTES: u64 = 256 * 1024 * 1024;
+/// Triton's nesting limit for `data` arrays.
+pub const DEFAULT_MAX_JSON_DEPTH: u32 = 100;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SidecarConfig {
+    pub server: ServerSettings,
+    pub limits: Limits,
+    pub backend: BackendConfig,
+}
+
+/// Listener and identity settings. Command-line flags override these.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Name reported by server metadata. Triton's clients and QA expect `triton`.
+    pub name: String,
+    /// Address the listeners bind to.
+    pub host: String,
+    pub http_port: u16,
+    pub grpc_port: u16,
+    pub metrics_port: u16,
+    /// `error`, `warn`, `info`, `debug` or `trace`.
+    pub log_level: String,
+    /// `text` or `json`.
+    pub log_format: String,
+    /// How long in-flight requests may take to finish after SIGTERM, in seconds.
+    pub shutdown_grace_seconds: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            name: "triton".to_string(),
+            host: "0.0.0.0".to_string(),
+            http_port: 8000,
+            grpc_port: 8001,
+            metrics_port: 8002,
+            log_level: "info".to_string(),
+            log_format: "text".to_string(),
+            shutdown_grace_seconds: 30,
+        }
+    }
+}
+
+/// Explicit limits on what one request may cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest HTTP request body, after decompression.
+    pub max_http_body_bytes: u64,
+    /// Largest gRPC message, received or sent.
+    pub max_grpc_message_bytes: u64,
+    /// Deepest nesting of a JSON `data` array.
+    pub max_json_depth: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_http_body_bytes: DEFAULT_MAX_HTTP_BODY_BYTES,
+            max_grpc_message_bytes: DEFAULT_MAX_GRPC_MESSAGE_BYTES,
+            max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+        }
+    }
+}
+
+/// Where inference runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BackendConfig {
+    /// In-process reference models.
+    Builtin {
+        /// Names from the built-in catalog; empty means every model of the catalog.
+        #[serde(default)]
+        models: Vec<String>,
+    },
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        BackendConfig::Builtin { models: Vec::new() }
+    }
+}

@@ -1,0 +1,132 @@
+//! Semantic validation of a parsed configuration. Every problem is collected so the user sees all
+//! of them at once.
+
+use std::fmt;
+
+use super::{BackendConfig, SidecarConfig};
+
+/// One problem in a configuration, with the dotted path of the offending field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+impl SidecarConfig {
+    /// Checks the configuration against itself and against `known_models` (the built-in catalog).
+    pub fn validate(&self, known_models: &[&str]) -> Result<(), Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut err = |path: &str, message: String| {
+            errors.push(ConfigError {
+                path: path.to_string(),
+                message,
+            })
+        };
+        let s = &self.server;
+        if s.name.is_empty() {
+            err("server.name", "must not be empty".into());
+        }
+        if s.host.parse::<std::net::IpAddr>().is_err() && s.host != "localhost" {
+            err("server.host", format!("'{}' is not an IP address", s.host));
+        }
+        if !["error", "warn", "info", "debug", "trace"].contains(&s.log_level.as_str()) {
+            err(
+                "server.log_level",
+                format!(
+                    "'{}' is not one of error, warn, info, debug, trace",
+                    s.log_level
+                ),
+            );
+        }
+        if !["text", "json"].contains(&s.log_format.as_str()) {
+            err(
+                "server.log_format",
+                format!("'{}' is not one of text, json", s.log_format),
+            );
+        }
+        let ports = [
+            ("server.http_port", s.http_port),
+            ("server.grpc_port", s.grpc_port),
+            ("server.metrics_port", s.metrics_port),
+        ];
+        for (i, (name, port)) in ports.iter().enumerate() {
+            if *port != 0 && ports[..i].iter().any(|(_, p)| p == port) {
+                err(name, format!("port {port} is used twice"));
+            }
+        }
+        let l = &self.limits;
+        if l.max_http_body_bytes < 1024 {
+            err("limits.max_http_body_bytes", "must be at least 1024".into());
+        }
+        if l.max_grpc_message_bytes < 1024 || l.max_grpc_message_bytes > i32::MAX as u64 {
+            err(
+                "limits.max_grpc_message_bytes",
+                format!("must be between 1024 and {}", i32::MAX),
+            );
+        }
+        if l.max_json_depth == 0 || l.max_json_depth > 1000 {
+            err("limits.max_json_depth", "must be between 1 and 1000".into());
+        }
+        match &self.backend {
+            BackendConfig::Builtin { models } => {
+                for (i, name) in models.iter().enumerate() {
+                    if !known_models.contains(&name.as_str()) {
+                        err(
+                            &format!("backend.models[{i}]"),
+                            format!("'{name}' is not a built-in model"),
+                        );
+                    }
+                    if models[..i].contains(name) {
+                        err(
+                            &format!("backend.models[{i}]"),
+                            format!("'{name}' is listed twice"),
+                        );
+                    }
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        assert_eq!(SidecarConfig::default().validate(&["simple"]), Ok(()));
+    }
+
+    #[test]
+    fn all_errors_are_reported() {
+        let mut cfg = SidecarConfig::default();
+        cfg.server.log_level = "loud".into();
+        cfg.server.grpc_port = cfg.server.http_port;
+        cfg.limits.max_json_depth = 0;
+        cfg.backend = BackendConfig::Builtin {
+            models: vec!["nope".into()],
+        };
+        let errors = cfg.validate(&["simple"]).unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "server.log_level",
+                "server.grpc_port",
+                "limits.max_json_depth",
+                "backend.models[0]"
+            ]
+        );
+    }
+}

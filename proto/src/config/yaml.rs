@@ -1,0 +1,44 @@
+//! The only place YAML is read or written, so the YAML library can be swapped in one module.
+
+use super::SidecarConfig;
+
+/// Parses a configuration document. An empty document is the default configuration.
+pub fn from_str(text: &str) -> Result<SidecarConfig, String> {
+    if text.trim().is_empty() {
+        return Ok(SidecarConfig::default());
+    }
+    serde_yaml::from_str(text).map_err(|e| e.to_string())
+}
+
+/// Renders a configuration as YAML (used by the operator for its ConfigMap).
+pub fn to_string(config: &SidecarConfig) -> Result<String, String> {
+    serde_yaml::to_string(config).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BackendConfig;
+
+    #[test]
+    fn empty_document_is_default() {
+        assert_eq!(from_str("").unwrap(), SidecarConfig::default());
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut cfg = SidecarConfig::default();
+        cfg.server.http_port = 9000;
+        cfg.backend = BackendConfig::Builtin {
+            models: vec!["simple".into()],
+        };
+        let text = to_string(&cfg).unwrap();
+        assert_eq!(from_str(&text).unwrap(), cfg);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let err = from_str("server:\n  http_prot: 1\n").unwrap_err();
+        assert!(err.contains("http_prot"), "{err}");
+    }
+}
