@@ -1,1 +1,83 @@
-fn main() {}
+//! `infergate-sidecar`: parse flags and configuration, serve, drain on SIGTERM.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use infergate_proto::config::{SidecarConfig, yaml};
+use infergate_sidecar::backend::builtin::Catalog;
+use infergate_sidecar::cli::Args;
+use infergate_sidecar::{server, telemetry};
+
+fn load_config(args: &Args) -> Result<SidecarConfig, Vec<String>> {
+    let mut config = match &args.config {
+        None => SidecarConfig::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| vec![format!("{}: {e}", path.display())])?;
+            yaml::from_str(&text).map_err(|e| vec![format!("{}: {e}", path.display())])?
+        }
+    };
+    args.apply(&mut config);
+    let catalog = Catalog::default();
+    config
+        .validate(&catalog.model_names())
+        .map_err(|errors| errors.iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
+    Ok(config)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = match load_config(&args) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("infergate-sidecar: invalid configuration:");
+            for e in errors {
+                eprintln!("  {e}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("infergate-sidecar: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let log = telemetry::init(&config.server.log_level, config.server.log_format == "json");
+        let state = match server::build_state(&config, log) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot load the models");
+                return ExitCode::FAILURE;
+            }
+        };
+        let running = match server::start(&config, state).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = format!("{e:#}"), "cannot start");
+                return ExitCode::FAILURE;
+            }
+        };
+        tracing::info!(
+            http_addr = %running.addrs.http,
+            grpc_addr = %running.addrs.grpc,
+            metrics_addr = %running.addrs.metrics,
+            models = running.state.repository.ready_models().len(),
+            version = env!("CARGO_PKG_VERSION"),
+            "infergate-sidecar is serving"
+        );
+        server::termination().await;
+        tracing::info!("shutting down: readiness is false, draining in-flight requests");
+        running
+            .shutdown(Duration::from_secs(config.server.shutdown_grace_seconds))
+            .await;
+        tracing::info!("stopped");
+        ExitCode::SUCCESS
+    })
+}

@@ -199,10 +199,12 @@ def _start_sidecar(tmp_dir: Path) -> Server:
         log_path=log_path,
     )
     if not all_found.is_set() and not (server.http and server.grpc):
+        exited = proc.poll()
         _stop(proc)
+        time.sleep(0.2)  # let the log reader catch the last lines
+        why = f"exited with status {exited}" if exited is not None else f"did not log them within {timeout}s"
         pytest.exit(
-            f"sidecar did not log its addresses within {timeout}s "
-            f"(found {found}); log {log_path}:\n{server.log_tail()}",
+            f"sidecar {binary} {why}; addresses found: {found}; log {log_path}:\n{server.log_tail()}",
             returncode=4,
         )
     if not _wait_ready(server.http, deadline + timeout, proc):

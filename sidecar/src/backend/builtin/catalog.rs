@@ -1,0 +1,219 @@
+//! The catalog: each model's configuration (Triton's `config.pbtxt` form) and implementation.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use infergate_proto::inference::model_instance_group::Kind;
+use infergate_proto::inference::model_optimization_policy::PinnedMemoryBuffer;
+use infergate_proto::inference::model_version_policy::{Latest, PolicyChoice};
+use infergate_proto::inference::{
+    ModelConfig, ModelInstanceGroup, ModelOptimizationPolicy, ModelVersionPolicy,
+};
+use infergate_proto::{DataType, model_config};
+
+use super::compute::{Builtin, Implementation};
+use crate::core::model::Model;
+use crate::core::repository::ModelLoader;
+use crate::error::{Error, Result};
+
+const SIMPLE: &str = r#"
+name: "simple"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+"#;
+
+const SIMPLE_STRING: &str = r#"
+name: "simple_string"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_STRING dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_STRING dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_STRING dims: [ 16 ] }
+]
+"#;
+
+const SIMPLE_IDENTITY: &str = r#"
+name: "simple_identity"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+"#;
+
+/// The built-in models.
+pub struct Catalog {
+    entries: Vec<(String, String, Implementation)>,
+}
+
+impl Default for Catalog {
+    fn default() -> Self {
+        let mut entries = vec![
+            (
+                "simple".to_string(),
+                SIMPLE.to_string(),
+                Implementation::AddSubInt32,
+            ),
+            (
+                "simple_string".to_string(),
+                SIMPLE_STRING.to_string(),
+                Implementation::AddSubString,
+            ),
+            (
+                "simple_identity".to_string(),
+                SIMPLE_IDENTITY.to_string(),
+                Implementation::Identity,
+            ),
+        ];
+        for dt in DataType::ALL {
+            let name = format!("identity_{}", dt.as_protocol().to_ascii_lowercase());
+            let config_type = dt.to_config().as_str_name();
+            let text = format!(
+                "name: \"{name}\"\nmax_batch_size: 0\ninput [ {{ name: \"INPUT0\" data_type: {config_type} dims: [ -1 ] }} ]\noutput [ {{ name: \"OUTPUT0\" data_type: {config_type} dims: [ -1 ] }} ]\n"
+            );
+            entries.push((name, text, Implementation::Identity));
+        }
+        Catalog { entries }
+    }
+}
+
+impl Catalog {
+    pub fn model_names(&self) -> Vec<&str> {
+        self.entries.iter().map(|(n, _, _)| n.as_str()).collect()
+    }
+
+    fn entry(&self, name: &str) -> Option<&(String, String, Implementation)> {
+        self.entries.iter().find(|(n, _, _)| n == name)
+    }
+}
+
+impl ModelLoader for Catalog {
+    fn names(&self) -> Vec<String> {
+        self.entries.iter().map(|(n, _, _)| n.clone()).collect()
+    }
+
+    fn load(&self, name: &str, config_override: Option<&serde_json::Value>) -> Result<Model> {
+        let (_, text, implementation) = self
+            .entry(name)
+            .ok_or_else(|| Error::not_found(format!("'{name}' is not a built-in model")))?;
+        let base = model_config::parse_text(text).map_err(|e| {
+            Error::internal(format!("built-in config of '{name}' does not parse: {e}"))
+        })?;
+        let mut config = match config_override {
+            None => base.clone(),
+            Some(overlay) => apply_override(&base, overlay)?,
+        };
+        normalize(&mut config);
+        let labels = HashMap::new();
+        Model::new(config, 1, Arc::new(Builtin::new(*implementation)), labels)
+    }
+}
+
+/// Applies a load request's configuration on top of the model's own: fields the override
+/// sets replace the model's. Inputs and outputs must stay those the implementation computes.
+fn apply_override(base: &ModelConfig, overlay: &serde_json::Value) -> Result<ModelConfig> {
+    let serde_json::Value::Object(fields) = overlay else {
+        return Err(Error::invalid_arg(
+            "the configuration override must be a JSON object",
+        ));
+    };
+    let mut merged = model_config::to_json(base);
+    if let serde_json::Value::Object(target) = &mut merged {
+        for (k, v) in fields {
+            target.insert(k.clone(), v.clone());
+        }
+    }
+    let config = model_config::from_json(&merged)
+        .map_err(|e| Error::invalid_arg(format!("invalid configuration: {e}")))?;
+    if config.name != base.name {
+        return Err(Error::invalid_arg(format!(
+            "the configuration names model '{}' but '{}' was requested",
+            config.name, base.name
+        )));
+    }
+    let io = |c: &ModelConfig| {
+        let inputs: Vec<(String, i32)> = c
+            .input
+            .iter()
+            .map(|i| (i.name.clone(), i.data_type))
+            .collect();
+        let outputs: Vec<(String, i32)> = c
+            .output
+            .iter()
+            .map(|o| (o.name.clone(), o.data_type))
+            .collect();
+        (inputs, outputs)
+    };
+    if io(&config) != io(base) {
+        return Err(Error::invalid_arg(
+            "the built-in implementation needs the model's own inputs and outputs",
+        ));
+    }
+    Ok(config)
+}
+
+/// Fills in what Triton's config normalization fills in.
+fn normalize(config: &mut ModelConfig) {
+    if config.version_policy.is_none() {
+        config.version_policy = Some(ModelVersionPolicy {
+            policy_choice: Some(PolicyChoice::Latest(Latest { num_versions: 1 })),
+        });
+    }
+    if config.backend.is_empty() && config.platform.is_empty() {
+        config.backend = "infergate".to_string();
+    }
+    let optimization = config
+        .optimization
+        .get_or_insert_with(ModelOptimizationPolicy::default);
+    optimization
+        .input_pinned_memory
+        .get_or_insert(PinnedMemoryBuffer { enable: true });
+    optimization
+        .output_pinned_memory
+        .get_or_insert(PinnedMemoryBuffer { enable: true });
+    if config.instance_group.is_empty() {
+        config.instance_group.push(ModelInstanceGroup {
+            name: config.name.clone(),
+            kind: Kind::Cpu as i32,
+            count: 1,
+            ..Default::default()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_model_loads() {
+        let catalog = Catalog::default();
+        assert_eq!(catalog.names().len(), 17);
+        for name in catalog.names() {
+            let model = catalog.load(&name, None).unwrap();
+            assert_eq!(model.name, name);
+            assert!(model.config.version_policy.is_some());
+        }
+    }
+
+    #[test]
+    fn override_changes_batch_size_but_not_io() {
+        let catalog = Catalog::default();
+        let m = catalog
+            .load("simple", Some(&serde_json::json!({"max_batch_size": "16"})))
+            .unwrap();
+        assert_eq!(m.max_batch_size, 16);
+        let err = catalog
+            .load("simple", Some(&serde_json::json!({"input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [1]}]})))
+            .unwrap_err();
+        assert!(err.message.contains("inputs and outputs"), "{err}");
+    }
+}

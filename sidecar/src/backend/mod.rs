@@ -1,0 +1,3 @@
+//! Where inference runs. `builtin` holds the in-process reference models.
+
+pub mod builtin;

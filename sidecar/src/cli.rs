@@ -1,0 +1,85 @@
+//! Command-line flags. Each overrides the matching field of the configuration file.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use infergate_proto::config::SidecarConfig;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "infergate-sidecar",
+    version,
+    about = "The Open Inference Protocol (KServe V2) with Triton's extensions, over REST and gRPC"
+)]
+pub struct Args {
+    /// YAML configuration file (see docs/sidecar.md). Without it, every built-in model is served.
+    #[arg(long, env = "INFERGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to bind the listeners to.
+    #[arg(long)]
+    pub host: Option<String>,
+    /// HTTP/REST port (0 picks a free port; the chosen port is logged).
+    #[arg(long)]
+    pub http_port: Option<u16>,
+    /// gRPC port (0 picks a free port).
+    #[arg(long)]
+    pub grpc_port: Option<u16>,
+    /// Prometheus metrics port (0 picks a free port).
+    #[arg(long)]
+    pub metrics_port: Option<u16>,
+    /// error, warn, info, debug or trace.
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// text or json.
+    #[arg(long)]
+    pub log_format: Option<String>,
+    /// Name reported by server metadata (default "triton", which Triton's clients expect).
+    #[arg(long)]
+    pub server_name: Option<String>,
+    /// Largest HTTP request body in bytes, after decompression.
+    #[arg(long)]
+    pub max_http_body_bytes: Option<u64>,
+    /// Largest gRPC message in bytes, either direction.
+    #[arg(long)]
+    pub max_grpc_message_bytes: Option<u64>,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    #[arg(long)]
+    pub shutdown_grace_seconds: Option<u64>,
+}
+
+impl Args {
+    /// Applies the flags that were given on top of `config`.
+    pub fn apply(&self, config: &mut SidecarConfig) {
+        let s = &mut config.server;
+        if let Some(v) = &self.host {
+            s.host = v.clone();
+        }
+        if let Some(v) = self.http_port {
+            s.http_port = v;
+        }
+        if let Some(v) = self.grpc_port {
+            s.grpc_port = v;
+        }
+        if let Some(v) = self.metrics_port {
+            s.metrics_port = v;
+        }
+        if let Some(v) = &self.log_level {
+            s.log_level = v.clone();
+        }
+        if let Some(v) = &self.log_format {
+            s.log_format = v.clone();
+        }
+        if let Some(v) = &self.server_name {
+            s.name = v.clone();
+        }
+        if let Some(v) = self.shutdown_grace_seconds {
+            s.shutdown_grace_seconds = v;
+        }
+        if let Some(v) = self.max_http_body_bytes {
+            config.limits.max_http_body_bytes = v;
+        }
+        if let Some(v) = self.max_grpc_message_bytes {
+            config.limits.max_grpc_message_bytes = v;
+        }
+    }
+}

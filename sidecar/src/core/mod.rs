@@ -1,0 +1,11 @@
+//! The protocol-independent heart of the server: models and their registry, inference requests
+//! and responses, validation against the model configuration, statistics, and the pipeline that
+//! ties them together. The HTTP and gRPC front ends translate their wire forms into these types.
+
+pub mod model;
+pub mod params;
+pub mod pipeline;
+pub mod repository;
+pub mod request;
+pub mod stats;
+pub mod validate;

@@ -1,0 +1,135 @@
+//! A loaded model: its configuration, the facts derived from it, its backend and its counters.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use infergate_proto::DataType;
+use infergate_proto::inference::ModelConfig;
+
+use super::stats::ModelStats;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// One input or output as the configuration declares it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub datatype: DataType,
+    /// Dimensions without the batch dimension; -1 is "any size".
+    pub dims: Vec<i64>,
+    pub optional: bool,
+}
+
+/// What a backend receives: validated inputs (full shapes, batch dimension included).
+pub struct Execution<'a> {
+    pub model: &'a Model,
+    pub inputs: &'a [Tensor],
+    /// Names of the outputs to produce.
+    pub outputs: &'a [String],
+    /// Batch size for batching models, 1 otherwise.
+    pub batch_size: u64,
+}
+
+/// Runs a model. Implementations: in-process built-in models, an upstream model server.
+pub trait Backend: Send + Sync {
+    fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>>;
+}
+
+pub struct Model {
+    pub name: String,
+    pub version: i64,
+    pub config: ModelConfig,
+    pub max_batch_size: u32,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    /// Class labels per output name, from each output's `label_filename`.
+    pub labels: HashMap<String, Vec<String>>,
+    pub backend: Arc<dyn Backend>,
+    pub stats: ModelStats,
+    pub platform: String,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+impl Model {
+    /// Builds a model from a normalized configuration; errors name what is wrong with it.
+    pub fn new(
+        config: ModelConfig,
+        version: i64,
+        backend: Arc<dyn Backend>,
+        labels: HashMap<String, Vec<String>>,
+    ) -> Result<Self> {
+        let spec =
+            |name: &str, data_type: i32, dims: &[i64], optional: bool| -> Result<TensorSpec> {
+                let datatype = DataType::from_config(data_type).ok_or_else(|| {
+                    Error::invalid_arg(format!(
+                        "model '{}': tensor '{name}' has no valid data_type",
+                        config.name
+                    ))
+                })?;
+                Ok(TensorSpec {
+                    name: name.to_string(),
+                    datatype,
+                    dims: dims.to_vec(),
+                    optional,
+                })
+            };
+        let inputs = config
+            .input
+            .iter()
+            .map(|i| spec(&i.name, i.data_type, &i.dims, i.optional))
+            .collect::<Result<Vec<_>>>()?;
+        let outputs = config
+            .output
+            .iter()
+            .map(|o| spec(&o.name, o.data_type, &o.dims, false))
+            .collect::<Result<Vec<_>>>()?;
+        let platform = if config.platform.is_empty() {
+            config.backend.clone()
+        } else {
+            config.platform.clone()
+        };
+        Ok(Model {
+            name: config.name.clone(),
+            version,
+            max_batch_size: u32::try_from(config.max_batch_size.max(0)).unwrap_or(0),
+            inputs,
+            outputs,
+            labels,
+            backend,
+            stats: ModelStats::default(),
+            platform,
+            config,
+        })
+    }
+
+    pub fn input(&self, name: &str) -> Option<&TensorSpec> {
+        self.inputs.iter().find(|s| s.name == name)
+    }
+
+    pub fn output(&self, name: &str) -> Option<&TensorSpec> {
+        self.outputs.iter().find(|s| s.name == name)
+    }
+
+    /// Shape as metadata reports it: `-1` prepended for batching models.
+    pub fn metadata_shape(&self, spec: &TensorSpec) -> Vec<i64> {
+        let mut shape = Vec::with_capacity(spec.dims.len() + 1);
+        if self.max_batch_size > 0 {
+            shape.push(-1);
+        }
+        shape.extend_from_slice(&spec.dims);
+        shape
+    }
+
+    pub fn version_string(&self) -> String {
+        self.version.to_string()
+    }
+}

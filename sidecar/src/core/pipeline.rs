@@ -1,0 +1,83 @@
+//! One inference, start to finish: find the model, validate, execute, select the requested
+//! outputs, and count it all in the model's statistics.
+
+use std::time::Instant;
+
+use super::model::Execution;
+use super::params::Parameters;
+use super::repository::Repository;
+use super::request::{InferRequest, InferResponse};
+use super::stats::Timings;
+use super::validate::validate;
+use crate::error::{Error, Result};
+
+pub async fn infer(repository: &Repository, request: InferRequest) -> Result<InferResponse> {
+    let received = Instant::now();
+    let model = repository.get(&request.model_name, &request.model_version)?;
+    let _pending = model.stats.enter();
+    let queued = Instant::now();
+    let id = request.id.clone();
+
+    let validated = match validate(&model, request) {
+        Ok(v) => v,
+        Err(e) => {
+            model.stats.record_failure(received.elapsed(), true);
+            return Err(e);
+        }
+    };
+    let compute_start = Instant::now();
+    let output_names: Vec<String> = validated.outputs.iter().map(|o| o.name.clone()).collect();
+    let execution = Execution {
+        model: &model,
+        inputs: &validated.inputs,
+        outputs: &output_names,
+        batch_size: validated.batch_size,
+    };
+    let produced = match model.backend.execute(execution).await {
+        Ok(p) => p,
+        Err(e) => {
+            model.stats.record_failure(received.elapsed(), false);
+            return Err(e);
+        }
+    };
+    let infer_end = Instant::now();
+
+    // Return exactly the requested outputs, in the requested order.
+    let mut produced: Vec<Option<_>> = produced.into_iter().map(Some).collect();
+    let mut outputs = Vec::with_capacity(validated.outputs.len());
+    for wanted in &validated.outputs {
+        let found = produced
+            .iter_mut()
+            .find(|t| t.as_ref().is_some_and(|t| t.name == wanted.name))
+            .and_then(Option::take);
+        match found {
+            Some(tensor) => outputs.push(tensor),
+            None => {
+                model.stats.record_failure(received.elapsed(), false);
+                return Err(Error::internal(format!(
+                    "model '{}' did not produce output '{}'",
+                    model.name, wanted.name
+                )));
+            }
+        }
+    }
+    let done = Instant::now();
+    model.stats.record_success(
+        validated.batch_size,
+        Timings {
+            total: done - received,
+            queue: queued - received,
+            compute_input: compute_start - queued,
+            compute_infer: infer_end - compute_start,
+            compute_output: done - infer_end,
+        },
+    );
+    Ok(InferResponse {
+        model_name: model.name.clone(),
+        model_version: model.version_string(),
+        id,
+        parameters: Parameters::default(),
+        outputs,
+        requested: validated.outputs,
+    })
+}

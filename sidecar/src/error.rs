@@ -1,0 +1,103 @@
+//! The protocol's error: a Triton error code and a message, mapped to HTTP status codes and gRPC
+//! status codes exactly as Triton maps them.
+
+use std::fmt;
+
+use http::StatusCode;
+
+/// Triton's error codes (`TRITONSERVER_Error_Code`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    Internal,
+    NotFound,
+    InvalidArg,
+    Unavailable,
+    Unsupported,
+    AlreadyExists,
+    Cancelled,
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub code: Code,
+    pub message: String,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Error {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn invalid_arg(message: impl Into<String>) -> Self {
+        Error::new(Code::InvalidArg, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Error::new(Code::NotFound, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::new(Code::Internal, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error::new(Code::Unavailable, message)
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Error::new(Code::Unsupported, message)
+    }
+    pub fn already_exists(message: impl Into<String>) -> Self {
+        Error::new(Code::AlreadyExists, message)
+    }
+
+    /// HTTP status as Triton's `HttpCodeFromError` chooses it.
+    pub fn http_status(&self) -> StatusCode {
+        match self.code {
+            Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Code::Unsupported => StatusCode::NOT_IMPLEMENTED,
+            Code::InvalidArg | Code::AlreadyExists | Code::Cancelled | Code::Unknown => {
+                StatusCode::BAD_REQUEST
+            }
+        }
+    }
+
+    pub fn grpc_code(&self) -> tonic::Code {
+        match self.code {
+            Code::Internal => tonic::Code::Internal,
+            Code::NotFound => tonic::Code::NotFound,
+            Code::InvalidArg => tonic::Code::InvalidArgument,
+            Code::Unavailable => tonic::Code::Unavailable,
+            Code::Unsupported => tonic::Code::Unimplemented,
+            Code::AlreadyExists => tonic::Code::AlreadyExists,
+            Code::Cancelled => tonic::Code::Cancelled,
+            Code::Unknown => tonic::Code::Unknown,
+        }
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(err: Error) -> Self {
+        tonic::Status::new(err.grpc_code(), err.message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The prefix Triton's core puts on request-validation messages.
+pub fn request_prefix(id: &str) -> String {
+    if id.is_empty() {
+        "[request id: <id_unknown>] ".to_string()
+    } else {
+        format!("[request id: {id}] ")
+    }
+}

@@ -1,0 +1,314 @@
+//! `ModelInferRequest` → [`InferRequest`] and [`InferResponse`] → `ModelInferResponse`, with
+//! Triton's rules for typed `contents`, `raw_input_contents` and parameters.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use infergate_proto::DataType;
+use infergate_proto::inference::infer_parameter::ParameterChoice;
+use infergate_proto::inference::model_infer_response::InferOutputTensor;
+use infergate_proto::inference::{
+    InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
+};
+
+use crate::core::params::{ParamValue, Parameters};
+use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
+use crate::error::{Error, Result};
+use crate::tensor::bytes_elements;
+
+pub fn request(req: ModelInferRequest) -> Result<InferRequest> {
+    let model = req.model_name;
+    let mut out = InferRequest {
+        model_version: req.model_version,
+        id: req.id,
+        parameters: request_parameters(&req.parameters)?,
+        ..Default::default()
+    };
+    let mut raw = req.raw_input_contents.into_iter();
+    let using_raw = raw.len() > 0;
+    for input in req.inputs {
+        let shm = tensor_shm(&input.parameters, &input.name)?;
+        let data = if let Some(region) = shm {
+            if input.contents.is_some() {
+                return Err(Error::invalid_arg(format!(
+                    "unexpected 'content' provided when using shared memory for input tensor '{}' for model '{model}'",
+                    input.name
+                )));
+            }
+            return Err(Error::not_found(format!(
+                "Unable to find shared memory region: '{region}'"
+            )));
+        } else if let Some(contents) = input.contents {
+            if using_raw {
+                return Err(Error::invalid_arg(format!(
+                    "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
+                    input.name
+                )));
+            }
+            typed_contents(contents, &input.datatype, &input.name, &model)?
+        } else {
+            raw.next().ok_or_else(|| {
+                Error::invalid_arg(format!(
+                    "unable to find data for input tensor '{}' for model '{model}' in request.",
+                    input.name
+                ))
+            })?
+        };
+        out.inputs.push(InputTensor {
+            name: input.name,
+            datatype: input.datatype,
+            shape: input.shape,
+            data,
+        });
+    }
+    for output in req.outputs {
+        let mut requested = RequestedOutput::named(output.name.clone());
+        for (key, value) in &output.parameters {
+            if key == "classification" {
+                match value.parameter_choice {
+                    Some(ParameterChoice::Int64Param(k)) if k > 0 => {
+                        requested.classification = u32::try_from(k).unwrap_or(u32::MAX)
+                    }
+                    Some(ParameterChoice::Int64Param(_)) => {
+                        return Err(Error::invalid_arg(
+                            "invalid value for 'classification' parameter, expected >= 0",
+                        ));
+                    }
+                    _ => {
+                        return Err(Error::invalid_arg(
+                            "invalid value type for 'classification' parameter, expected int64_param",
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(region) = tensor_shm(&output.parameters, &output.name)? {
+            if requested.classification > 0 {
+                return Err(Error::invalid_arg(
+                    "Output can't set both 'shared_memory_region' and 'classification'",
+                ));
+            }
+            return Err(Error::not_found(format!(
+                "Unable to find shared memory region: '{region}'"
+            )));
+        }
+        out.outputs.push(requested);
+    }
+    out.model_name = model;
+    Ok(out)
+}
+
+fn request_parameters(
+    params: &std::collections::HashMap<String, InferParameter>,
+) -> Result<Parameters> {
+    let mut out = Parameters::default();
+    let mut keys: Vec<&String> = params.keys().collect();
+    keys.sort();
+    for key in keys {
+        let choice = params[key].parameter_choice.clone();
+        let value = match (key.as_str(), choice) {
+            ("sequence_id", Some(ParameterChoice::Int64Param(v))) => ParamValue::Uint(v as u64),
+            ("sequence_id", Some(ParameterChoice::StringParam(s))) => ParamValue::String(s),
+            ("sequence_id", _) => {
+                return Err(Error::invalid_arg(
+                    "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
+                ));
+            }
+            ("sequence_start" | "sequence_end", Some(ParameterChoice::BoolParam(b))) => {
+                ParamValue::Bool(b)
+            }
+            ("sequence_start" | "sequence_end", _) => {
+                return Err(Error::invalid_arg(format!(
+                    "invalid value type for '{key}' parameter, expected bool_param."
+                )));
+            }
+            ("priority", Some(ParameterChoice::Int64Param(v))) if v >= 0 => {
+                ParamValue::Uint(v as u64)
+            }
+            ("priority", Some(ParameterChoice::Uint64Param(v))) => ParamValue::Uint(v),
+            ("priority", _) => {
+                return Err(Error::invalid_arg(
+                    "invalid value type for 'priority' parameter, expected int64_param or uint64_param.",
+                ));
+            }
+            ("timeout", Some(ParameterChoice::Int64Param(v))) if v >= 0 => {
+                ParamValue::Uint(v as u64)
+            }
+            ("timeout", _) => {
+                return Err(Error::invalid_arg(
+                    "invalid value type for 'timeout' parameter, expected int64_param.",
+                ));
+            }
+            ("triton_enable_empty_final_response", Some(ParameterChoice::BoolParam(b))) => {
+                ParamValue::Bool(b)
+            }
+            (k, _) if k.starts_with("triton_") => {
+                return Err(Error::invalid_arg(format!(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified, got '{k}'"
+                )));
+            }
+            (_, Some(ParameterChoice::BoolParam(b))) => ParamValue::Bool(b),
+            (_, Some(ParameterChoice::Int64Param(v))) => ParamValue::Int(v),
+            (_, Some(ParameterChoice::StringParam(s))) => ParamValue::String(s),
+            (_, Some(ParameterChoice::DoubleParam(d))) => ParamValue::Double(d),
+            (k, _) => {
+                return Err(Error::invalid_arg(format!(
+                    "unsupported type for parameter '{k}': expected int64_param, bool_param, string_param or double_param"
+                )));
+            }
+        };
+        out.insert(key.clone(), value);
+    }
+    Ok(out)
+}
+
+/// The shared-memory region named by a tensor's parameters, with Triton's parameter checks.
+fn tensor_shm(
+    params: &std::collections::HashMap<String, InferParameter>,
+    name: &str,
+) -> Result<Option<String>> {
+    let region = match params
+        .get("shared_memory_region")
+        .and_then(|p| p.parameter_choice.clone())
+    {
+        Some(ParameterChoice::StringParam(s)) => Some(s),
+        Some(_) => {
+            return Err(Error::invalid_arg(
+                "invalid value type for 'shared_memory_region' parameter, expected string_param.",
+            ));
+        }
+        None => None,
+    };
+    let has_offset = params.contains_key("shared_memory_offset");
+    let has_size = params.contains_key("shared_memory_byte_size");
+    match &region {
+        None if has_offset || has_size => {
+            let which = if has_offset {
+                "shared_memory_offset"
+            } else {
+                "shared_memory_byte_size"
+            };
+            Err(Error::invalid_arg(format!(
+                "'{which}' can not be specified without 'shared_memory_region' parameter for tensor '{name}'"
+            )))
+        }
+        Some(_) if !has_size => Err(Error::invalid_arg(format!(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{name}'"
+        ))),
+        _ => Ok(region),
+    }
+}
+
+fn typed_contents(
+    c: InferTensorContents,
+    datatype: &str,
+    name: &str,
+    model: &str,
+) -> Result<Bytes> {
+    let dt = DataType::from_protocol(datatype);
+    let filled: Vec<&str> = [
+        (!c.bool_contents.is_empty(), "BOOL"),
+        (!c.int_contents.is_empty(), "INT32"),
+        (!c.int64_contents.is_empty(), "INT64"),
+        (!c.uint_contents.is_empty(), "UINT32"),
+        (!c.uint64_contents.is_empty(), "UINT64"),
+        (!c.fp32_contents.is_empty(), "FP32"),
+        (!c.fp64_contents.is_empty(), "FP64"),
+        (!c.bytes_contents.is_empty(), "BYTES"),
+    ]
+    .into_iter()
+    .filter_map(|(set, n)| set.then_some(n))
+    .collect();
+    let expected_field = match dt {
+        Some(DataType::Bool) => Some("BOOL"),
+        Some(DataType::Int8 | DataType::Int16 | DataType::Int32) => Some("INT32"),
+        Some(DataType::Int64) => Some("INT64"),
+        Some(DataType::Uint8 | DataType::Uint16 | DataType::Uint32) => Some("UINT32"),
+        Some(DataType::Uint64) => Some("UINT64"),
+        Some(DataType::Fp32) => Some("FP32"),
+        Some(DataType::Fp64) => Some("FP64"),
+        Some(DataType::Bytes) => Some("BYTES"),
+        _ => None,
+    };
+    if let Some(wrong) = filled.iter().find(|f| Some(**f) != expected_field) {
+        return Err(Error::invalid_arg(format!(
+            "unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type '{wrong}', expected datatype '{datatype}'"
+        )));
+    }
+    let mut out = BytesMut::new();
+    match dt {
+        Some(DataType::Bool) => c
+            .bool_contents
+            .iter()
+            .for_each(|b| out.put_u8(u8::from(*b))),
+        Some(DataType::Int8) => c.int_contents.iter().for_each(|v| out.put_i8(*v as i8)),
+        Some(DataType::Int16) => c
+            .int_contents
+            .iter()
+            .for_each(|v| out.put_i16_le(*v as i16)),
+        Some(DataType::Int32) => c.int_contents.iter().for_each(|v| out.put_i32_le(*v)),
+        Some(DataType::Int64) => c.int64_contents.iter().for_each(|v| out.put_i64_le(*v)),
+        Some(DataType::Uint8) => c.uint_contents.iter().for_each(|v| out.put_u8(*v as u8)),
+        Some(DataType::Uint16) => c
+            .uint_contents
+            .iter()
+            .for_each(|v| out.put_u16_le(*v as u16)),
+        Some(DataType::Uint32) => c.uint_contents.iter().for_each(|v| out.put_u32_le(*v)),
+        Some(DataType::Uint64) => c.uint64_contents.iter().for_each(|v| out.put_u64_le(*v)),
+        Some(DataType::Fp32) => c.fp32_contents.iter().for_each(|v| out.put_f32_le(*v)),
+        Some(DataType::Fp64) => c.fp64_contents.iter().for_each(|v| out.put_f64_le(*v)),
+        Some(DataType::Bytes) => {
+            let mut v = Vec::new();
+            c.bytes_contents
+                .iter()
+                .for_each(|b| bytes_elements::push(&mut v, b));
+            return Ok(Bytes::from(v));
+        }
+        _ => {}
+    }
+    Ok(out.freeze())
+}
+
+pub fn response(resp: InferResponse) -> ModelInferResponse {
+    let mut outputs = Vec::with_capacity(resp.outputs.len());
+    let mut raw = Vec::with_capacity(resp.outputs.len());
+    for t in resp.outputs {
+        outputs.push(InferOutputTensor {
+            name: t.name,
+            datatype: t.datatype.as_protocol().to_string(),
+            shape: t.shape,
+            parameters: Default::default(),
+            contents: None,
+        });
+        raw.push(t.data);
+    }
+    ModelInferResponse {
+        model_name: resp.model_name,
+        model_version: resp.model_version,
+        id: resp.id,
+        parameters: response_parameters(&resp.parameters),
+        outputs,
+        raw_output_contents: raw,
+    }
+}
+
+pub fn response_parameters(
+    params: &Parameters,
+) -> std::collections::HashMap<String, InferParameter> {
+    params
+        .iter()
+        .map(|(k, v)| {
+            let choice = match v {
+                ParamValue::Bool(b) => ParameterChoice::BoolParam(*b),
+                ParamValue::Int(i) => ParameterChoice::Int64Param(*i),
+                ParamValue::Uint(u) => ParameterChoice::Uint64Param(*u),
+                ParamValue::Double(d) => ParameterChoice::DoubleParam(*d),
+                ParamValue::String(s) => ParameterChoice::StringParam(s.clone()),
+            };
+            (
+                k.clone(),
+                InferParameter {
+                    parameter_choice: Some(choice),
+                },
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,7 @@
+//! The gRPC front end (tonic): `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
+
+mod convert;
+mod service;
+mod stream;
+
+pub use service::{health_service, inference_service};

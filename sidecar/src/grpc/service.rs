@@ -1,0 +1,454 @@
+//! Unary RPCs of `inference.GRPCInferenceService` and the health service.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+
+use futures::Stream;
+use infergate_proto::health::health_check_response::ServingStatus;
+use infergate_proto::health::health_server::{Health, HealthServer};
+use infergate_proto::health::{HealthCheckRequest, HealthCheckResponse};
+use infergate_proto::inference::grpc_inference_service_server::{
+    GrpcInferenceService, GrpcInferenceServiceServer,
+};
+use infergate_proto::inference::model_metadata_response::TensorMetadata;
+use infergate_proto::inference::model_repository_parameter::ParameterChoice as RepoParam;
+use infergate_proto::inference::*;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{convert, stream};
+use crate::core::model::Model;
+use crate::core::pipeline;
+use crate::core::stats::Duration2;
+use crate::error::Error;
+use crate::http::{LogValue, apply_log_setting};
+use crate::state::SharedState;
+
+type Reply<T> = Result<Response<T>, Status>;
+
+pub struct Inference {
+    state: SharedState,
+}
+
+pub fn inference_service(state: SharedState) -> GrpcInferenceServiceServer<Inference> {
+    let limit = usize::try_from(state.limits.max_grpc_message_bytes).unwrap_or(usize::MAX);
+    GrpcInferenceServiceServer::new(Inference { state })
+        .max_decoding_message_size(limit)
+        .max_encoding_message_size(limit)
+}
+
+pub struct HealthService {
+    state: SharedState,
+}
+
+pub fn health_service(state: SharedState) -> HealthServer<HealthService> {
+    HealthServer::new(HealthService { state })
+}
+
+#[tonic::async_trait]
+impl Health for HealthService {
+    async fn check(&self, _request: Request<HealthCheckRequest>) -> Reply<HealthCheckResponse> {
+        let status = if self.state.health.is_ready() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        Ok(Response::new(HealthCheckResponse {
+            status: status as i32,
+        }))
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
+
+    async fn watch(&self, _request: Request<HealthCheckRequest>) -> Reply<Self::WatchStream> {
+        Err(Status::unimplemented(
+            "grpc.health.v1.Health/Watch is not supported; use Check",
+        ))
+    }
+}
+
+fn duration(d: Duration2) -> Option<StatisticDuration> {
+    Some(StatisticDuration {
+        count: d.count,
+        ns: d.ns,
+    })
+}
+
+fn statistics(model: &Model) -> ModelStatistics {
+    let s = model.stats.snapshot();
+    ModelStatistics {
+        name: model.name.clone(),
+        version: model.version_string(),
+        last_inference: s.last_inference_ms,
+        inference_count: s.inference_count,
+        execution_count: s.execution_count,
+        inference_stats: Some(InferStatistics {
+            success: duration(s.success),
+            fail: duration(s.fail),
+            queue: duration(s.queue),
+            compute_input: duration(s.compute_input),
+            compute_infer: duration(s.compute_infer),
+            compute_output: duration(s.compute_output),
+            cache_hit: duration(s.cache_hit),
+            cache_miss: duration(s.cache_miss),
+        }),
+        batch_stats: s
+            .batches
+            .iter()
+            .map(|(size, b)| InferBatchStatistics {
+                batch_size: *size,
+                compute_input: duration(b.compute_input),
+                compute_infer: duration(b.compute_infer),
+                compute_output: duration(b.compute_output),
+            })
+            .collect(),
+        memory_usage: Vec::new(),
+        response_stats: HashMap::new(),
+    }
+}
+
+fn named_repository(name: &str) -> Result<(), Status> {
+    if name.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::unsupported("'repository_name' specification is not supported").into())
+    }
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for Inference {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> Reply<ServerLiveResponse> {
+        Ok(Response::new(ServerLiveResponse { live: true }))
+    }
+
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Reply<ServerReadyResponse> {
+        Ok(Response::new(ServerReadyResponse {
+            ready: self.state.health.is_ready(),
+        }))
+    }
+
+    async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Reply<ModelReadyResponse> {
+        let r = request.into_inner();
+        let ready = self.state.repository.is_ready(&r.name, &r.version)?;
+        Ok(Response::new(ModelReadyResponse { ready }))
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> Reply<ServerMetadataResponse> {
+        let s = &self.state.server;
+        Ok(Response::new(ServerMetadataResponse {
+            name: s.name.clone(),
+            version: s.version.clone(),
+            extensions: s.extensions.clone(),
+        }))
+    }
+
+    async fn model_metadata(
+        &self,
+        request: Request<ModelMetadataRequest>,
+    ) -> Reply<ModelMetadataResponse> {
+        let r = request.into_inner();
+        let model = self.state.repository.get(&r.name, &r.version)?;
+        let tensor = |spec: &crate::core::model::TensorSpec| TensorMetadata {
+            name: spec.name.clone(),
+            datatype: spec.datatype.as_protocol().to_string(),
+            shape: model.metadata_shape(spec),
+        };
+        Ok(Response::new(ModelMetadataResponse {
+            name: model.name.clone(),
+            versions: vec![model.version_string()],
+            platform: model.platform.clone(),
+            inputs: model.inputs.iter().map(tensor).collect(),
+            outputs: model.outputs.iter().map(tensor).collect(),
+        }))
+    }
+
+    async fn model_infer(&self, request: Request<ModelInferRequest>) -> Reply<ModelInferResponse> {
+        if self.state.health.is_shutting_down() {
+            return Err(Status::unavailable(
+                "GRPC server is shutting down and has stopped accepting new requests.",
+            ));
+        }
+        let request = convert::request(request.into_inner())?;
+        let response = pipeline::infer(&self.state.repository, request).await?;
+        Ok(Response::new(convert::response(response)))
+    }
+
+    type ModelStreamInferStream = stream::ResponseStream;
+
+    async fn model_stream_infer(
+        &self,
+        request: Request<Streaming<ModelInferRequest>>,
+    ) -> Reply<Self::ModelStreamInferStream> {
+        Ok(Response::new(stream::serve(
+            self.state.clone(),
+            request.into_inner(),
+        )))
+    }
+
+    async fn model_config(
+        &self,
+        request: Request<ModelConfigRequest>,
+    ) -> Reply<ModelConfigResponse> {
+        let r = request.into_inner();
+        let model = self.state.repository.get(&r.name, &r.version)?;
+        Ok(Response::new(ModelConfigResponse {
+            config: Some(model.config.clone()),
+        }))
+    }
+
+    async fn model_statistics(
+        &self,
+        request: Request<ModelStatisticsRequest>,
+    ) -> Reply<ModelStatisticsResponse> {
+        let r = request.into_inner();
+        let models = if r.name.is_empty() {
+            self.state.repository.ready_models()
+        } else {
+            match self.state.repository.get(&r.name, &r.version) {
+                Ok(m) => vec![m],
+                Err(_) if r.version.is_empty() => {
+                    return Err(Error::invalid_arg(format!(
+                        "requested model '{}' is not available",
+                        r.name
+                    ))
+                    .into());
+                }
+                Err(_) => {
+                    return Err(Error::invalid_arg(format!(
+                        "requested model version is not available for model '{}'",
+                        r.name
+                    ))
+                    .into());
+                }
+            }
+        };
+        Ok(Response::new(ModelStatisticsResponse {
+            model_stats: models.iter().map(|m| statistics(m)).collect(),
+        }))
+    }
+
+    async fn repository_index(
+        &self,
+        request: Request<RepositoryIndexRequest>,
+    ) -> Reply<RepositoryIndexResponse> {
+        let r = request.into_inner();
+        named_repository(&r.repository_name)?;
+        let models = self
+            .state
+            .repository
+            .index(r.ready)
+            .into_iter()
+            .map(|e| repository_index_response::ModelIndex {
+                name: e.name,
+                version: e.version.unwrap_or_default(),
+                state: e.state.unwrap_or_default().to_string(),
+                reason: e.reason,
+            })
+            .collect();
+        Ok(Response::new(RepositoryIndexResponse { models }))
+    }
+
+    async fn repository_model_load(
+        &self,
+        request: Request<RepositoryModelLoadRequest>,
+    ) -> Reply<RepositoryModelLoadResponse> {
+        let r = request.into_inner();
+        named_repository(&r.repository_name)?;
+        let mut config_override = None;
+        for (key, value) in &r.parameters {
+            match (key.as_str(), &value.parameter_choice) {
+                ("config", Some(RepoParam::StringParam(text))) => {
+                    let parsed: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+                        Error::internal(format!(
+                            "failed to load '{}', failed to parse the configuration: {e}",
+                            r.model_name
+                        ))
+                    })?;
+                    config_override = Some(parsed);
+                }
+                ("config", _) => {
+                    return Err(Error::invalid_arg(
+                        "invalid value type for load parameter 'config', expected string_param.",
+                    )
+                    .into());
+                }
+                (k, Some(RepoParam::BytesParam(_))) if k.starts_with("file:") => {
+                    return Err(Error::internal(format!(
+                        "failed to load '{}', file overrides are not supported by built-in models",
+                        r.model_name
+                    ))
+                    .into());
+                }
+                (k, _) if k.starts_with("file:") => {
+                    return Err(Error::invalid_arg(format!(
+                        "invalid value type for load parameter '{k}', expected bytes_param."
+                    ))
+                    .into());
+                }
+                (k, _) => {
+                    return Err(
+                        Error::invalid_arg(format!("unrecognized load parameter '{k}'.")).into(),
+                    );
+                }
+            }
+        }
+        self.state
+            .repository
+            .load(&r.model_name, config_override.as_ref())?;
+        Ok(Response::new(RepositoryModelLoadResponse {}))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        request: Request<RepositoryModelUnloadRequest>,
+    ) -> Reply<RepositoryModelUnloadResponse> {
+        let r = request.into_inner();
+        named_repository(&r.repository_name)?;
+        self.state.repository.unload(&r.model_name)?;
+        Ok(Response::new(RepositoryModelUnloadResponse {}))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        request: Request<SystemSharedMemoryStatusRequest>,
+    ) -> Reply<SystemSharedMemoryStatusResponse> {
+        let r = request.into_inner();
+        if !r.name.is_empty() {
+            return Err(Error::not_found(format!(
+                "Unable to find system shared memory region: '{}'",
+                r.name
+            ))
+            .into());
+        }
+        Ok(Response::new(SystemSharedMemoryStatusResponse {
+            regions: HashMap::new(),
+        }))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        _: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> Reply<SystemSharedMemoryRegisterResponse> {
+        Err(Error::unsupported("system shared memory is not supported by this server yet").into())
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        _: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> Reply<SystemSharedMemoryUnregisterResponse> {
+        Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        request: Request<CudaSharedMemoryStatusRequest>,
+    ) -> Reply<CudaSharedMemoryStatusResponse> {
+        let r = request.into_inner();
+        if !r.name.is_empty() {
+            return Err(Error::not_found(format!(
+                "Unable to find cuda shared memory region: '{}'",
+                r.name
+            ))
+            .into());
+        }
+        Ok(Response::new(CudaSharedMemoryStatusResponse {
+            regions: HashMap::new(),
+        }))
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        request: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> Reply<CudaSharedMemoryRegisterResponse> {
+        let r = request.into_inner();
+        Err(Error::invalid_arg(format!(
+            "failed to register CUDA shared memory region: '{}', GPUs not supported",
+            r.name
+        ))
+        .into())
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> Reply<CudaSharedMemoryUnregisterResponse> {
+        Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
+    }
+
+    async fn trace_setting(
+        &self,
+        request: Request<TraceSettingRequest>,
+    ) -> Reply<TraceSettingResponse> {
+        let r = request.into_inner();
+        if !r.settings.is_empty() {
+            return Err(Error::unsupported("tracing is not supported by this server").into());
+        }
+        if !r.model_name.is_empty() {
+            self.state.repository.get(&r.model_name, "")?;
+        }
+        let value = |v: &str| trace_setting_response::SettingValue {
+            value: vec![v.to_string()],
+        };
+        let settings = [
+            ("trace_level", "OFF"),
+            ("trace_rate", "1000"),
+            ("trace_count", "-1"),
+            ("log_frequency", "0"),
+            ("trace_file", ""),
+            ("trace_mode", "triton"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), value(v)))
+        .collect();
+        Ok(Response::new(TraceSettingResponse { settings }))
+    }
+
+    async fn log_settings(
+        &self,
+        request: Request<LogSettingsRequest>,
+    ) -> Reply<LogSettingsResponse> {
+        use log_settings_request::setting_value::ParameterChoice as In;
+        use log_settings_response::setting_value::ParameterChoice as Out;
+        let r = request.into_inner();
+        if !r.settings.is_empty() {
+            let mut settings = self.state.log.get();
+            for (key, value) in r.settings {
+                let v = match value.parameter_choice {
+                    Some(In::BoolParam(b)) => LogValue::Bool(b),
+                    Some(In::Uint32Param(u)) => LogValue::Uint(u),
+                    Some(In::StringParam(s)) => LogValue::String(s),
+                    None => LogValue::Other,
+                };
+                apply_log_setting(&mut settings, &key, v)?;
+            }
+            self.state.log.set(settings);
+        }
+        let s = self.state.log.get();
+        let entry = |c: Out| log_settings_response::SettingValue {
+            parameter_choice: Some(c),
+        };
+        let settings = HashMap::from([
+            (
+                "log_file".to_string(),
+                entry(Out::StringParam(String::new())),
+            ),
+            ("log_info".to_string(), entry(Out::BoolParam(s.log_info))),
+            (
+                "log_warning".to_string(),
+                entry(Out::BoolParam(s.log_warning)),
+            ),
+            ("log_error".to_string(), entry(Out::BoolParam(s.log_error))),
+            (
+                "log_verbose_level".to_string(),
+                entry(Out::Uint32Param(s.log_verbose_level)),
+            ),
+            (
+                "log_format".to_string(),
+                entry(Out::StringParam(s.log_format)),
+            ),
+        ]);
+        Ok(Response::new(LogSettingsResponse { settings }))
+    }
+}

@@ -1,0 +1,447 @@
+//! `POST /v2/models/{m}[/versions/{v}]/infer`: the JSON request with binary tensor data
+//! (`Inference-Header-Content-Length`), raw single-input requests, compression, and the
+//! response in JSON or JSON plus binary chunks.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use infergate_proto::DataType;
+
+use super::body::Chunks;
+use super::compression::{self, Encoding};
+use super::params::{parse_request_parameters, tensor_parameters};
+use crate::core::model::Model;
+use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
+use crate::error::{Error, Result};
+use crate::json::{self, JsonError, Value, Writer, data::DataError};
+use crate::state::AppState;
+use crate::tensor::shape::element_count;
+
+pub const HEADER_LENGTH: &str = "inference-header-content-length";
+
+/// Decodes a request body into a protocol-independent request.
+pub fn decode(
+    state: &AppState,
+    model_name: &str,
+    version: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<InferRequest> {
+    let header_length = match headers.get(HEADER_LENGTH) {
+        None => None,
+        Some(v) => {
+            let text = v.to_str().unwrap_or("");
+            let n: i64 = text
+                .trim()
+                .parse::<i32>()
+                .map_err(|_| {
+                    Error::invalid_arg(format!(
+                        "Unable to parse inference header size, got: {text}"
+                    ))
+                })?
+                .into();
+            if n < 0 || n as u64 > body.len() as u64 {
+                return Err(Error::invalid_arg(format!(
+                    "inference header size should be in range (0, {}), got: {n}",
+                    body.len()
+                )));
+            }
+            Some(n as usize)
+        }
+    };
+    let json_len = header_length.unwrap_or(body.len());
+    if json_len == 0 {
+        return decode_raw(state, model_name, version, body);
+    }
+    let max_depth = state.limits.max_json_depth;
+    let doc = json::parse_lazy_data(&body[..json_len], max_depth).map_err(json_error)?;
+    let binary = body.slice(json_len..);
+    decode_json(model_name, version, &doc, binary, max_depth)
+}
+
+fn json_error(e: JsonError) -> Error {
+    match e {
+        JsonError::TooDeep { .. } => Error::invalid_arg(e.request_message()),
+        JsonError::Syntax { .. } => Error::internal(e.request_message()),
+    }
+}
+
+/// A TritonJson accessor failure: JSON type errors are INTERNAL (HTTP 500) in Triton.
+fn parse_err(field: &str, detail: &str) -> Error {
+    Error::internal(format!("Unable to parse '{field}': {detail}"))
+}
+
+fn decode_json(
+    model: &str,
+    version: &str,
+    doc: &Value<'_>,
+    binary: Bytes,
+    max_depth: u32,
+) -> Result<InferRequest> {
+    if !matches!(doc, Value::Object(_)) {
+        return Err(parse_err(
+            "inputs",
+            "attempt to access JSON non-object as object",
+        ));
+    }
+    let mut request = InferRequest {
+        model_name: model.to_string(),
+        model_version: version.to_string(),
+        ..Default::default()
+    };
+    if let Some(id) = doc.get("id") {
+        request.id = string(id, "id")?;
+    }
+    if let Some(params) = doc.get("parameters") {
+        let (parameters, binary_output) = parse_request_parameters(params)?;
+        request.parameters = parameters;
+        request.default_binary = binary_output;
+    }
+    let Some(Value::Array(inputs)) = doc.get("inputs") else {
+        return Err(parse_err(
+            "inputs",
+            "attempt to access JSON non-array as array",
+        ));
+    };
+    let mut offset = 0usize;
+    for input in inputs {
+        let name = string(input.get("name").unwrap_or(&Value::Null), "name")?;
+        let datatype = string(input.get("datatype").unwrap_or(&Value::Null), "datatype")?;
+        let shape = shape(input.get("shape"))?;
+        let params = tensor_parameters(input.get("parameters"))?;
+        let data = input.get("data");
+        let mut set = Vec::new();
+        if data.is_some() {
+            set.push("'data'");
+        }
+        if params.binary_data_size.is_some() {
+            set.push("'binary_data_size'");
+        }
+        if params.shm_region.is_some() {
+            set.push("'shared_memory_region'");
+        }
+        if set.len() != 1 {
+            let which = if set.is_empty() {
+                "But no field is set".to_string()
+            } else {
+                format!("But set {}", set.join(" "))
+            };
+            return Err(Error::invalid_arg(format!(
+                "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. {which}"
+            )));
+        }
+        let bytes = if let Some(region) = params.shm_region {
+            return Err(Error::not_found(format!(
+                "Unable to find shared memory region: '{region}'"
+            )));
+        } else if let Some(size) = params.binary_data_size {
+            let size = usize::try_from(size).unwrap_or(usize::MAX);
+            if binary.len() - offset < size {
+                return Err(Error::invalid_arg(format!(
+                    "unexpected size for input '{name}', expecting {} additional bytes for model '{model}'",
+                    size - (binary.len() - offset)
+                )));
+            }
+            let chunk = binary.slice(offset..offset + size);
+            offset += size;
+            chunk
+        } else {
+            json_data(&name, &datatype, &shape, data, max_depth)?
+        };
+        request.inputs.push(InputTensor {
+            name,
+            datatype,
+            shape,
+            data: bytes,
+        });
+    }
+    if offset != binary.len() {
+        return Err(Error::invalid_arg(format!(
+            "unexpected additional input data for model '{model}'"
+        )));
+    }
+    if let Some(outputs) = doc.get("outputs") {
+        let Value::Array(outputs) = outputs else {
+            return Err(parse_err(
+                "outputs",
+                "attempt to access JSON non-array as array",
+            ));
+        };
+        for output in outputs {
+            let name = string(output.get("name").unwrap_or(&Value::Null), "name")?;
+            let params = tensor_parameters(output.get("parameters"))?;
+            if params.shm_region.is_some() && params.binary_data == Some(true) {
+                return Err(Error::invalid_arg(
+                    "Output can't set both 'shared_memory_region' and 'binary_data'",
+                ));
+            }
+            if params.shm_region.is_some() && params.classification.unwrap_or(0) > 0 {
+                return Err(Error::invalid_arg(
+                    "Output can't set both 'shared_memory_region' and 'classification'",
+                ));
+            }
+            if let Some(region) = params.shm_region {
+                return Err(Error::not_found(format!(
+                    "Unable to find shared memory region: '{region}'"
+                )));
+            }
+            request.outputs.push(RequestedOutput {
+                name,
+                classification: params.classification.unwrap_or(0),
+                binary: params.binary_data.unwrap_or(false),
+            });
+        }
+    }
+    Ok(request)
+}
+
+fn string(v: &Value<'_>, field: &str) -> Result<String> {
+    match v {
+        Value::String(s) => Ok(String::from_utf8_lossy(s).into_owned()),
+        _ => Err(parse_err(
+            field,
+            "attempt to access JSON non-string as string",
+        )),
+    }
+}
+
+fn shape(v: Option<&Value<'_>>) -> Result<Vec<i64>> {
+    let Some(Value::Array(dims)) = v else {
+        return Err(parse_err(
+            "shape",
+            "attempt to access JSON non-array as array",
+        ));
+    };
+    dims.iter()
+        .map(|d| match d.as_u64() {
+            Some(u) => i64::try_from(u).map_err(|_| {
+                Error::invalid_arg(format!(
+                    "shape dimension {u} exceeds the maximum of {}",
+                    i64::MAX
+                ))
+            }),
+            None => Err(parse_err(
+                "shape",
+                "attempt to access JSON non-unsigned-integer as unsigned-integer",
+            )),
+        })
+        .collect()
+}
+
+fn json_data(
+    name: &str,
+    datatype: &str,
+    shape: &[i64],
+    data: Option<&Value<'_>>,
+    max_depth: u32,
+) -> Result<Bytes> {
+    let Some(dt) = DataType::from_protocol(datatype) else {
+        return Err(Error::invalid_arg(format!(
+            "invalid datatype for input {name}"
+        )));
+    };
+    if matches!(dt, DataType::Fp16 | DataType::Bf16) {
+        return Err(Error::invalid_arg(format!(
+            "receiving {dt} data via JSON is not supported. Please use the binary data format for input {name}"
+        )));
+    }
+    let count = element_count(shape, &format!("input '{name}'"))?;
+    if count == 0 {
+        return Ok(Bytes::new());
+    }
+    let raw: &[u8] = match data {
+        Some(Value::Raw(raw)) => raw,
+        Some(Value::Array(items)) if items.is_empty() => b"[]",
+        Some(other) => {
+            // A scalar `data` is one element.
+            return match other {
+                Value::Null | Value::Object(_) => Err(parse_err(
+                    "data",
+                    "attempt to access JSON non-array as array",
+                )),
+                _ => Err(Error::internal(
+                    "Unable to parse 'data': Shape does not match true shape of 'data' field",
+                )),
+            };
+        }
+        None => b"[]",
+    };
+    json::data::decode(raw, dt, count, max_depth)
+        .map(Bytes::from)
+        .map_err(|e| match e {
+            DataError::WrongType(msg) => parse_err("data", msg),
+            DataError::TooMany => Error::internal(
+                "Unable to parse 'data': Shape does not match true shape of 'data' field",
+            ),
+            DataError::TooFew => {
+                Error::internal("Failed to parse 'data' field: shape does not match true shape")
+            }
+            DataError::Json(e) => json_error(e),
+        })
+}
+
+/// A request whose whole body is the single input of a one-input model.
+fn decode_raw(
+    state: &AppState,
+    model_name: &str,
+    version: &str,
+    body: Bytes,
+) -> Result<InferRequest> {
+    let model = state.repository.get(model_name, version)?;
+    let input = raw_input(&model, body)?;
+    let outputs = model
+        .outputs
+        .iter()
+        .map(|o| RequestedOutput {
+            name: o.name.clone(),
+            classification: 0,
+            binary: true,
+        })
+        .collect();
+    Ok(InferRequest {
+        model_name: model_name.to_string(),
+        model_version: version.to_string(),
+        inputs: vec![input],
+        outputs,
+        default_binary: true,
+        ..Default::default()
+    })
+}
+
+fn raw_input(model: &Model, body: Bytes) -> Result<InputTensor> {
+    if model.inputs.len() != 1 {
+        return Err(Error::invalid_arg(format!(
+            "Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{}' model configuration",
+            model.inputs.len(),
+            model.name
+        )));
+    }
+    let spec = &model.inputs[0];
+    let mut shape = Vec::with_capacity(spec.dims.len() + 1);
+    if model.max_batch_size > 0 {
+        shape.push(1);
+    }
+    match spec.datatype.element_size() {
+        None => {
+            if spec.dims != [1] {
+                return Err(Error::invalid_arg(format!(
+                    "For BYTE datatype raw input '{}', the model must have input shape [1]",
+                    spec.name
+                )));
+            }
+            shape.push(1);
+        }
+        Some(size) => {
+            let variable = spec.dims.iter().filter(|d| **d < 0).count();
+            if variable > 1 {
+                return Err(Error::invalid_arg(format!(
+                    "The shape of the raw input '{}' can not be deduced because there are more than one variable-sized dimension",
+                    spec.name
+                )));
+            }
+            let fixed: i64 = spec.dims.iter().filter(|d| **d >= 0).product();
+            for &d in &spec.dims {
+                if d >= 0 {
+                    shape.push(d);
+                } else {
+                    let per = (fixed as u64).saturating_mul(size as u64).max(1);
+                    shape.push(i64::try_from(body.len() as u64 / per).unwrap_or(i64::MAX));
+                }
+            }
+        }
+    }
+    Ok(InputTensor {
+        name: spec.name.clone(),
+        datatype: spec.datatype.as_protocol().to_string(),
+        shape,
+        data: body,
+    })
+}
+
+/// Encodes a response: JSON, then the binary chunks of binary outputs in output order.
+pub fn encode(
+    response: &InferResponse,
+    accept_encoding: Option<&str>,
+) -> Result<http::Response<axum::body::Body>> {
+    let mut w = Writer::with_capacity(256);
+    let mut chunks: Vec<Bytes> = Vec::with_capacity(response.outputs.len() + 1);
+    w.byte(b'{');
+    if !response.id.is_empty() {
+        w.key("id").string(response.id.as_bytes()).byte(b',');
+    }
+    w.key("model_name")
+        .string(response.model_name.as_bytes())
+        .byte(b',');
+    w.key("model_version")
+        .string(response.model_version.as_bytes())
+        .byte(b',');
+    if !response.parameters.is_empty() {
+        w.key("parameters");
+        super::params::write_parameters(&mut w, &response.parameters)?;
+        w.byte(b',');
+    }
+    w.key("outputs").byte(b'[');
+    for (i, (tensor, requested)) in response.outputs.iter().zip(&response.requested).enumerate() {
+        if i > 0 {
+            w.byte(b',');
+        }
+        w.byte(b'{')
+            .key("name")
+            .string(tensor.name.as_bytes())
+            .byte(b',');
+        w.key("datatype")
+            .string(tensor.datatype.as_protocol().as_bytes())
+            .byte(b',');
+        w.key("shape").byte(b'[');
+        for (j, d) in tensor.shape.iter().enumerate() {
+            if j > 0 {
+                w.byte(b',');
+            }
+            w.i64(*d);
+        }
+        w.byte(b']').byte(b',');
+        if requested.binary {
+            w.key("parameters")
+                .byte(b'{')
+                .key("binary_data_size")
+                .u64(tensor.data.len() as u64)
+                .byte(b'}');
+            chunks.push(tensor.data.clone());
+        } else {
+            if matches!(tensor.datatype, DataType::Fp16 | DataType::Bf16) {
+                return Err(Error::invalid_arg(format!(
+                    "sending {} data via JSON is not supported. Please use the binary data format for output",
+                    tensor.datatype
+                )));
+            }
+            w.key("data");
+            json::data::encode(&mut w, tensor.datatype, &tensor.data);
+        }
+        w.byte(b'}');
+    }
+    w.byte(b']').byte(b'}');
+    let header_len = w.buf.len();
+    let has_binary = chunks.iter().any(|c| !c.is_empty());
+    chunks.insert(0, Bytes::from(w.into_bytes()));
+
+    let mut builder = http::Response::builder().status(StatusCode::OK);
+    if has_binary {
+        builder = builder
+            .header(header::CONTENT_TYPE, "application/octet-stream")
+            .header(HEADER_LENGTH, HeaderValue::from(header_len));
+    } else {
+        builder = builder.header(header::CONTENT_TYPE, "application/json");
+    }
+    let encoding = compression::response_encoding(accept_encoding);
+    let body = match (encoding, compression::compress(encoding, &chunks)) {
+        (Encoding::Identity, _) | (_, None) => axum::body::Body::new(Chunks::new(chunks)),
+        (enc, Some(packed)) => {
+            if let Some(v) = enc.header_value() {
+                builder = builder.header(header::CONTENT_ENCODING, v);
+            }
+            axum::body::Body::from(packed)
+        }
+    };
+    builder
+        .body(body)
+        .map_err(|e| Error::internal(e.to_string()))
+}

@@ -1,0 +1,585 @@
+//! Route table and the handlers other than inference.
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::{HeaderMap, StatusCode, header};
+use serde_json::{Value as J, json};
+
+use super::compression::{self, Encoding};
+use super::{error_response, infer, json_error, json_ok, read_body};
+use crate::core::model::Model;
+use crate::core::pipeline;
+use crate::core::stats::{Duration2, Snapshot};
+use crate::error::{Error, Result};
+use crate::json::{self, Value};
+use crate::state::SharedState;
+use crate::telemetry::LogSettings;
+
+pub fn router() -> Router<SharedState> {
+    Router::new()
+        .route("/v2", get(server_metadata))
+        .route("/v2/health/live", get(live))
+        .route("/v2/health/ready", get(ready))
+        .route("/v2/models/stats", get(all_stats))
+        .route("/v2/models/{model}", get(model_metadata))
+        .route(
+            "/v2/models/{model}/versions/{version}",
+            get(model_metadata_v),
+        )
+        .route("/v2/models/{model}/ready", get(model_ready))
+        .route(
+            "/v2/models/{model}/versions/{version}/ready",
+            get(model_ready_v),
+        )
+        .route("/v2/models/{model}/config", get(model_config))
+        .route(
+            "/v2/models/{model}/versions/{version}/config",
+            get(model_config_v),
+        )
+        .route("/v2/models/{model}/stats", get(model_stats))
+        .route(
+            "/v2/models/{model}/versions/{version}/stats",
+            get(model_stats_v),
+        )
+        .route("/v2/models/{model}/infer", post(infer_latest))
+        .route("/v2/models/{model}/versions/{version}/infer", post(infer_v))
+        .route("/v2/models/{model}/generate", post(generate))
+        .route("/v2/models/{model}/generate_stream", post(generate))
+        .route(
+            "/v2/models/{model}/versions/{version}/generate",
+            post(generate),
+        )
+        .route(
+            "/v2/models/{model}/versions/{version}/generate_stream",
+            post(generate),
+        )
+        .route(
+            "/v2/models/{model}/trace/setting",
+            get(trace_get).post(trace_post),
+        )
+        .route("/v2/trace/setting", get(trace_get).post(trace_post))
+        .route("/v2/logging", get(logging_get).post(logging_post))
+        .route("/v2/repository/index", post(repository_index))
+        .route("/v2/repository/models/{model}/load", post(load))
+        .route("/v2/repository/models/{model}/unload", post(unload))
+        .route("/v2/repository/{repo}/index", post(named_repository))
+        .route(
+            "/v2/repository/{repo}/models/{model}/{action}",
+            post(named_repository),
+        )
+        .route("/v2/systemsharedmemory/status", get(shm_status_all))
+        .route(
+            "/v2/systemsharedmemory/region/{name}/status",
+            get(system_shm_status_one),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{name}/register",
+            post(system_shm_register),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{name}/unregister",
+            post(shm_unregister),
+        )
+        .route("/v2/systemsharedmemory/unregister", post(shm_unregister))
+        .route("/v2/cudasharedmemory/status", get(shm_status_all))
+        .route(
+            "/v2/cudasharedmemory/region/{name}/status",
+            get(cuda_shm_status_one),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{name}/register",
+            post(cuda_shm_register),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{name}/unregister",
+            post(shm_unregister),
+        )
+        .route("/v2/cudasharedmemory/unregister", post(shm_unregister))
+        .fallback(|| async { json_error(StatusCode::NOT_FOUND, "Not Found") })
+        .method_not_allowed_fallback(|| async {
+            json_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+        })
+}
+
+fn respond(result: Result<Response>) -> Response {
+    result.unwrap_or_else(|e| error_response(&e))
+}
+
+/// Triton's route only matches numeric versions; anything else is an unknown path.
+fn numeric(version: &str) -> bool {
+    !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn not_found_path() -> Response {
+    json_error(StatusCode::NOT_FOUND, "Not Found")
+}
+
+fn empty(status: StatusCode) -> Response {
+    (status, Body::empty()).into_response()
+}
+
+async fn server_metadata(State(st): State<SharedState>) -> Response {
+    json_ok(
+        &json!({"name": st.server.name, "version": st.server.version, "extensions": st.server.extensions}),
+    )
+}
+
+async fn live() -> Response {
+    empty(StatusCode::OK)
+}
+
+async fn ready(State(st): State<SharedState>) -> Response {
+    empty(if st.health.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    })
+}
+
+pub fn metadata_json(model: &Model) -> J {
+    let tensor = |spec: &crate::core::model::TensorSpec| json!({"name": spec.name, "datatype": spec.datatype.as_protocol(), "shape": model.metadata_shape(spec)});
+    json!({
+        "name": model.name,
+        "versions": [model.version_string()],
+        "platform": model.platform,
+        "inputs": model.inputs.iter().map(tensor).collect::<Vec<_>>(),
+        "outputs": model.outputs.iter().map(tensor).collect::<Vec<_>>(),
+    })
+}
+
+async fn model_metadata(State(st): State<SharedState>, Path(model): Path<String>) -> Response {
+    metadata(&st, &model, "")
+}
+
+async fn model_metadata_v(
+    State(st): State<SharedState>,
+    Path((model, version)): Path<(String, String)>,
+) -> Response {
+    if !numeric(&version) {
+        return not_found_path();
+    }
+    metadata(&st, &model, &version)
+}
+
+fn metadata(st: &SharedState, model: &str, version: &str) -> Response {
+    respond(
+        st.repository
+            .get(model, version)
+            .map(|m| json_ok(&metadata_json(&m))),
+    )
+}
+
+async fn model_ready(State(st): State<SharedState>, Path(model): Path<String>) -> Response {
+    readiness(&st, &model, "")
+}
+
+async fn model_ready_v(
+    State(st): State<SharedState>,
+    Path((model, version)): Path<(String, String)>,
+) -> Response {
+    if !numeric(&version) {
+        return not_found_path();
+    }
+    readiness(&st, &model, &version)
+}
+
+fn readiness(st: &SharedState, model: &str, version: &str) -> Response {
+    match st.repository.is_ready(model, version) {
+        Ok(true) => empty(StatusCode::OK),
+        Ok(false) => json_error(StatusCode::BAD_REQUEST, "Model version not ready"),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn model_config(State(st): State<SharedState>, Path(model): Path<String>) -> Response {
+    config(&st, &model, "")
+}
+
+async fn model_config_v(
+    State(st): State<SharedState>,
+    Path((model, version)): Path<(String, String)>,
+) -> Response {
+    if !numeric(&version) {
+        return not_found_path();
+    }
+    config(&st, &model, &version)
+}
+
+fn config(st: &SharedState, model: &str, version: &str) -> Response {
+    respond(
+        st.repository
+            .get(model, version)
+            .map(|m| json_ok(&infergate_proto::model_config::to_json(&m.config))),
+    )
+}
+
+fn duration(d: Duration2) -> J {
+    json!({"count": d.count, "ns": d.ns})
+}
+
+pub fn stats_json(model: &Model, s: &Snapshot) -> J {
+    json!({
+        "name": model.name,
+        "version": model.version_string(),
+        "last_inference": s.last_inference_ms,
+        "inference_count": s.inference_count,
+        "execution_count": s.execution_count,
+        "inference_stats": {
+            "success": duration(s.success),
+            "fail": duration(s.fail),
+            "queue": duration(s.queue),
+            "compute_input": duration(s.compute_input),
+            "compute_infer": duration(s.compute_infer),
+            "compute_output": duration(s.compute_output),
+            "cache_hit": duration(s.cache_hit),
+            "cache_miss": duration(s.cache_miss),
+        },
+        "response_stats": {},
+        "batch_stats": s.batches.iter().map(|(size, b)| json!({
+            "batch_size": size,
+            "compute_input": duration(b.compute_input),
+            "compute_infer": duration(b.compute_infer),
+            "compute_output": duration(b.compute_output),
+        })).collect::<Vec<_>>(),
+        "memory_usage": [],
+    })
+}
+
+fn stats_document(models: &[std::sync::Arc<Model>]) -> J {
+    let list: Vec<J> = models
+        .iter()
+        .map(|m| stats_json(m, &m.stats.snapshot()))
+        .collect();
+    json!({"model_stats": list})
+}
+
+async fn all_stats(State(st): State<SharedState>) -> Response {
+    json_ok(&stats_document(&st.repository.ready_models()))
+}
+
+async fn model_stats(State(st): State<SharedState>, Path(model): Path<String>) -> Response {
+    stats_for(&st, &model, "")
+}
+
+async fn model_stats_v(
+    State(st): State<SharedState>,
+    Path((model, version)): Path<(String, String)>,
+) -> Response {
+    if !numeric(&version) {
+        return not_found_path();
+    }
+    stats_for(&st, &model, &version)
+}
+
+fn stats_for(st: &SharedState, model: &str, version: &str) -> Response {
+    match st.repository.get(model, version) {
+        Ok(m) => json_ok(&stats_document(&[m])),
+        Err(_) if version.is_empty() => json_error(
+            StatusCode::BAD_REQUEST,
+            &format!("requested model '{model}' is not available"),
+        ),
+        Err(_) => json_error(
+            StatusCode::BAD_REQUEST,
+            &format!("requested model version is not available for model '{model}'"),
+        ),
+    }
+}
+
+async fn infer_latest(
+    State(st): State<SharedState>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    run_infer(st, model, String::new(), headers, body).await
+}
+
+async fn infer_v(
+    State(st): State<SharedState>,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if !numeric(&version) {
+        return not_found_path();
+    }
+    run_infer(st, model, version, headers, body).await
+}
+
+async fn run_infer(
+    st: SharedState,
+    model: String,
+    version: String,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let encoding = match compression::request_encoding(header(header::CONTENT_ENCODING)) {
+        Ok(e) => e,
+        Err(e) => {
+            let mut resp = error_response(&e);
+            resp.headers_mut().insert(
+                header::ACCEPT_ENCODING,
+                http::HeaderValue::from_static("gzip, deflate"),
+            );
+            return resp;
+        }
+    };
+    let limit = st.limits.max_http_body_bytes;
+    let content_length = header(header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
+    let result = async {
+        let raw = read_body(body, limit, content_length).await?;
+        let body = if encoding == Encoding::Identity {
+            raw
+        } else {
+            compression::inflate(&raw, limit)?
+        };
+        let request = infer::decode(&st, &model, &version, &headers, body)?;
+        let response = pipeline::infer(&st.repository, request).await?;
+        infer::encode(&response, header(header::ACCEPT_ENCODING))
+    }
+    .await;
+    respond(result)
+}
+
+async fn generate() -> Response {
+    error_response(&Error::unsupported(
+        "the generate extension is not supported by this server",
+    ))
+}
+
+async fn trace_get(State(_st): State<SharedState>) -> Response {
+    json_ok(&json!({
+        "trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
+        "log_frequency": "0", "trace_file": "", "trace_mode": "triton"
+    }))
+}
+
+async fn trace_post() -> Response {
+    error_response(&Error::unsupported(
+        "tracing is not supported by this server",
+    ))
+}
+
+fn logging_json(s: &LogSettings) -> J {
+    json!({
+        "log_file": "", "log_info": s.log_info, "log_warning": s.log_warning, "log_error": s.log_error,
+        "log_verbose_level": s.log_verbose_level, "log_format": s.log_format,
+    })
+}
+
+async fn logging_get(State(st): State<SharedState>) -> Response {
+    json_ok(&logging_json(&st.log.get()))
+}
+
+/// Applies one log setting; shared with gRPC `LogSettings`.
+pub fn apply_log_setting(settings: &mut LogSettings, key: &str, value: LogValue) -> Result<()> {
+    let bad = |expected: &str| Error::invalid_arg(format!("expect '{key}' to be {expected}"));
+    match (key, value) {
+        ("log_file", _) => {
+            return Err(Error::unsupported(
+                "log file location can not be updated through network protocol",
+            ));
+        }
+        ("log_info", LogValue::Bool(b)) => settings.log_info = b,
+        ("log_warning", LogValue::Bool(b)) => settings.log_warning = b,
+        ("log_error", LogValue::Bool(b)) => settings.log_error = b,
+        ("log_info" | "log_warning" | "log_error", _) => return Err(bad("a boolean")),
+        ("log_verbose_level", LogValue::Uint(v)) => settings.log_verbose_level = v,
+        ("log_verbose_level", _) => return Err(bad("an unsigned integer")),
+        ("log_format", LogValue::String(s)) if s == "default" || s == "ISO8601" => {
+            settings.log_format = s
+        }
+        ("log_format", _) => {
+            return Err(Error::invalid_arg(
+                "expect 'log_format' to be 'default' or 'ISO8601'",
+            ));
+        }
+        _ => return Err(Error::invalid_arg(format!("unknown log setting '{key}'"))),
+    }
+    Ok(())
+}
+
+pub enum LogValue {
+    Bool(bool),
+    Uint(u32),
+    String(String),
+    Other,
+}
+
+async fn logging_post(State(st): State<SharedState>, body: Body) -> Response {
+    let result = async {
+        let raw = read_body(body, 1 << 20, None).await?;
+        let doc = json::parse(&raw, 16).map_err(|e| Error::invalid_arg(e.request_message()))?;
+        let Value::Object(members) = &doc else {
+            return Err(Error::invalid_arg("expected a JSON object of log settings"));
+        };
+        let mut settings = st.log.get();
+        for (key, v) in members {
+            let value = match v {
+                Value::Bool(b) => LogValue::Bool(*b),
+                Value::Number(json::Number::Uint(u)) => {
+                    u32::try_from(*u).map_or(LogValue::Other, LogValue::Uint)
+                }
+                Value::String(s) => LogValue::String(String::from_utf8_lossy(s).into_owned()),
+                _ => LogValue::Other,
+            };
+            apply_log_setting(&mut settings, &String::from_utf8_lossy(key), value)?;
+        }
+        st.log.set(settings.clone());
+        tracing::info!(level = settings.filter(), "log settings changed");
+        Ok(json_ok(&logging_json(&settings)))
+    }
+    .await;
+    respond(result)
+}
+
+async fn optional_json(body: Body) -> Result<Option<J>> {
+    let raw = read_body(body, 64 << 20, None).await?;
+    if raw.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&raw)
+        .map(Some)
+        .map_err(|e| Error::internal(format!("failed to parse the request JSON buffer: {e}")))
+}
+
+async fn repository_index(State(st): State<SharedState>, body: Body) -> Response {
+    let result = async {
+        let ready = match optional_json(body).await? {
+            None => false,
+            Some(doc) => match doc.get("ready") {
+                None => false,
+                Some(J::Bool(b)) => *b,
+                Some(_) => {
+                    return Err(Error::invalid_arg(
+                        "Invalid value for 'ready': expected a boolean",
+                    ));
+                }
+            },
+        };
+        let rows: Vec<J> = st
+            .repository
+            .index(ready)
+            .into_iter()
+            .map(|e| {
+                let mut row = serde_json::Map::new();
+                row.insert("name".into(), J::String(e.name));
+                if let Some(v) = e.version {
+                    row.insert("version".into(), J::String(v));
+                }
+                if let Some(s) = e.state {
+                    row.insert("state".into(), J::String(s.to_string()));
+                }
+                if !e.reason.is_empty() {
+                    row.insert("reason".into(), J::String(e.reason));
+                }
+                J::Object(row)
+            })
+            .collect();
+        Ok(json_ok(&J::Array(rows)))
+    }
+    .await;
+    respond(result)
+}
+
+async fn load(State(st): State<SharedState>, Path(model): Path<String>, body: Body) -> Response {
+    let result = async {
+        let mut config_override = None;
+        if let Some(doc) = optional_json(body).await? {
+            if let Some(J::Object(params)) = doc.get("parameters") {
+                for (key, value) in params {
+                    let J::String(text) = value else {
+                        return Err(Error::internal("unexpected error on creating Triton parameter"));
+                    };
+                    if key == "config" {
+                        let parsed: J = serde_json::from_str(text)
+                            .map_err(|e| Error::internal(format!("failed to load '{model}', failed to parse the configuration: {e}")))?;
+                        config_override = Some(parsed);
+                    } else if key.starts_with("file:") {
+                        return Err(Error::internal(format!(
+                            "failed to load '{model}', file overrides are not supported by built-in models"
+                        )));
+                    }
+                }
+            }
+        }
+        st.repository.load(&model, config_override.as_ref())?;
+        tracing::info!(model = %model, "model loaded");
+        Ok(empty_json_ok())
+    }
+    .await;
+    respond(result)
+}
+
+async fn unload(State(st): State<SharedState>, Path(model): Path<String>, body: Body) -> Response {
+    let result = async {
+        if let Some(doc) = optional_json(body).await? {
+            if let Some(v) = doc
+                .get("parameters")
+                .and_then(|p| p.get("unload_dependents"))
+            {
+                if !v.is_boolean() {
+                    return Err(Error::invalid_arg(
+                        "expect 'unload_dependents' to be a boolean",
+                    ));
+                }
+            }
+        }
+        st.repository.unload(&model)?;
+        tracing::info!(model = %model, "model unloaded");
+        Ok(empty_json_ok())
+    }
+    .await;
+    respond(result)
+}
+
+fn empty_json_ok() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::empty(),
+    )
+        .into_response()
+}
+
+async fn named_repository() -> Response {
+    error_response(&Error::unsupported(
+        "'repository_name' specification is not supported",
+    ))
+}
+
+async fn shm_status_all() -> Response {
+    json_ok(&json!([]))
+}
+
+async fn system_shm_status_one(Path(name): Path<String>) -> Response {
+    error_response(&Error::not_found(format!(
+        "Unable to find system shared memory region: '{name}'"
+    )))
+}
+
+async fn cuda_shm_status_one(Path(name): Path<String>) -> Response {
+    error_response(&Error::not_found(format!(
+        "Unable to find cuda shared memory region: '{name}'"
+    )))
+}
+
+async fn system_shm_register() -> Response {
+    error_response(&Error::unsupported(
+        "system shared memory is not supported by this server yet",
+    ))
+}
+
+async fn cuda_shm_register(Path(name): Path<String>) -> Response {
+    error_response(&Error::invalid_arg(format!(
+        "failed to register CUDA shared memory region: '{name}', GPUs not supported"
+    )))
+}
+
+async fn shm_unregister() -> Response {
+    empty_json_ok()
+}

@@ -1,0 +1,15 @@
+//! Infergate's sidecar: the Open Inference Protocol (KServe V2) with Triton's extensions over
+//! REST and gRPC, in front of built-in models or a model server.
+
+pub mod backend;
+pub mod cli;
+pub mod core;
+pub mod error;
+pub mod grpc;
+pub mod http;
+pub mod json;
+pub mod metrics;
+pub mod server;
+pub mod state;
+pub mod telemetry;
+pub mod tensor;

@@ -1,0 +1,157 @@
+//! Binds the listeners, serves until SIGTERM or SIGINT, then drains: readiness turns false, no
+//! new connections are accepted, in-flight requests get the grace period to finish.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::serve::ListenerExt;
+use infergate_proto::config::{BackendConfig, SidecarConfig};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::backend::builtin::Catalog;
+use crate::core::repository::Repository;
+use crate::state::{AppState, SharedState};
+use crate::telemetry::LogControl;
+
+/// Addresses the server actually listens on (ports chosen when 0 was asked for).
+#[derive(Clone, Copy, Debug)]
+pub struct BoundAddrs {
+    pub http: SocketAddr,
+    pub grpc: SocketAddr,
+    pub metrics: SocketAddr,
+}
+
+/// Builds the state a configuration describes.
+pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<SharedState> {
+    let repository = match &config.backend {
+        BackendConfig::Builtin { models } => Repository::new(Arc::new(Catalog::default()), models)
+            .map_err(|e| anyhow::anyhow!(e.message))?,
+    };
+    Ok(AppState::new(
+        Arc::new(repository),
+        config.server.name.clone(),
+        config.limits.clone(),
+        log,
+    ))
+}
+
+pub struct Running {
+    pub addrs: BoundAddrs,
+    pub state: SharedState,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
+    TcpListener::bind((host, port))
+        .await
+        .with_context(|| format!("cannot listen on {host}:{port}"))
+}
+
+/// Binds and starts serving; returns once every listener accepts connections.
+pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result<Running> {
+    let host = config.server.host.as_str();
+    let http = bind(host, config.server.http_port).await?;
+    let grpc = bind(host, config.server.grpc_port).await?;
+    let metrics = bind(host, config.server.metrics_port).await?;
+    let addrs = BoundAddrs {
+        http: http.local_addr()?,
+        grpc: grpc.local_addr()?,
+        metrics: metrics.local_addr()?,
+    };
+    let (shutdown, rx) = watch::channel(false);
+    let signal = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+
+    let mut tasks = Vec::new();
+    let app = crate::http::router(state.clone());
+    let http_listener = http.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let stop = signal(rx.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(http_listener, app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    }));
+
+    let grpc_router = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(crate::grpc::inference_service(state.clone()))
+        .add_service(crate::grpc::health_service(state.clone()));
+    let stop = signal(rx.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = grpc_router
+            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), stop)
+            .await
+        {
+            tracing::error!(error = %e, "gRPC server failed");
+        }
+    }));
+
+    let metrics_app = crate::metrics::router(state.clone());
+    let stop = signal(rx);
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(metrics, metrics_app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            tracing::error!(error = %e, "metrics server failed");
+        }
+    }));
+
+    state.health.set_ready(true);
+    Ok(Running {
+        addrs,
+        state,
+        shutdown,
+        tasks,
+    })
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight requests finish for up to `grace`, then returns.
+    pub async fn shutdown(self, grace: Duration) {
+        self.state.health.begin_shutdown();
+        let _ = self.shutdown.send(true);
+        let drained = futures::future::join_all(self.tasks);
+        if tokio::time::timeout(grace, drained).await.is_err() {
+            tracing::warn!(
+                grace_seconds = grace.as_secs(),
+                "requests still in flight after the grace period; exiting"
+            );
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn termination() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

@@ -1,0 +1,81 @@
+//! What every front end shares: the model repository, the server's identity and extensions,
+//! limits, health, and the runtime log settings.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use infergate_proto::config::Limits;
+
+use crate::core::repository::Repository;
+use crate::telemetry::LogControl;
+
+/// The extensions this server implements, in Triton's order.
+pub const EXTENSIONS: &[&str] = &[
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+    "logging",
+];
+
+pub struct ServerInfo {
+    pub name: String,
+    pub version: String,
+    pub extensions: Vec<String>,
+}
+
+/// Liveness and readiness. Readiness turns false when shutdown begins.
+#[derive(Default)]
+pub struct Health {
+    ready: AtomicBool,
+    shutting_down: AtomicBool,
+}
+
+impl Health {
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst) && !self.is_shutting_down()
+    }
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+    }
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::SeqCst)
+    }
+}
+
+pub struct AppState {
+    pub repository: Arc<Repository>,
+    pub server: ServerInfo,
+    pub limits: Limits,
+    pub health: Health,
+    pub log: LogControl,
+}
+
+pub type SharedState = Arc<AppState>;
+
+impl AppState {
+    pub fn new(
+        repository: Arc<Repository>,
+        server_name: String,
+        limits: Limits,
+        log: LogControl,
+    ) -> SharedState {
+        let extensions = EXTENSIONS.iter().map(|e| (*e).to_string()).collect();
+        Arc::new(AppState {
+            repository,
+            server: ServerInfo {
+                name: server_name,
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                extensions,
+            },
+            limits,
+            health: Health::default(),
+            log,
+        })
+    }
+}

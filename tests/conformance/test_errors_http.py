@@ -1,0 +1,325 @@
+"""HTTP error statuses and exact texts; the server keeps serving after each."""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from support import assert_serving, simple_json_request
+
+INFER = "/v2/models/simple/infer"
+NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
+    "prepended to each input shape. If you want to specify the full shape including the batch dim in "
+    "your input dims config, try setting max_batch_size to zero. See the model configuration docs for "
+    "more info on max_batch_size."
+)
+
+
+@pytest.fixture(autouse=True)
+def _still_serving(http_url):
+    yield
+    assert_serving(http_url)
+
+
+def post_json(raw_http, doc, path=INFER):
+    return raw_http("POST", path, json.dumps(doc))
+
+
+def assert_error(resp, status, message):
+    assert resp.status == status, resp
+    assert resp.json() == {"error": message}, resp
+
+
+def req_with(mutate, **extra):
+    doc = simple_json_request(**extra)
+    mutate(doc)
+    return doc
+
+
+# --------------------------------------------------------------------------- routing
+@pytest.mark.parametrize("method,path", [
+    ("GET", INFER),
+    ("PUT", INFER),
+    ("POST", "/v2/health/live"),
+    ("POST", "/v2/health/ready"),
+    ("DELETE", "/v2"),
+    ("POST", "/v2/models/simple"),
+    ("POST", "/v2/models/simple/config"),
+    ("POST", "/v2/models/simple/ready"),
+    ("POST", "/v2/models/simple/stats"),
+    ("GET", "/v2/repository/index"),
+    ("DELETE", "/v2/logging"),
+])
+def test_wrong_method(raw_http, method, path):
+    resp = raw_http(method, path)
+    assert_error(resp, 405, "Method Not Allowed")
+
+
+@pytest.mark.parametrize("path", [
+    "/",
+    "/v1/models/simple",
+    "/v3",
+    "/v2/foo",
+    "/v2/health",
+    "/v2/health/alive",
+    "/v2/models/simple/versions/abc",
+    "/v2/models/simple/versions/1/bogus",
+    "/v2/models/simple/infer/extra",
+    "/v2/models",
+])
+def test_unknown_path(raw_http, path):
+    resp = raw_http("GET", path)
+    assert_error(resp, 404, "Not Found")
+
+
+def test_query_string_ignored(raw_http):
+    resp = raw_http("GET", "/v2/health/ready?verbose=1")
+    assert resp.status == 200, resp
+    resp = raw_http("POST", INFER + "?x=1", json.dumps(simple_json_request()))
+    assert resp.status == 200, resp
+
+
+def test_unknown_model_and_version(raw_http):
+    assert_error(post_json(raw_http, simple_json_request(), "/v2/models/no_such_model/infer"),
+                 404, "Request for unknown model: 'no_such_model' is not found")
+    assert_error(post_json(raw_http, simple_json_request(), "/v2/models/simple/versions/9/infer"),
+                 404, "Request for unknown model: 'simple' version 9 is not found")
+
+
+def test_client_sees_unknown_model(http_client):
+    inp = httpclient.InferInput("INPUT0", [1], "FP32")
+    inp.set_data_from_numpy(np.zeros(1, np.float32))
+    with pytest.raises(InferenceServerException) as info:
+        http_client.infer("no_such_model", [inp])
+    assert info.value.message() == "Request for unknown model: 'no_such_model' is not found"
+    assert info.value.status() == "404"
+
+
+# --------------------------------------------------------------------------- JSON syntax / types (500)
+@pytest.mark.parametrize("body", [b"{bad", b"[1,2", b'{"inputs":[}', b"\xff\xfe", b'{"inputs": 5'])
+def test_malformed_json(raw_http, body):
+    resp = raw_http("POST", INFER, body)
+    assert resp.status == 500, resp
+    assert resp.headers.get("content-type") == "application/json"
+    assert resp.error.startswith("failed to parse the request JSON buffer: "), resp
+
+
+def test_malformed_json_message_shape(raw_http):
+    resp = raw_http("POST", INFER, b"{bad")
+    assert_error(resp, 500, "failed to parse the request JSON buffer: Missing a name for object member. at 1")
+
+
+def test_negative_dim(raw_http):
+    doc = req_with(lambda d: d["inputs"][0].update(shape=[-1, 16]))
+    assert_error(post_json(raw_http, doc), 500,
+                 "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer")
+
+
+def test_data_longer_than_shape(raw_http):
+    doc = req_with(lambda d: d["inputs"][0]["data"].append(1))
+    assert_error(post_json(raw_http, doc), 500,
+                 "Unable to parse 'data': Shape does not match true shape of 'data' field")
+
+
+@pytest.mark.triton251_differs(
+    "NOT in TRITON.md §12: 2.51 answers 500 \"Unable to parse 'data': Shape does not match true shape of "
+    "'data' field\" for short data as well (current source: separate message)")
+def test_data_shorter_than_shape(raw_http):
+    doc = req_with(lambda d: d["inputs"][0]["data"].pop())
+    assert_error(post_json(raw_http, doc), 500, "Failed to parse 'data' field: shape does not match true shape")
+
+
+@pytest.mark.parametrize("model,dtype,data,message", [
+    ("identity_int32", "INT32", [1.0, 2], "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"),
+    ("identity_bool", "BOOL", [1, 0], "Unable to parse 'data': attempt to access JSON non-boolean as boolean"),
+    ("identity_uint8", "UINT8", [-1, 0], "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    ("identity_bytes", "BYTES", [1, "a"], "Unable to parse JSON bytes array: attempt to access JSON non-string as string"),
+])
+def test_wrong_json_element_type(raw_http, model, dtype, data, message):
+    doc = {"inputs": [{"name": "INPUT0", "datatype": dtype, "shape": [2], "data": data}]}
+    assert_error(post_json(raw_http, doc, f"/v2/models/{model}/infer"), 500, message)
+
+
+def test_non_string_id(raw_http):
+    assert_error(post_json(raw_http, simple_json_request(id=5)), 500,
+                 "Unable to parse 'id': attempt to access JSON non-string as string")
+
+
+# --------------------------------------------------------------------------- validation (400)
+def test_missing_input(raw_http):
+    doc = req_with(lambda d: d["inputs"].pop())
+    assert_error(post_json(raw_http, doc), 400,
+                 "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. "
+                 "Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. "
+                 "Please provide all required input(s).")
+
+
+def test_unexpected_input(raw_http):
+    doc = req_with(lambda d: d["inputs"][1].update(name="INPUT2"))
+    assert_error(post_json(raw_http, doc), 400, "unexpected inference input 'INPUT2' for model 'simple'")
+
+
+def test_too_many_inputs(raw_http):
+    def add(d):
+        d["inputs"].append(dict(copy.deepcopy(d["inputs"][0]), name="INPUT2"))
+    resp = post_json(raw_http, req_with(add))
+    assert resp.status == 400, resp
+    assert resp.error.startswith("[request id: <id_unknown>] expected 2 inputs but got 3 inputs for model 'simple'."), resp
+
+
+def test_duplicate_input(raw_http):
+    doc = req_with(lambda d: d["inputs"].append(copy.deepcopy(d["inputs"][0])))
+    assert_error(post_json(raw_http, doc), 400, "[request id: <id_unknown>] input 'INPUT0' already exists in request")
+
+
+def test_datatype_mismatch(raw_http):
+    doc = req_with(lambda d: d["inputs"][0].update(datatype="FP32"))
+    assert_error(post_json(raw_http, doc), 400,
+                 "[request id: <id_unknown>] inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'")
+    doc = req_with(lambda d: d["inputs"][0].update(datatype="FP32"), id="req-7")
+    assert_error(post_json(raw_http, doc), 400,
+                 "[request id: req-7] inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'")
+
+
+def test_invalid_datatype(raw_http):
+    doc = req_with(lambda d: d["inputs"][0].update(datatype="INT33"))
+    assert_error(post_json(raw_http, doc), 400, "invalid datatype for input INPUT0")
+
+
+def test_shape_mismatch(raw_http):
+    def mutate(d):
+        d["inputs"][0]["shape"] = [1, 15]
+        d["inputs"][0]["data"] = d["inputs"][0]["data"][:15]
+    assert_error(post_json(raw_http, req_with(mutate)), 400,
+                 "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'simple'. "
+                 "Expected [-1,16], got [1,15]. " + NOTE)
+
+
+def test_shape_mismatch_non_batching(raw_http):
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2, 2], "data": [1, 2, 3, 4]}]}
+    assert_error(post_json(raw_http, doc, "/v2/models/identity_fp32/infer"), 400,
+                 "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model 'identity_fp32'. "
+                 "Expected [-1], got [2,2]. ")
+
+
+def test_batch_too_big(raw_http):
+    a = np.zeros((9, 16), dtype=np.int32)
+    assert_error(post_json(raw_http, simple_json_request(a, a)), 400,
+                 "[request id: <id_unknown>] inference request batch-size must be <= 8 for 'simple'")
+
+
+def test_no_data_field(raw_http):
+    doc = req_with(lambda d: d["inputs"][0].pop("data"))
+    assert_error(post_json(raw_http, doc), 400,
+                 "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+                 "'shared_memory_region' in 'parameters'. But no field is set")
+
+
+def test_data_and_binary_size(raw_http):
+    doc = req_with(lambda d: d["inputs"][0].update(parameters={"binary_data_size": 64}))
+    resp = post_json(raw_http, doc)
+    assert resp.status == 400, resp
+    assert resp.error.startswith("Input must set only one of the following fields: "), resp
+    assert resp.error.endswith("But set 'data' 'binary_data_size'"), resp
+
+
+def test_unknown_output(raw_http):
+    doc = simple_json_request(outputs=[{"name": "OUTPUT9"}])
+    assert_error(post_json(raw_http, doc), 400, "unexpected inference output 'OUTPUT9' for model 'simple'")
+
+
+@pytest.mark.triton251_differs("a requested output listed twice answers 200 with one entry (TRITON.md §12)")
+def test_duplicate_output(raw_http):
+    doc = simple_json_request(outputs=[{"name": "OUTPUT0"}, {"name": "OUTPUT0"}])
+    assert_error(post_json(raw_http, doc), 400, "[request id: <id_unknown>] output 'OUTPUT0' already exists in request")
+
+
+def test_reserved_parameter(raw_http):
+    doc = simple_json_request(parameters={"triton_foo": 1})
+    assert_error(post_json(raw_http, doc), 400,
+                 "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.")
+
+
+def test_parameter_of_invalid_type(raw_http):
+    doc = simple_json_request(parameters={"custom": {"a": 1}})
+    resp = post_json(raw_http, doc)
+    assert resp.status == 400, resp
+    assert resp.error.startswith("parameter 'custom' has invalid type."), resp
+
+
+@pytest.mark.triton251_differs("no JSON nesting limit for 'data' (TRITON.md §12)")
+def test_json_nesting_depth_limit(raw_http):
+    data = 1
+    for _ in range(150):
+        data = [data]
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1], "data": data}]}
+    assert_error(post_json(raw_http, doc, "/v2/models/identity_int32/infer"), 400,
+                 "JSON nesting depth exceeds maximum allowed limit (100)")
+
+
+def test_json_nesting_within_limit(raw_http):
+    data = 1
+    for _ in range(50):
+        data = [data]
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1], "data": data}]}
+    resp = post_json(raw_http, doc, "/v2/models/identity_int32/infer")
+    assert resp.status == 200, resp
+    assert resp.json()["outputs"][0]["data"] == [1]
+
+
+@pytest.mark.triton251_differs("data nested 100,000 deep crashes Triton 2.51 (TRITON.md §12)", run=False)
+def test_json_extreme_nesting(raw_http):
+    depth = 100_000
+    body = ('{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1],"data":' + "[" * depth + "1" + "]" * depth + "}]}")
+    resp = raw_http("POST", "/v2/models/identity_int32/infer", body)
+    assert resp.status == 400, resp
+    assert resp.error == "JSON nesting depth exceeds maximum allowed limit (100)", resp
+
+
+@pytest.mark.triton251_differs("an element count that overflows, with short data, crashes Triton 2.51 (TRITON.md §12)", run=False)
+def test_element_count_overflow(raw_http):
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [9223372036854775807, 4], "data": [1]}]}
+    assert_error(post_json(raw_http, doc, "/v2/models/identity_int32/infer"), 400,
+                 "invalid shape for input 'INPUT0': shape [9223372036854775807,4] causes total element count "
+                 "to exceed maximum size of 9223372036854775807")
+
+
+@pytest.mark.triton251_differs("byte-size overflow wraps around instead of being reported (TRITON.md §12)", run=False)
+def test_byte_size_overflow(raw_http):
+    n = 2**61  # 2**61 INT64 elements = 2**64 bytes
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "INT64", "shape": [n], "data": [1]}]}
+    assert_error(post_json(raw_http, doc, "/v2/models/identity_int64/infer"), 400,
+                 f"byte size overflow for input 'INPUT0': element count ({n}) * data type size (8) "
+                 "exceeds maximum allowed size (9223372036854775807)")
+
+
+def test_error_body_shape(raw_http):
+    """Every error is a JSON object with exactly one string member "error"."""
+    for resp in (
+        raw_http("POST", INFER, b"{bad"),
+        raw_http("GET", "/v2/models/no_such_model"),
+        raw_http("GET", "/nope"),
+        raw_http("GET", INFER),
+        post_json(raw_http, req_with(lambda d: d["inputs"][0].update(datatype="FP32"))),
+    ):
+        doc = resp.json()
+        assert isinstance(doc, dict) and list(doc) == ["error"] and isinstance(doc["error"], str), resp
+
+
+def test_burst_of_bad_requests_then_good(raw_http, http_url):
+    bad = [
+        (b"{", None),
+        (json.dumps(req_with(lambda d: d["inputs"].pop())).encode(), None),
+        (json.dumps(req_with(lambda d: d["inputs"][0].update(datatype="BOOL"))).encode(), None),
+        (b"\x00" * 1000, {"Inference-Header-Content-Length": "0"}),
+        (b"x" * 100, {"Inference-Header-Content-Length": "99999"}),
+    ]
+    for _ in range(10):
+        for body, headers in bad:
+            resp = raw_http("POST", INFER, body, headers)
+            assert 400 <= resp.status < 600, resp
+    assert_serving(http_url)

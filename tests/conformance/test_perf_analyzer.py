@@ -1,0 +1,81 @@
+"""perf_analyzer (installed by tests/tools/setup-python.sh) drives the server.
+
+Binary lookup: $INFERGATE_PERF_ANALYZER, then perf_analyzer next to the
+running Python interpreter (the venv's bin), then PATH. Skipped when absent.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.perf_analyzer
+
+
+def _find_perf_analyzer():
+    env = os.environ.get("INFERGATE_PERF_ANALYZER")
+    if env:
+        return env if Path(env).exists() else None
+    beside = Path(sys.executable).parent / "perf_analyzer"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("perf_analyzer")
+
+
+@pytest.fixture(scope="module")
+def perf_analyzer():
+    path = _find_perf_analyzer()
+    if not path:
+        pytest.skip(
+            "perf_analyzer not found: run tests/tools/setup-python.sh (it installs <venv>/bin/perf_analyzer) "
+            "or set INFERGATE_PERF_ANALYZER"
+        )
+    return path
+
+
+def run_pa(perf_analyzer, *args, timeout=90):
+    cmd = [
+        perf_analyzer,
+        *args,
+        "--concurrency-range", "1",
+        "--measurement-mode", "time_windows",
+        "--measurement-interval", "1000",
+        "--max-trials", "4",
+        "--stability-percentage", "999",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{' '.join(cmd)}\nexit {proc.returncode}\n{out[-4000:]}"
+    lowered = out.lower()
+    assert "error" not in lowered and "failed" not in lowered, out[-4000:]
+    assert "Throughput:" in out, out[-4000:]
+    # Server-side section: perf_analyzer found "statistics" in the server
+    # metadata and saw queue.count grow.
+    assert "Server:" in out and "Inference count:" in out, out[-4000:]
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_simple(perf_analyzer, http_url, grpc_url, protocol):
+    url = http_url if protocol == "http" else grpc_url
+    run_pa(perf_analyzer, "-m", "simple", "-u", url, "-i", protocol)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_identity_fp32_4mib(perf_analyzer, http_url, grpc_url, protocol):
+    url = http_url if protocol == "http" else grpc_url
+    run_pa(perf_analyzer, "-m", "identity_fp32", "-u", url, "-i", protocol, "--shape", "INPUT0:1048576")
+
+
+def test_perf_analyzer_json_tensors(perf_analyzer, http_url):
+    run_pa(
+        perf_analyzer, "-m", "simple", "-u", http_url, "-i", "http",
+        "--input-tensor-format", "json", "--output-tensor-format", "json",
+    )
+
+
+def test_perf_analyzer_batch(perf_analyzer, grpc_url):
+    run_pa(perf_analyzer, "-m", "simple", "-u", grpc_url, "-i", "grpc", "-b", "8")

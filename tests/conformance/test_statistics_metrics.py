@@ -1,0 +1,185 @@
+"""Statistics extension (what perf_analyzer reads) and Prometheus metrics."""
+
+import json
+import re
+import time
+
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2
+
+from support import MODELS, grpc_error, raw_request, simple_json_request
+
+DURATIONS = ["success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss"]
+
+
+def is_uint(v):
+    return type(v) is int and v >= 0
+
+
+def model_stats(raw_http, path="/v2/models/simple/stats"):
+    resp = raw_http("GET", path)
+    assert resp.status == 200, resp
+    assert resp.headers.get("content-type") == "application/json"
+    doc = resp.json()
+    assert list(doc) == ["model_stats"]
+    return doc["model_stats"]
+
+
+def check_entry(entry):
+    assert isinstance(entry["name"], str)
+    assert entry["version"] == "1"
+    for key in ("last_inference", "inference_count", "execution_count"):
+        assert is_uint(entry[key]), (key, entry)
+    stats = entry["inference_stats"]
+    for key in DURATIONS:
+        assert set(stats[key]) >= {"count", "ns"}, (key, stats)
+        assert is_uint(stats[key]["count"]) and is_uint(stats[key]["ns"]), (key, stats)
+    assert isinstance(entry["batch_stats"], list)
+    for b in entry["batch_stats"]:
+        assert is_uint(b["batch_size"])
+        for key in ("compute_input", "compute_infer", "compute_output"):
+            assert is_uint(b[key]["count"]) and is_uint(b[key]["ns"])
+
+
+def test_all_model_stats(raw_http):
+    entries = model_stats(raw_http, "/v2/models/stats")
+    names = [e["name"] for e in entries]
+    for name in MODELS:
+        assert name in names
+    for e in entries:
+        check_entry(e)
+
+
+@pytest.mark.parametrize("path", ["/v2/models/simple/stats", "/v2/models/simple/versions/1/stats"])
+def test_single_model_stats(raw_http, path):
+    entries = model_stats(raw_http, path)
+    assert len(entries) == 1
+    assert entries[0]["name"] == "simple"
+    check_entry(entries[0])
+
+
+def test_stats_grow_after_inference(raw_http):
+    before = model_stats(raw_http)[0]
+    for _ in range(3):
+        resp = raw_http("POST", "/v2/models/simple/infer", json.dumps(simple_json_request()))
+        assert resp.status == 200, resp
+    a = np.zeros((4, 16), dtype=np.int32)
+    resp = raw_http("POST", "/v2/models/simple/infer", json.dumps(simple_json_request(a, a)))
+    assert resp.status == 200, resp
+    after = model_stats(raw_http)[0]
+    b, c = before["inference_stats"], after["inference_stats"]
+    assert c["success"]["count"] - b["success"]["count"] == 4
+    assert c["queue"]["count"] - b["queue"]["count"] == 4
+    assert c["compute_infer"]["count"] - b["compute_infer"]["count"] == 4
+    assert after["inference_count"] - before["inference_count"] == 3 + 4  # batch elements
+    assert after["execution_count"] - before["execution_count"] == 4
+    assert c["success"]["ns"] > b["success"]["ns"]
+    assert after["last_inference"] >= before["last_inference"]
+    now_ms = int(time.time() * 1000)
+    assert abs(after["last_inference"] - now_ms) < 120_000  # ms since the epoch
+    sizes = {e["batch_size"]: e for e in after["batch_stats"]}
+    assert 4 in sizes and 1 in sizes
+
+
+def test_failed_request_not_counted_as_success(raw_http):
+    before = model_stats(raw_http)[0]["inference_stats"]["success"]["count"]
+    bad = simple_json_request()
+    bad["inputs"][0]["datatype"] = "FP32"
+    assert raw_http("POST", "/v2/models/simple/infer", json.dumps(bad)).status == 400
+    after = model_stats(raw_http)[0]["inference_stats"]["success"]["count"]
+    assert after == before
+
+
+def test_stats_errors(raw_http):
+    resp = raw_http("GET", "/v2/models/no_such_model/stats")
+    assert resp.status == 400, resp
+    assert resp.json() == {"error": "requested model 'no_such_model' is not available"}
+    resp = raw_http("GET", "/v2/models/simple/versions/9/stats")
+    assert resp.status == 400, resp
+    assert resp.json() == {"error": "requested model version is not available for model 'simple'"}
+
+
+def test_grpc_stats(grpc_stub, grpc_client):
+    before = grpc_stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name="simple")).model_stats[0]
+    req = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        req.inputs.add(name=name, datatype="INT32", shape=[2, 16])
+        req.raw_input_contents.append(np.zeros((2, 16), np.int32).tobytes())
+    grpc_stub.ModelInfer(req)
+    after = grpc_stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name="simple", version="1")).model_stats[0]
+    assert after.name == "simple" and after.version == "1"
+    assert after.inference_stats.success.count == before.inference_stats.success.count + 1
+    assert after.inference_stats.queue.count == before.inference_stats.queue.count + 1
+    assert after.inference_count == before.inference_count + 2
+    everything = grpc_stub.ModelStatistics(service_pb2.ModelStatisticsRequest())
+    assert {m.name for m in everything.model_stats} >= set(MODELS)
+    as_json = grpc_client.get_inference_statistics("simple", as_json=True)
+    assert as_json["model_stats"][0]["name"] == "simple"
+
+
+def test_grpc_stats_errors(grpc_stub):
+    with pytest.raises(Exception) as info:
+        grpc_stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name="no_such_model"))
+    assert grpc_error(info.value) == ("INVALID_ARGUMENT", "requested model 'no_such_model' is not available")
+    with pytest.raises(Exception) as info:
+        grpc_stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name="simple", version="9"))
+    assert grpc_error(info.value) == ("INVALID_ARGUMENT", "requested model version is not available for model 'simple'")
+
+
+# --------------------------------------------------------------------------- metrics
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def scrape(metrics_url):
+    resp = raw_request(metrics_url, "GET", "/metrics")
+    assert resp.status == 200, resp
+    assert resp.headers.get("content-type", "").startswith("text/plain")
+    samples = {}
+    for line in resp.body.decode().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        assert m, line
+        labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")))
+        samples[(m.group(1), labels)] = float(m.group(3))
+    return resp.body.decode(), samples
+
+
+def simple_metric(samples, name):
+    return samples.get((name, (("model", "simple"), ("version", "1"))))
+
+
+def test_metrics_families(metrics_url):
+    text, samples = scrape(metrics_url)
+    for family, kind in (
+        ("nv_inference_request_success", "counter"),
+        ("nv_inference_request_failure", "counter"),
+        ("nv_inference_count", "counter"),
+        ("nv_inference_exec_count", "counter"),
+    ):
+        assert f"# TYPE {family} {kind}" in text, family
+    assert simple_metric(samples, "nv_inference_request_success") is not None
+    assert 'nv_inference_request_success{model="simple",version="1"}' in text
+
+
+def test_metrics_success_counter_grows(metrics_url, raw_http):
+    _, before = scrape(metrics_url)
+    start = simple_metric(before, "nv_inference_request_success")
+    count_start = simple_metric(before, "nv_inference_count")
+    a = np.zeros((2, 16), dtype=np.int32)
+    for _ in range(5):
+        assert raw_http("POST", "/v2/models/simple/infer", json.dumps(simple_json_request(a, a))).status == 200
+    deadline = time.monotonic() + 10
+    while True:
+        _, after = scrape(metrics_url)
+        if simple_metric(after, "nv_inference_request_success") - start >= 5 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert simple_metric(after, "nv_inference_request_success") - start == 5
+    assert simple_metric(after, "nv_inference_count") - count_start == 10
+
+
+def test_metrics_wrong_method(metrics_url):
+    resp = raw_request(metrics_url, "POST", "/metrics")
+    assert resp.status == 405, resp
