@@ -36,8 +36,8 @@ pub struct Args {
     /// Name reported by server metadata (default "triton", which Triton's clients expect).
     #[arg(long)]
     pub server_name: Option<String>,
-    /// Largest HTTP request body in bytes, after decompression.
-    #[arg(long)]
+    /// Largest HTTP request body in bytes, after decompression (default 64 MiB).
+    #[arg(long, alias = "http-max-input-size")]
     pub max_http_body_bytes: Option<u64>,
     /// Largest gRPC message in bytes, either direction.
     #[arg(long)]

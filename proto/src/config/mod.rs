@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 pub use validate::ConfigError;
 
-/// Default HTTP request body limit: 256 MiB (a 16M-element FP32 tensor in binary form fits).
-pub const DEFAULT_MAX_HTTP_BODY_BYTES: u64 = 256 * 1024 * 1024;
+/// Default HTTP request body limit, after decompression: 64 MiB, Triton's `--http-max-input-size`.
+pub const DEFAULT_MAX_HTTP_BODY_BYTES: u64 = 64 * 1024 * 1024;
 /// Default gRPC message limit, both directions: 256 MiB.
 pub const DEFAULT_MAX_GRPC_MESSAGE_BYTES: u64 = 256 * 1024 * 1024;
 /// Triton's nesting limit for `data` arrays.

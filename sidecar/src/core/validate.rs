@@ -18,7 +18,7 @@ pub struct Validated {
     pub batch_size: u64,
 }
 
-const BATCH_NOTE: &str = " NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size.";
+const BATCH_NOTE: &str = "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size.";
 
 pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
     let prefix = request_prefix(&request.id);
@@ -53,17 +53,27 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
         request.outputs
     };
 
-    // Inputs: unknown or repeated names, then missing required ones.
+    // Inputs: repeated names (rejected as they are added), too many, unknown names, then
+    // missing required ones.
     for (i, input) in request.inputs.iter().enumerate() {
-        if model.input(&input.name).is_none() {
-            return Err(Error::invalid_arg(format!(
-                "unexpected inference input '{}' for model '{m}'",
-                input.name
-            )));
-        }
         if request.inputs[..i].iter().any(|o| o.name == input.name) {
             return Err(Error::invalid_arg(format!(
                 "{prefix}input '{}' already exists in request",
+                input.name
+            )));
+        }
+    }
+    if request.inputs.len() > model.inputs.len() {
+        return Err(Error::invalid_arg(format!(
+            "{prefix}expected {} inputs but got {} inputs for model '{m}'.",
+            model.inputs.len(),
+            request.inputs.len()
+        )));
+    }
+    for input in &request.inputs {
+        if model.input(&input.name).is_none() {
+            return Err(Error::invalid_arg(format!(
+                "unexpected inference input '{}' for model '{m}'",
                 input.name
             )));
         }
@@ -119,7 +129,7 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
                 ""
             };
             Error::invalid_arg(format!(
-                "{prefix}unexpected shape for input '{}' for model '{m}'. Expected {}, got {}.{note}",
+                "{prefix}unexpected shape for input '{}' for model '{m}'. Expected {}, got {}. {note}",
                 input.name,
                 format_shape(&expected_shape),
                 format_shape(&input.shape)
@@ -163,9 +173,8 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
         if !matches {
             return Err(shape_error());
         }
-        let what = format!("input '{}'", input.name);
-        let count = element_count(&input.shape, &what)?;
-        match byte_size(datatype, count, &what)? {
+        let count = element_count(&input.shape, &input.name)?;
+        match byte_size(datatype, count, &input.name)? {
             Some(expected) => {
                 if expected != input.data.len() as u64 {
                     return Err(Error::invalid_arg(format!(

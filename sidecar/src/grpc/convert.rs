@@ -141,9 +141,9 @@ fn request_parameters(
                 ParamValue::Bool(b)
             }
             (k, _) if k.starts_with("triton_") => {
-                return Err(Error::invalid_arg(format!(
-                    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified, got '{k}'"
-                )));
+                return Err(Error::invalid_arg(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: triton_enable_empty_final_response",
+                ));
             }
             (_, Some(ParameterChoice::BoolParam(b))) => ParamValue::Bool(b),
             (_, Some(ParameterChoice::Int64Param(v))) => ParamValue::Int(v),
@@ -151,7 +151,7 @@ fn request_parameters(
             (_, Some(ParameterChoice::DoubleParam(d))) => ParamValue::Double(d),
             (k, _) => {
                 return Err(Error::invalid_arg(format!(
-                    "unsupported type for parameter '{k}': expected int64_param, bool_param, string_param or double_param"
+                    "invalid value type for '{k}' parameter, expected int64_param, bool_param, string_param or double_param."
                 )));
             }
         };

@@ -49,7 +49,7 @@ pub fn inflate(body: &[u8], limit: u64) -> Result<Bytes> {
     let read = reader.take(limit + 1).read_to_end(&mut out);
     match read {
         Ok(_) if out.len() as u64 > limit => Err(Error::invalid_arg(format!(
-            "decompressed request body exceeds the maximum allowed input size of {limit} bytes"
+            "Decompressed data size exceeds the maximum allowed value of {limit} bytes. Use --http-max-input-size to increase the limit."
         ))),
         Ok(_) => Ok(Bytes::from(out)),
         Err(e) => Err(Error::invalid_arg(format!(

@@ -35,7 +35,7 @@ pub fn decode(
                 .parse::<i32>()
                 .map_err(|_| {
                     Error::invalid_arg(format!(
-                        "Unable to parse inference header size, got: {text}"
+                        "Unable to parse Inference-Header-Content-Length, got: {text}"
                     ))
                 })?
                 .into();
@@ -244,7 +244,8 @@ fn json_data(
             "receiving {dt} data via JSON is not supported. Please use the binary data format for input {name}"
         )));
     }
-    let count = element_count(shape, &format!("input '{name}'"))?;
+    let count = element_count(shape, name)?;
+    crate::tensor::shape::byte_size(dt, count, name)?;
     if count == 0 {
         return Ok(Bytes::new());
     }
@@ -268,6 +269,9 @@ fn json_data(
     json::data::decode(raw, dt, count, max_depth)
         .map(Bytes::from)
         .map_err(|e| match e {
+            DataError::WrongType(msg) if dt == DataType::Bytes => {
+                Error::internal(format!("Unable to parse JSON bytes array: {msg}"))
+            }
             DataError::WrongType(msg) => parse_err("data", msg),
             DataError::TooMany => Error::internal(
                 "Unable to parse 'data': Shape does not match true shape of 'data' field",
@@ -310,7 +314,7 @@ fn decode_raw(
 fn raw_input(model: &Model, body: Bytes) -> Result<InputTensor> {
     if model.inputs.len() != 1 {
         return Err(Error::invalid_arg(format!(
-            "Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{}' model configuration",
+            "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{}' model configuration",
             model.inputs.len(),
             model.name
         )));
@@ -324,7 +328,7 @@ fn raw_input(model: &Model, body: Bytes) -> Result<InputTensor> {
         None => {
             if spec.dims != [1] {
                 return Err(Error::invalid_arg(format!(
-                    "For BYTE datatype raw input '{}', the model must have input shape [1]",
+                    "[request id: <id_unknown>] For BYTE datatype raw input '{}', the model must have input shape [1]",
                     spec.name
                 )));
             }
@@ -334,7 +338,7 @@ fn raw_input(model: &Model, body: Bytes) -> Result<InputTensor> {
             let variable = spec.dims.iter().filter(|d| **d < 0).count();
             if variable > 1 {
                 return Err(Error::invalid_arg(format!(
-                    "The shape of the raw input '{}' can not be deduced because there are more than one variable-sized dimension",
+                    "[request id: <id_unknown>] The shape of the raw input '{}' can not be deduced because there are more than one variable-sized dimension",
                     spec.name
                 )));
             }

@@ -46,9 +46,9 @@ pub fn parse_request_parameters(value: &Value<'_>) -> Result<(Parameters, bool)>
                 binary_output = v.as_bool().ok_or_else(|| type_err(&key, NOT_BOOL))?
             }
             _ if key.starts_with("triton_") => {
-                return Err(Error::invalid_arg(format!(
-                    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified, got '{key}'"
-                )));
+                return Err(Error::invalid_arg(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+                ));
             }
             _ => {
                 let value = match v {

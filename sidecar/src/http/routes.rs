@@ -377,7 +377,12 @@ async fn logging_get(State(st): State<SharedState>) -> Response {
 
 /// Applies one log setting; shared with gRPC `LogSettings`.
 pub fn apply_log_setting(settings: &mut LogSettings, key: &str, value: LogValue) -> Result<()> {
-    let bad = |expected: &str| Error::invalid_arg(format!("expect '{key}' to be {expected}"));
+    // Wrong JSON types are INTERNAL in Triton's HTTP front end (its JSON helper's error code).
+    let bad = |expected: &str| {
+        Error::internal(format!(
+            "attempt to access JSON non-{expected} as {expected}"
+        ))
+    };
     match (key, value) {
         ("log_file", _) => {
             return Err(Error::unsupported(
@@ -387,9 +392,9 @@ pub fn apply_log_setting(settings: &mut LogSettings, key: &str, value: LogValue)
         ("log_info", LogValue::Bool(b)) => settings.log_info = b,
         ("log_warning", LogValue::Bool(b)) => settings.log_warning = b,
         ("log_error", LogValue::Bool(b)) => settings.log_error = b,
-        ("log_info" | "log_warning" | "log_error", _) => return Err(bad("a boolean")),
+        ("log_info" | "log_warning" | "log_error", _) => return Err(bad("boolean")),
         ("log_verbose_level", LogValue::Uint(v)) => settings.log_verbose_level = v,
-        ("log_verbose_level", _) => return Err(bad("an unsigned integer")),
+        ("log_verbose_level", _) => return Err(bad("unsigned-integer")),
         ("log_format", LogValue::String(s)) if s == "default" || s == "ISO8601" => {
             settings.log_format = s
         }
@@ -489,22 +494,28 @@ async fn repository_index(State(st): State<SharedState>, body: Body) -> Response
 async fn load(State(st): State<SharedState>, Path(model): Path<String>, body: Body) -> Response {
     let result = async {
         let mut config_override = None;
-        if let Some(doc) = optional_json(body).await? {
-            if let Some(J::Object(params)) = doc.get("parameters") {
-                for (key, value) in params {
-                    let J::String(text) = value else {
-                        return Err(Error::internal("unexpected error on creating Triton parameter"));
-                    };
-                    if key == "config" {
-                        let parsed: J = serde_json::from_str(text)
-                            .map_err(|e| Error::internal(format!("failed to load '{model}', failed to parse the configuration: {e}")))?;
-                        config_override = Some(parsed);
-                    } else if key.starts_with("file:") {
-                        return Err(Error::internal(format!(
-                            "failed to load '{model}', file overrides are not supported by built-in models"
-                        )));
-                    }
-                }
+        let doc = optional_json(body).await?;
+        let params = doc
+            .as_ref()
+            .and_then(|d| d.get("parameters"))
+            .and_then(J::as_object);
+        for (key, value) in params.into_iter().flatten() {
+            let J::String(text) = value else {
+                return Err(Error::internal(
+                    "unexpected error on creating Triton parameter",
+                ));
+            };
+            if key == "config" {
+                let parsed: J = serde_json::from_str(text).map_err(|e| {
+                    Error::internal(format!(
+                        "failed to load '{model}', failed to parse the configuration: {e}"
+                    ))
+                })?;
+                config_override = Some(parsed);
+            } else if key.starts_with("file:") {
+                return Err(Error::internal(format!(
+                    "failed to load '{model}', file overrides are not supported by built-in models"
+                )));
             }
         }
         st.repository.load(&model, config_override.as_ref())?;
@@ -517,17 +528,15 @@ async fn load(State(st): State<SharedState>, Path(model): Path<String>, body: Bo
 
 async fn unload(State(st): State<SharedState>, Path(model): Path<String>, body: Body) -> Response {
     let result = async {
-        if let Some(doc) = optional_json(body).await? {
-            if let Some(v) = doc
-                .get("parameters")
-                .and_then(|p| p.get("unload_dependents"))
-            {
-                if !v.is_boolean() {
-                    return Err(Error::invalid_arg(
-                        "expect 'unload_dependents' to be a boolean",
-                    ));
-                }
-            }
+        let doc = optional_json(body).await?;
+        let dependents = doc
+            .as_ref()
+            .and_then(|d| d.get("parameters"))
+            .and_then(|p| p.get("unload_dependents"));
+        if dependents.is_some_and(|v| !v.is_boolean()) {
+            return Err(Error::invalid_arg(
+                "expect 'unload_dependents' to be a boolean",
+            ));
         }
         st.repository.unload(&model)?;
         tracing::info!(model = %model, "model unloaded");

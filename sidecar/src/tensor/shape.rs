@@ -4,19 +4,20 @@ use infergate_proto::DataType;
 
 use crate::error::{Error, Result};
 
-/// Number of elements of `shape`. Negative dimensions and products beyond `i64::MAX` are errors.
-pub fn element_count(shape: &[i64], what: &str) -> Result<u64> {
+/// Number of elements of input `name`'s `shape`. Negative dimensions and products beyond
+/// `i64::MAX` are errors.
+pub fn element_count(shape: &[i64], name: &str) -> Result<u64> {
     let mut count: i64 = 1;
     for &dim in shape {
         if dim < 0 {
             return Err(Error::invalid_arg(format!(
-                "{what} has a negative dimension {dim} in shape {}",
+                "invalid shape for input '{name}': shape {} has a negative dimension",
                 format_shape(shape)
             )));
         }
         count = count.checked_mul(dim).ok_or_else(|| {
             Error::invalid_arg(format!(
-                "{what} with shape {} causes total element count to exceed maximum size of {}",
+                "invalid shape for input '{name}': shape {} causes total element count to exceed maximum size of {}",
                 format_shape(shape),
                 i64::MAX
             ))
@@ -25,15 +26,16 @@ pub fn element_count(shape: &[i64], what: &str) -> Result<u64> {
     Ok(count as u64)
 }
 
-/// Byte size of `count` fixed-size elements; `None` for BYTES.
-pub fn byte_size(datatype: DataType, count: u64, what: &str) -> Result<Option<u64>> {
+/// Byte size of `count` fixed-size elements of input `name`; `None` for BYTES.
+pub fn byte_size(datatype: DataType, count: u64, name: &str) -> Result<Option<u64>> {
     match datatype.element_size() {
         None => Ok(None),
-        Some(size) => count
-            .checked_mul(size as u64)
-            .filter(|b| *b <= i64::MAX as u64)
-            .map(Some)
-            .ok_or_else(|| Error::invalid_arg(format!("byte size overflow for {what}"))),
+        Some(size) => count.checked_mul(size as u64).filter(|b| *b <= i64::MAX as u64).map(Some).ok_or_else(|| {
+            Error::invalid_arg(format!(
+                "byte size overflow for input '{name}': element count ({count}) * data type size ({size}) exceeds maximum allowed size ({})",
+                i64::MAX
+            ))
+        }),
     }
 }
 
@@ -52,7 +54,7 @@ mod tests {
         assert_eq!(element_count(&[], "x").unwrap(), 1);
         assert_eq!(element_count(&[2, 3], "x").unwrap(), 6);
         assert_eq!(element_count(&[0, 3], "x").unwrap(), 0);
-        let err = element_count(&[1 << 40, 1 << 40], "input 'a'").unwrap_err();
+        let err = element_count(&[1 << 40, 1 << 40], "a").unwrap_err();
         assert!(
             err.message.contains(
                 "causes total element count to exceed maximum size of 9223372036854775807"
@@ -65,6 +67,10 @@ mod tests {
     fn bytes() {
         assert_eq!(byte_size(DataType::Fp32, 4, "x").unwrap(), Some(16));
         assert_eq!(byte_size(DataType::Bytes, 4, "x").unwrap(), None);
-        assert!(byte_size(DataType::Fp64, i64::MAX as u64, "x").is_err());
+        let err = byte_size(DataType::Fp64, 1 << 61, "INPUT0").unwrap_err();
+        assert_eq!(
+            err.message,
+            "byte size overflow for input 'INPUT0': element count (2305843009213693952) * data type size (8) exceeds maximum allowed size (9223372036854775807)"
+        );
     }
 }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, Rust unit and integration tests, then the black-box
+# conformance suite (real tritonclient and perf_analyzer) against the built sidecar binary.
+# Installs what it needs (Python venv with tritonclient, perf_analyzer, Debian's libb64).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "build the sidecar binary"
+cargo build --locked -p infergate-sidecar
+export INFERGATE_SIDECAR_BIN="$PWD/target/debug/infergate-sidecar"
+
+step "python environment (tritonclient, perf_analyzer)"
+tests/tools/setup-python.sh
+venv="${INFERGATE_VENV:-$PWD/.venv}"
+
+step "conformance suite against the sidecar"
+"$venv/bin/python" -m pytest tests/conformance -q -p no:cacheprovider
