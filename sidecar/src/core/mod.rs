@@ -2,6 +2,7 @@
 //! and responses, validation against the model configuration, statistics, and the pipeline that
 //! ties them together. The HTTP and gRPC front ends translate their wire forms into these types.
 
+pub mod classify;
 pub mod model;
 pub mod params;
 pub mod pipeline;

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::classify::classify;
 use super::model::Execution;
 use super::params::Parameters;
 use super::repository::Repository;
@@ -51,6 +52,21 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
             .find(|t| t.as_ref().is_some_and(|t| t.name == wanted.name))
             .and_then(Option::take);
         match found {
+            Some(tensor) if wanted.classification > 0 => {
+                let labels = model.labels.get(&wanted.name).map(Vec::as_slice);
+                match classify(
+                    &tensor,
+                    wanted.classification,
+                    model.max_batch_size > 0,
+                    labels,
+                ) {
+                    Ok(classes) => outputs.push(classes),
+                    Err(e) => {
+                        model.stats.record_failure(received.elapsed(), true);
+                        return Err(e);
+                    }
+                }
+            }
             Some(tensor) => outputs.push(tensor),
             None => {
                 model.stats.record_failure(received.elapsed(), false);

@@ -12,6 +12,7 @@ use infergate_proto::inference::{
 use infergate_proto::{DataType, model_config};
 
 use super::compute::{Builtin, Implementation};
+use crate::core::classify::parse_labels;
 use crate::core::model::Model;
 use crate::core::repository::ModelLoader;
 use crate::error::{Error, Result};
@@ -49,6 +50,16 @@ input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
 "#;
 
+const CLASSIFIER: &str = r#"
+name: "classifier"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt" } ]
+"#;
+
+/// Label files of the built-in models, by the name their configs give.
+const LABEL_FILES: &[(&str, &str)] = &[("labels.txt", "label0\nlabel1\nlabel2\nlabel3\n")];
+
 /// The built-in models.
 pub struct Catalog {
     entries: Vec<(String, String, Implementation)>,
@@ -70,6 +81,11 @@ impl Default for Catalog {
             (
                 "simple_identity".to_string(),
                 SIMPLE_IDENTITY.to_string(),
+                Implementation::Identity,
+            ),
+            (
+                "classifier".to_string(),
+                CLASSIFIER.to_string(),
                 Implementation::Identity,
             ),
         ];
@@ -112,7 +128,21 @@ impl ModelLoader for Catalog {
             Some(overlay) => apply_override(&base, overlay)?,
         };
         normalize(&mut config);
-        let labels = HashMap::new();
+        let mut labels = HashMap::new();
+        for output in config
+            .output
+            .iter()
+            .filter(|o| !o.label_filename.is_empty())
+        {
+            let text = LABEL_FILES
+                .iter()
+                .find(|(file, _)| *file == output.label_filename)
+                .map(|(_, text)| *text)
+                .ok_or_else(|| {
+                    Error::invalid_arg(format!("label file '{}' not found", output.label_filename))
+                })?;
+            labels.insert(output.name.clone(), parse_labels(text));
+        }
         Model::new(config, 1, Arc::new(Builtin::new(*implementation)), labels)
     }
 }
@@ -196,7 +226,7 @@ mod tests {
     #[test]
     fn every_model_loads() {
         let catalog = Catalog::default();
-        assert_eq!(catalog.names().len(), 17);
+        assert_eq!(catalog.names().len(), 18);
         for name in catalog.names() {
             let model = catalog.load(&name, None).unwrap();
             assert_eq!(model.name, name);
