@@ -12,6 +12,7 @@ use crate::telemetry::LogControl;
 /// The extensions this server implements, in Triton's order.
 pub const EXTENSIONS: &[&str] = &[
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "model_configuration",

@@ -8,5 +8,6 @@ pub mod params;
 pub mod pipeline;
 pub mod repository;
 pub mod request;
+pub mod sequence;
 pub mod stats;
 pub mod validate;

@@ -48,6 +48,8 @@ pub struct Model {
     pub backend: Arc<dyn Backend>,
     pub stats: ModelStats,
     pub platform: String,
+    /// The sequence scheduler of a model whose config declares `sequence_batching`.
+    pub sequencer: Option<Arc<super::sequence::Scheduler>>,
 }
 
 impl std::fmt::Debug for Model {
@@ -92,6 +94,7 @@ impl Model {
             .iter()
             .map(|o| spec(&o.name, o.data_type, &o.dims, false))
             .collect::<Result<Vec<_>>>()?;
+        let sequencer = super::sequence::Scheduler::for_model(&config)?;
         let platform = if config.platform.is_empty() {
             config.backend.clone()
         } else {
@@ -107,6 +110,7 @@ impl Model {
             backend,
             stats: ModelStats::default(),
             platform,
+            sequencer,
             config,
         })
     }

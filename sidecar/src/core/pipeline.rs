@@ -8,9 +8,10 @@ use super::model::Execution;
 use super::params::Parameters;
 use super::repository::Repository;
 use super::request::{InferRequest, InferResponse};
+use super::sequence::SequenceParams;
 use super::stats::Timings;
 use super::validate::validate;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, request_prefix};
 
 pub async fn infer(repository: &Repository, request: InferRequest) -> Result<InferResponse> {
     let received = Instant::now();
@@ -18,6 +19,16 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
     let _pending = model.stats.enter();
     let queued = Instant::now();
     let id = request.id.clone();
+    let sequence = match &model.sequencer {
+        Some(_) => match SequenceParams::from_parameters(&request.parameters) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                model.stats.record_failure(received.elapsed(), true);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
 
     let validated = match validate(&model, request) {
         Ok(v) => v,
@@ -25,6 +36,32 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
             model.stats.record_failure(received.elapsed(), true);
             return Err(e);
         }
+    };
+    // Sequence models: wait for this sequence's turn and a slot; add the control tensors.
+    let mut validated = validated;
+    let _admission = match (&model.sequencer, &sequence) {
+        (Some(scheduler), Some(params)) => {
+            let prefix = request_prefix(&id);
+            match scheduler
+                .admit(
+                    params,
+                    validated.batch_size,
+                    model.max_batch_size > 0,
+                    &prefix,
+                )
+                .await
+            {
+                Ok(admission) => {
+                    validated.inputs.extend(admission.controls.iter().cloned());
+                    Some(admission)
+                }
+                Err(e) => {
+                    model.stats.record_failure(received.elapsed(), true);
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
     };
     let compute_start = Instant::now();
     let output_names: Vec<String> = validated.outputs.iter().map(|o| o.name.clone()).collect();

@@ -60,6 +60,40 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "lab
 /// Label files of the built-in models, by the name their configs give.
 const LABEL_FILES: &[(&str, &str)] = &[("labels.txt", "label0\nlabel1\nlabel2\nlabel3\n")];
 
+/// A sequence model's configuration: INPUT/OUTPUT INT32 [1], the given strategy and controls.
+fn sequence_config(name: &str, strategy: &str, controls: &[(&str, &str)]) -> String {
+    let controls: Vec<String> = controls
+        .iter()
+        .map(|(input, control)| format!("{{ name: \"{input}\" control [ {{ {control} }} ] }}"))
+        .collect();
+    format!(
+        "name: \"{name}\"\nmax_batch_size: 8\nsequence_batching {{\n  max_sequence_idle_microseconds: 5000000\n  {strategy}\n  control_input [ {} ]\n}}\ninput [ {{ name: \"INPUT\" data_type: TYPE_INT32 dims: [ 1 ] }} ]\noutput [ {{ name: \"OUTPUT\" data_type: TYPE_INT32 dims: [ 1 ] }} ]\ninstance_group [ {{ count: 1 kind: KIND_CPU }} ]\n",
+        controls.join(", ")
+    )
+}
+
+const START: (&str, &str) = (
+    "START",
+    "kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ]",
+);
+const END: (&str, &str) = (
+    "END",
+    "kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ]",
+);
+const READY: (&str, &str) = (
+    "READY",
+    "kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ]",
+);
+const CORRID_U64: (&str, &str) = (
+    "CORRID",
+    "kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64",
+);
+const CORRID_STRING: (&str, &str) = (
+    "CORRID",
+    "kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING",
+);
+const OLDEST: &str = "oldest { max_candidate_sequences: 64 max_queue_delay_microseconds: 1000 }";
+
 /// The built-in models.
 pub struct Catalog {
     entries: Vec<(String, String, Implementation)>,
@@ -82,6 +116,34 @@ impl Default for Catalog {
                 "simple_identity".to_string(),
                 SIMPLE_IDENTITY.to_string(),
                 Implementation::Identity,
+            ),
+            (
+                "simple_sequence".to_string(),
+                sequence_config("simple_sequence", "", &[START, READY]),
+                Implementation::SequenceSimple,
+            ),
+            (
+                "simple_dyna_sequence".to_string(),
+                sequence_config(
+                    "simple_dyna_sequence",
+                    OLDEST,
+                    &[START, END, READY, CORRID_U64],
+                ),
+                Implementation::SequenceDyna,
+            ),
+            (
+                "sequence_accumulator".to_string(),
+                sequence_config("sequence_accumulator", "", &[START, END, READY, CORRID_U64]),
+                Implementation::Accumulate,
+            ),
+            (
+                "simple_string_dyna_sequence".to_string(),
+                sequence_config(
+                    "simple_string_dyna_sequence",
+                    OLDEST,
+                    &[START, END, READY, CORRID_STRING],
+                ),
+                Implementation::AccumulateStringId,
             ),
             (
                 "classifier".to_string(),
@@ -226,7 +288,7 @@ mod tests {
     #[test]
     fn every_model_loads() {
         let catalog = Catalog::default();
-        assert_eq!(catalog.names().len(), 18);
+        assert_eq!(catalog.names().len(), 22);
         for name in catalog.names() {
             let model = catalog.load(&name, None).unwrap();
             assert_eq!(model.name, name);

@@ -1,8 +1,11 @@
 //! The arithmetic of the built-in models.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt};
 use infergate_proto::DataType;
+use parking_lot::Mutex;
 
 use crate::core::model::{Backend, Execution};
 use crate::error::{Error, Result};
@@ -16,15 +19,90 @@ pub enum Implementation {
     AddSubString,
     /// OUTPUT0 = INPUT0, bytes shared, not copied.
     Identity,
+    /// OUTPUT = (INPUT + START) × READY.
+    SequenceSimple,
+    /// OUTPUT = (INPUT + START + END × CORRID) × READY.
+    SequenceDyna,
+    /// OUTPUT = running sum of INPUT over the sequence (START resets, END forgets).
+    Accumulate,
+    /// The running sum; the END response also adds the integer value of the string CORRID.
+    AccumulateStringId,
 }
 
 pub struct Builtin {
     implementation: Implementation,
+    /// Running sums of accumulating sequence models, by CORRID bytes.
+    sums: Mutex<HashMap<Vec<u8>, i64>>,
 }
 
 impl Builtin {
     pub fn new(implementation: Implementation) -> Self {
-        Builtin { implementation }
+        Builtin {
+            implementation,
+            sums: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn sequence(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let value = |name: &str| -> Result<i64> {
+            let t = input(inputs, name)?;
+            let bytes: [u8; 4] =
+                t.data
+                    .get(..4)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or_else(|| {
+                        Error::invalid_arg(format!("input '{name}' must hold one INT32 element"))
+                    })?;
+            Ok(i64::from(i32::from_le_bytes(bytes)))
+        };
+        let x = value("INPUT")?;
+        let start = value("START")?;
+        let ready = value("READY")?;
+        let output = match self.implementation {
+            Implementation::SequenceSimple => (x + start) * ready,
+            Implementation::SequenceDyna => {
+                let corrid = input(inputs, "CORRID")?;
+                let id = corrid
+                    .data
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_le_bytes);
+                (x + start + value("END")?.wrapping_mul(id as i64)) * ready
+            }
+            _ => {
+                let end = value("END")? != 0;
+                let corrid = input(inputs, "CORRID")?;
+                let key = corrid.data.to_vec();
+                let mut sums = self.sums.lock();
+                let sum = sums.entry(key.clone()).or_insert(0);
+                if start != 0 {
+                    *sum = 0;
+                }
+                *sum += x;
+                let mut out = *sum;
+                if end {
+                    sums.remove(&key);
+                    if self.implementation == Implementation::AccumulateStringId {
+                        let text = bytes_elements::iter(&corrid.data)
+                            .next()
+                            .and_then(|r| r.ok())
+                            .unwrap_or_default();
+                        out += std::str::from_utf8(text)
+                            .ok()
+                            .and_then(|s| s.parse::<i64>().ok())
+                            .unwrap_or(0);
+                    }
+                }
+                out
+            }
+        };
+        let shape = input(inputs, "INPUT")?.shape.clone();
+        Ok(vec![Tensor::new(
+            "OUTPUT",
+            DataType::Int32,
+            shape,
+            Bytes::copy_from_slice(&(output as i32).to_le_bytes()),
+        )])
     }
 }
 
@@ -36,6 +114,10 @@ impl Backend for Builtin {
                 add_sub_string(execution.model.name.as_str(), execution.inputs)
             }
             Implementation::Identity => identity(execution.inputs),
+            Implementation::SequenceSimple
+            | Implementation::SequenceDyna
+            | Implementation::Accumulate
+            | Implementation::AccumulateStringId => self.sequence(execution.inputs),
         };
         futures::future::ready(result).boxed()
     }

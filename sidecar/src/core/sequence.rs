@@ -1,0 +1,391 @@
+//! The sequence extension: Triton's sequence-batcher semantics for models whose configuration
+//! declares `sequence_batching`. Each correlation id is a sequence; a bounded number of
+//! sequences hold a slot at once (the rest wait in FIFO order, the backlog); the requests of one
+//! sequence run one at a time in arrival order; START (re)starts a sequence, END or an idle
+//! timeout frees its slot. Control tensors (START, END, READY, CORRID) are added as the model's
+//! configuration declares them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use infergate_proto::DataType;
+use infergate_proto::inference::model_config::SchedulingChoice;
+use infergate_proto::inference::model_sequence_batching::StrategyChoice;
+use infergate_proto::inference::model_sequence_batching::control::Kind as ControlKind;
+use infergate_proto::inference::{ModelConfig, ModelSequenceBatching};
+use parking_lot::Mutex;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::params::{ParamValue, Parameters};
+use crate::error::{Error, Result};
+use crate::tensor::{Tensor, bytes_elements};
+
+/// A correlation id. Numeric and string ids are different sequences even when they look alike.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CorrelationId {
+    Number(u64),
+    Text(String),
+}
+
+impl std::fmt::Display for CorrelationId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CorrelationId::Number(n) => write!(f, "{n}"),
+            CorrelationId::Text(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// The sequence parameters of one request.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SequenceParams {
+    pub id: Option<CorrelationId>,
+    pub start: bool,
+    pub end: bool,
+}
+
+impl SequenceParams {
+    pub fn from_parameters(params: &Parameters) -> Result<Self> {
+        let id = match params.get("sequence_id") {
+            None | Some(ParamValue::Uint(0)) => None,
+            Some(ParamValue::Uint(n)) => Some(CorrelationId::Number(*n)),
+            Some(ParamValue::Int(n)) if *n != 0 => Some(CorrelationId::Number(*n as u64)),
+            Some(ParamValue::String(s)) if s.is_empty() => None,
+            Some(ParamValue::String(s)) => {
+                if s.len() > 128 {
+                    return Err(Error::unsupported(
+                        "string correlation ID cannot be longer than 128 characters",
+                    ));
+                }
+                Some(CorrelationId::Text(s.clone()))
+            }
+            Some(_) => None,
+        };
+        let flag = |key: &str| matches!(params.get(key), Some(ParamValue::Bool(true)));
+        Ok(SequenceParams {
+            id,
+            start: flag("sequence_start"),
+            end: flag("sequence_end"),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Control {
+    name: String,
+    kind: ControlKind,
+    /// The datatype of the tensor: INT32, FP32 or BOOL for flags; the CORRID type for CORRID.
+    datatype: DataType,
+    /// Encoded false and true values for flags.
+    values: [Vec<u8>; 2],
+}
+
+struct Sequence {
+    /// Serializes the sequence's requests in arrival order (tokio's mutex is FIFO).
+    lane: Arc<tokio::sync::Mutex<()>>,
+    slot: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+    last_seen: Instant,
+}
+
+/// Counters exported as metrics.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SequenceCounters {
+    pub active: u64,
+    pub backlog: u64,
+    pub timeouts: u64,
+}
+
+pub struct Scheduler {
+    model: String,
+    controls: Vec<Control>,
+    corrid_type: Option<DataType>,
+    idle: Duration,
+    slots: Arc<Semaphore>,
+    total_slots: usize,
+    sequences: Mutex<HashMap<CorrelationId, Sequence>>,
+    waiting: std::sync::atomic::AtomicU64,
+    timeouts: std::sync::atomic::AtomicU64,
+}
+
+/// What one request needs to run: its lane and slot (held until it ends) and its controls.
+pub struct Admission {
+    _lane: tokio::sync::OwnedMutexGuard<()>,
+    slot: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+    end: bool,
+    pub controls: Vec<Tensor>,
+    pub id: CorrelationId,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if self.end {
+            self.slot.lock().take();
+        }
+    }
+}
+
+fn instance_count(config: &ModelConfig) -> usize {
+    let n: i64 = config
+        .instance_group
+        .iter()
+        .map(|g| i64::from(g.count.max(1)))
+        .sum();
+    usize::try_from(n.max(1)).unwrap_or(1)
+}
+
+impl Scheduler {
+    /// A scheduler for `config`, or `None` when the model is not a sequence model.
+    pub fn for_model(config: &ModelConfig) -> Result<Option<Arc<Self>>> {
+        let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice else {
+            return Ok(None);
+        };
+        let per_instance = match &sb.strategy_choice {
+            Some(StrategyChoice::Oldest(o)) if o.max_candidate_sequences > 0 => {
+                o.max_candidate_sequences as usize
+            }
+            _ => config.max_batch_size.max(1) as usize,
+        };
+        let total_slots = per_instance * instance_count(config);
+        let idle = Duration::from_micros(if sb.max_sequence_idle_microseconds == 0 {
+            1_000_000
+        } else {
+            sb.max_sequence_idle_microseconds
+        });
+        let (controls, corrid_type) = controls(&config.name, sb)?;
+        let scheduler = Arc::new(Scheduler {
+            model: config.name.clone(),
+            controls,
+            corrid_type,
+            idle,
+            slots: Arc::new(Semaphore::new(total_slots)),
+            total_slots,
+            sequences: Mutex::new(HashMap::new()),
+            waiting: Default::default(),
+            timeouts: Default::default(),
+        });
+        spawn_reaper(Arc::downgrade(&scheduler), idle);
+        Ok(Some(scheduler))
+    }
+
+    pub fn counters(&self) -> SequenceCounters {
+        use std::sync::atomic::Ordering::Relaxed;
+        SequenceCounters {
+            active: (self.total_slots - self.slots.available_permits()) as u64,
+            backlog: self.waiting.load(Relaxed),
+            timeouts: self.timeouts.load(Relaxed),
+        }
+    }
+
+    /// Admits one request of a sequence: checks the parameters, waits for its turn in the
+    /// sequence and for a slot, and returns the control tensors to add.
+    pub async fn admit(
+        &self,
+        params: &SequenceParams,
+        batch_size: u64,
+        batched: bool,
+        request_prefix: &str,
+    ) -> Result<Admission> {
+        let m = &self.model;
+        let Some(id) = params.id.clone() else {
+            return Err(Error::invalid_arg(format!(
+                "{request_prefix}inference request to model '{m}' must specify a non-zero or non-empty correlation ID"
+            )));
+        };
+        if batch_size > 1 {
+            return Err(Error::invalid_arg(format!(
+                "{request_prefix}inference request to model '{m}' must specify batch-size 1 due to requirements of sequence batcher"
+            )));
+        }
+        if let Some(want) = self.corrid_type {
+            let got_text = matches!(id, CorrelationId::Text(_));
+            if got_text != (want == DataType::Bytes) {
+                let got = if got_text { "BYTES" } else { "UINT64" };
+                return Err(Error::invalid_arg(format!(
+                    "{request_prefix}sequence batching control 'CORRID' data-type is '{got}', but model '{m}' expects '{want}'"
+                )));
+            }
+        }
+        let (lane, slot) = {
+            let mut sequences = self.sequences.lock();
+            if params.start && !sequences.contains_key(&id) {
+                sequences.insert(
+                    id.clone(),
+                    Sequence {
+                        lane: Arc::default(),
+                        slot: Arc::default(),
+                        last_seen: Instant::now(),
+                    },
+                );
+            }
+            let Some(seq) = sequences.get_mut(&id) else {
+                return Err(Error::invalid_arg(format!(
+                    "{request_prefix}inference request for sequence {id} to model '{m}' must specify the START flag on the first request of the sequence"
+                )));
+            };
+            seq.last_seen = Instant::now();
+            let handles = (seq.lane.clone(), seq.slot.clone());
+            if params.end {
+                // Forgotten once END is enqueued: later requests need START again.
+                sequences.remove(&id);
+            }
+            handles
+        };
+        let lane = lane.lock_owned().await;
+        let needs_slot = slot.lock().is_none();
+        if needs_slot {
+            use std::sync::atomic::Ordering::Relaxed;
+            self.waiting.fetch_add(1, Relaxed);
+            let permit = self.slots.clone().acquire_owned().await;
+            self.waiting.fetch_sub(1, Relaxed);
+            let permit = permit
+                .map_err(|_| Error::unavailable("the sequence scheduler is shutting down"))?;
+            *slot.lock() = Some(permit);
+        }
+        let controls = self.control_tensors(params, &id, batched);
+        Ok(Admission {
+            _lane: lane,
+            slot,
+            end: params.end,
+            controls,
+            id,
+        })
+    }
+
+    fn control_tensors(
+        &self,
+        params: &SequenceParams,
+        id: &CorrelationId,
+        batched: bool,
+    ) -> Vec<Tensor> {
+        let shape = if batched { vec![1, 1] } else { vec![1] };
+        self.controls
+            .iter()
+            .map(|c| {
+                let data = match c.kind {
+                    ControlKind::ControlSequenceStart => {
+                        c.values[usize::from(params.start)].clone()
+                    }
+                    ControlKind::ControlSequenceEnd => c.values[usize::from(params.end)].clone(),
+                    ControlKind::ControlSequenceReady => c.values[1].clone(),
+                    ControlKind::ControlSequenceCorrid => corrid_bytes(id, c.datatype),
+                };
+                Tensor::new(c.name.clone(), c.datatype, shape.clone(), Bytes::from(data))
+            })
+            .collect()
+    }
+
+    /// Frees the slots of sequences idle for longer than the timeout.
+    fn reap(&self) {
+        let now = Instant::now();
+        let mut sequences = self.sequences.lock();
+        let before = sequences.len();
+        sequences.retain(|_, seq| {
+            let idle = now.duration_since(seq.last_seen) > self.idle;
+            // A sequence with a request running or queued (holding a clone of its lane) is busy.
+            let busy = Arc::strong_count(&seq.lane) > 1;
+            if idle && !busy {
+                seq.slot.lock().take();
+                return false;
+            }
+            true
+        });
+        let reaped = before - sequences.len();
+        if reaped > 0 {
+            self.timeouts
+                .fetch_add(reaped as u64, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(model = %self.model, reaped, "idle sequences released");
+        }
+    }
+}
+
+fn spawn_reaper(scheduler: Weak<Scheduler>, idle: Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let period = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            match scheduler.upgrade() {
+                Some(s) => s.reap(),
+                None => return,
+            }
+        }
+    });
+}
+
+fn corrid_bytes(id: &CorrelationId, datatype: DataType) -> Vec<u8> {
+    match (id, datatype) {
+        (CorrelationId::Text(s), _) => {
+            let mut out = Vec::new();
+            bytes_elements::push(&mut out, s.as_bytes());
+            out
+        }
+        (CorrelationId::Number(n), dt) => {
+            let width = dt.element_size().unwrap_or(8);
+            n.to_le_bytes()[..width].to_vec()
+        }
+    }
+}
+
+fn controls(model: &str, sb: &ModelSequenceBatching) -> Result<(Vec<Control>, Option<DataType>)> {
+    let mut out = Vec::new();
+    let mut corrid_type = None;
+    for input in &sb.control_input {
+        for c in &input.control {
+            let kind = ControlKind::try_from(c.kind).map_err(|_| {
+                Error::invalid_arg(format!(
+                    "model '{model}': unknown sequence control kind {}",
+                    c.kind
+                ))
+            })?;
+            let bad = || {
+                Error::invalid_arg(format!(
+                    "model '{model}': control '{}' needs exactly two false/true values",
+                    input.name
+                ))
+            };
+            let (datatype, values) = if kind == ControlKind::ControlSequenceCorrid {
+                let dt = DataType::from_config(c.data_type).ok_or_else(|| {
+                    Error::invalid_arg(format!("model '{model}': CORRID control needs a data_type"))
+                })?;
+                corrid_type = Some(dt);
+                (dt, [Vec::new(), Vec::new()])
+            } else if !c.int32_false_true.is_empty() {
+                let v = &c.int32_false_true;
+                if v.len() != 2 {
+                    return Err(bad());
+                }
+                (
+                    DataType::Int32,
+                    [v[0].to_le_bytes().to_vec(), v[1].to_le_bytes().to_vec()],
+                )
+            } else if !c.fp32_false_true.is_empty() {
+                let v = &c.fp32_false_true;
+                if v.len() != 2 {
+                    return Err(bad());
+                }
+                (
+                    DataType::Fp32,
+                    [v[0].to_le_bytes().to_vec(), v[1].to_le_bytes().to_vec()],
+                )
+            } else {
+                let v = &c.bool_false_true;
+                if v.len() != 2 {
+                    return Err(bad());
+                }
+                (DataType::Bool, [vec![u8::from(v[0])], vec![u8::from(v[1])]])
+            };
+            out.push(Control {
+                name: input.name.clone(),
+                kind,
+                datatype,
+                values,
+            });
+        }
+    }
+    Ok((out, corrid_type))
+}
