@@ -23,7 +23,7 @@ pub fn classify(
     let values = values(tensor)?;
     let (rows, per_row) = if batching && !tensor.shape.is_empty() {
         let b = u64::try_from(tensor.shape[0].max(0)).unwrap_or(0);
-        let n = if b == 0 { 0 } else { values.len() as u64 / b };
+        let n = (values.len() as u64).checked_div(b).unwrap_or(0);
         (b, n)
     } else {
         (1, values.len() as u64)
