@@ -42,6 +42,9 @@ pub struct Args {
     /// Largest gRPC message in bytes, either direction.
     #[arg(long)]
     pub max_grpc_message_bytes: Option<u64>,
+    /// Let clients register system shared-memory regions (`--allow-client-shm` or `=true`).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub allow_client_shm: Option<bool>,
     /// Seconds in-flight requests get to finish after SIGTERM.
     #[arg(long)]
     pub shutdown_grace_seconds: Option<u64>,
@@ -71,6 +74,9 @@ impl Args {
         }
         if let Some(v) = &self.server_name {
             s.name = v.clone();
+        }
+        if let Some(v) = self.allow_client_shm {
+            s.allow_client_shm = v;
         }
         if let Some(v) = self.shutdown_grace_seconds {
             s.shutdown_grace_seconds = v;

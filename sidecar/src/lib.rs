@@ -10,6 +10,7 @@ pub mod http;
 pub mod json;
 pub mod metrics;
 pub mod server;
+pub mod shm;
 pub mod state;
 pub mod telemetry;
 pub mod tensor;

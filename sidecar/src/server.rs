@@ -36,6 +36,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         config.server.name.clone(),
         config.limits.clone(),
         log,
+        config.server.allow_client_shm,
     ))
 }
 

@@ -16,6 +16,7 @@ pub const EXTENSIONS: &[&str] = &[
     "model_repository",
     "model_repository(unload_dependents)",
     "model_configuration",
+    "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -56,6 +57,7 @@ pub struct AppState {
     pub limits: Limits,
     pub health: Health,
     pub log: LogControl,
+    pub shm: crate::shm::Registry,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -66,7 +68,12 @@ impl AppState {
         server_name: String,
         limits: Limits,
         log: LogControl,
+        allow_client_shm: bool,
     ) -> SharedState {
+        let shm_limits = crate::shm::ShmLimits {
+            max_regions: limits.max_shm_regions as usize,
+            max_total_bytes: limits.max_shm_bytes,
+        };
         let extensions = EXTENSIONS.iter().map(|e| (*e).to_string()).collect();
         Arc::new(AppState {
             repository,
@@ -78,6 +85,7 @@ impl AppState {
             limits,
             health: Health::default(),
             log,
+            shm: crate::shm::Registry::new(allow_client_shm, shm_limits),
         })
     }
 }

@@ -41,6 +41,8 @@ pub struct ServerSettings {
     pub log_format: String,
     /// How long in-flight requests may take to finish after SIGTERM, in seconds.
     pub shutdown_grace_seconds: u64,
+    /// Let clients register shared-memory regions (off by default, as in Triton).
+    pub allow_client_shm: bool,
 }
 
 impl Default for ServerSettings {
@@ -54,6 +56,7 @@ impl Default for ServerSettings {
             log_level: "info".to_string(),
             log_format: "text".to_string(),
             shutdown_grace_seconds: 30,
+            allow_client_shm: false,
         }
     }
 }
@@ -68,6 +71,10 @@ pub struct Limits {
     pub max_grpc_message_bytes: u64,
     /// Deepest nesting of a JSON `data` array.
     pub max_json_depth: u32,
+    /// Most client shared-memory regions registered at once.
+    pub max_shm_regions: u32,
+    /// Most bytes of client shared memory mapped at once.
+    pub max_shm_bytes: u64,
 }
 
 impl Default for Limits {
@@ -76,6 +83,8 @@ impl Default for Limits {
             max_http_body_bytes: DEFAULT_MAX_HTTP_BODY_BYTES,
             max_grpc_message_bytes: DEFAULT_MAX_GRPC_MESSAGE_BYTES,
             max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+            max_shm_regions: 256,
+            max_shm_bytes: 16 << 30,
         }
     }
 }

@@ -104,7 +104,15 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
                     }
                 }
             }
-            Some(tensor) => outputs.push(tensor),
+            Some(tensor) => {
+                if let Some(target) = &wanted.shm
+                    && let Err(e) = target.write(&tensor.name, &tensor.data)
+                {
+                    model.stats.record_failure(received.elapsed(), false);
+                    return Err(e);
+                }
+                outputs.push(tensor);
+            }
             None => {
                 model.stats.record_failure(received.elapsed(), false);
                 return Err(Error::internal(format!(

@@ -17,13 +17,15 @@ pub struct InputTensor {
 }
 
 /// An output the client asked for, with its per-output options.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct RequestedOutput {
     pub name: String,
     /// Top-k classification; 0 means the raw tensor.
     pub classification: u32,
     /// REST only: return this output as a binary chunk instead of JSON.
     pub binary: bool,
+    /// Write this output into the client's shared-memory region instead of the response.
+    pub shm: Option<crate::shm::registry::ShmTarget>,
 }
 
 impl RequestedOutput {

@@ -31,8 +31,8 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
             .iter()
             .map(|o| RequestedOutput {
                 name: o.name.clone(),
-                classification: 0,
                 binary: request.default_binary,
+                ..Default::default()
             })
             .collect()
     } else {

@@ -12,9 +12,12 @@ use infergate_proto::inference::{
 use crate::core::params::{ParamValue, Parameters};
 use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
 use crate::error::{Error, Result};
+use crate::shm::Registry;
+use crate::shm::registry::ShmTarget;
 use crate::tensor::bytes_elements;
+use std::collections::HashMap;
 
-pub fn request(req: ModelInferRequest) -> Result<InferRequest> {
+pub fn request(req: ModelInferRequest, shm: &Registry) -> Result<InferRequest> {
     let model = req.model_name;
     let mut out = InferRequest {
         model_version: req.model_version,
@@ -25,17 +28,16 @@ pub fn request(req: ModelInferRequest) -> Result<InferRequest> {
     let mut raw = req.raw_input_contents.into_iter();
     let using_raw = raw.len() > 0;
     for input in req.inputs {
-        let shm = tensor_shm(&input.parameters, &input.name)?;
-        let data = if let Some(region) = shm {
+        let shm_params = tensor_shm(&input.parameters, &input.name)?;
+        let data = if let Some(params) = shm_params {
             if input.contents.is_some() {
                 return Err(Error::invalid_arg(format!(
                     "unexpected 'content' provided when using shared memory for input tensor '{}' for model '{model}'",
                     input.name
                 )));
             }
-            return Err(Error::not_found(format!(
-                "Unable to find shared memory region: '{region}'"
-            )));
+            shm.resolve(&params.region, params.offset, params.byte_size)?
+                .read(params.offset, params.byte_size)?
         } else if let Some(contents) = input.contents {
             if using_raw {
                 return Err(Error::invalid_arg(format!(
@@ -80,15 +82,18 @@ pub fn request(req: ModelInferRequest) -> Result<InferRequest> {
                 }
             }
         }
-        if let Some(region) = tensor_shm(&output.parameters, &output.name)? {
+        if let Some(params) = tensor_shm(&output.parameters, &output.name)? {
             if requested.classification > 0 {
                 return Err(Error::invalid_arg(
                     "Output can't set both 'shared_memory_region' and 'classification'",
                 ));
             }
-            return Err(Error::not_found(format!(
-                "Unable to find shared memory region: '{region}'"
-            )));
+            let region = shm.resolve(&params.region, params.offset, params.byte_size)?;
+            requested.shm = Some(ShmTarget {
+                region,
+                offset: params.offset,
+                byte_size: params.byte_size,
+            });
         }
         out.outputs.push(requested);
     }
@@ -96,9 +101,7 @@ pub fn request(req: ModelInferRequest) -> Result<InferRequest> {
     Ok(out)
 }
 
-fn request_parameters(
-    params: &std::collections::HashMap<String, InferParameter>,
-) -> Result<Parameters> {
+fn request_parameters(params: &HashMap<String, InferParameter>) -> Result<Parameters> {
     let mut out = Parameters::default();
     let mut keys: Vec<&String> = params.keys().collect();
     keys.sort();
@@ -160,11 +163,15 @@ fn request_parameters(
     Ok(out)
 }
 
+/// A tensor's shared-memory parameters: region, offset, byte size.
+struct ShmParams {
+    region: String,
+    offset: u64,
+    byte_size: u64,
+}
+
 /// The shared-memory region named by a tensor's parameters, with Triton's parameter checks.
-fn tensor_shm(
-    params: &std::collections::HashMap<String, InferParameter>,
-    name: &str,
-) -> Result<Option<String>> {
+fn tensor_shm(params: &HashMap<String, InferParameter>, name: &str) -> Result<Option<ShmParams>> {
     let region = match params
         .get("shared_memory_region")
         .and_then(|p| p.parameter_choice.clone())
@@ -177,11 +184,20 @@ fn tensor_shm(
         }
         None => None,
     };
-    let has_offset = params.contains_key("shared_memory_offset");
-    let has_size = params.contains_key("shared_memory_byte_size");
-    match &region {
-        None if has_offset || has_size => {
-            let which = if has_offset {
+    let int = |key: &str| -> Result<Option<u64>> {
+        match params.get(key).and_then(|p| p.parameter_choice.clone()) {
+            None => Ok(None),
+            Some(ParameterChoice::Int64Param(v)) if v >= 0 => Ok(Some(v as u64)),
+            Some(_) => Err(Error::invalid_arg(format!(
+                "invalid value type for '{key}' parameter, expected int64_param."
+            ))),
+        }
+    };
+    let offset = int("shared_memory_offset")?;
+    let byte_size = int("shared_memory_byte_size")?;
+    match region {
+        None if offset.is_some() || byte_size.is_some() => {
+            let which = if offset.is_some() {
                 "shared_memory_offset"
             } else {
                 "shared_memory_byte_size"
@@ -190,10 +206,15 @@ fn tensor_shm(
                 "'{which}' can not be specified without 'shared_memory_region' parameter for tensor '{name}'"
             )))
         }
-        Some(_) if !has_size => Err(Error::invalid_arg(format!(
+        None => Ok(None),
+        Some(_) if byte_size.is_none() => Err(Error::invalid_arg(format!(
             "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{name}'"
         ))),
-        _ => Ok(region),
+        Some(region) => Ok(Some(ShmParams {
+            region,
+            offset: offset.unwrap_or(0),
+            byte_size: byte_size.unwrap_or(0),
+        })),
     }
 }
 
@@ -270,7 +291,7 @@ fn typed_contents(
 pub fn response(resp: InferResponse) -> ModelInferResponse {
     let mut outputs = Vec::with_capacity(resp.outputs.len());
     let mut raw = Vec::with_capacity(resp.outputs.len());
-    for t in resp.outputs {
+    for (t, requested) in resp.outputs.into_iter().zip(&resp.requested) {
         outputs.push(InferOutputTensor {
             name: t.name,
             datatype: t.datatype.as_protocol().to_string(),
@@ -278,7 +299,12 @@ pub fn response(resp: InferResponse) -> ModelInferResponse {
             parameters: Default::default(),
             contents: None,
         });
-        raw.push(t.data);
+        // Outputs written to the client's shared memory get an empty entry at their index.
+        raw.push(if requested.shm.is_some() {
+            Bytes::new()
+        } else {
+            t.data
+        });
     }
     ModelInferResponse {
         model_name: resp.model_name,

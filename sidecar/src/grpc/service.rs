@@ -170,7 +170,7 @@ impl GrpcInferenceService for Inference {
                 "GRPC server is shutting down and has stopped accepting new requests.",
             ));
         }
-        let request = convert::request(request.into_inner())?;
+        let request = convert::request(request.into_inner(), &self.state.shm)?;
         let response = pipeline::infer(&self.state.repository, request).await?;
         Ok(Response::new(convert::response(response)))
     }
@@ -315,29 +315,44 @@ impl GrpcInferenceService for Inference {
         request: Request<SystemSharedMemoryStatusRequest>,
     ) -> Reply<SystemSharedMemoryStatusResponse> {
         let r = request.into_inner();
-        if !r.name.is_empty() {
-            return Err(Error::not_found(format!(
-                "Unable to find system shared memory region: '{}'",
-                r.name
-            ))
-            .into());
-        }
-        Ok(Response::new(SystemSharedMemoryStatusResponse {
-            regions: HashMap::new(),
-        }))
+        let name = (!r.name.is_empty()).then_some(r.name.as_str());
+        let regions = self
+            .state
+            .shm
+            .system_status(name)?
+            .into_iter()
+            .map(|s| {
+                let status = system_shared_memory_status_response::RegionStatus {
+                    name: s.name.clone(),
+                    key: s.key,
+                    offset: s.offset,
+                    byte_size: s.byte_size,
+                };
+                (s.name, status)
+            })
+            .collect();
+        Ok(Response::new(SystemSharedMemoryStatusResponse { regions }))
     }
 
     async fn system_shared_memory_register(
         &self,
-        _: Request<SystemSharedMemoryRegisterRequest>,
+        request: Request<SystemSharedMemoryRegisterRequest>,
     ) -> Reply<SystemSharedMemoryRegisterResponse> {
-        Err(Error::unsupported("system shared memory is not supported by this server yet").into())
+        let r = request.into_inner();
+        self.state
+            .shm
+            .register_system(&r.name, &r.key, r.offset, r.byte_size)?;
+        Ok(Response::new(SystemSharedMemoryRegisterResponse {}))
     }
 
     async fn system_shared_memory_unregister(
         &self,
-        _: Request<SystemSharedMemoryUnregisterRequest>,
+        request: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> Reply<SystemSharedMemoryUnregisterResponse> {
+        let r = request.into_inner();
+        self.state
+            .shm
+            .unregister_system((!r.name.is_empty()).then_some(r.name.as_str()))?;
         Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 
@@ -374,6 +389,9 @@ impl GrpcInferenceService for Inference {
         &self,
         _: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> Reply<CudaSharedMemoryUnregisterResponse> {
+        if !self.state.shm.allowed() {
+            return Err(Error::unsupported(crate::shm::registry::DISABLED).into());
+        }
         Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 

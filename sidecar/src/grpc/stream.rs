@@ -62,7 +62,7 @@ async fn answer(state: SharedState, request: ModelInferRequest) -> ModelStreamIn
             "GRPC server is shutting down and has stopped accepting new requests.".into(),
         );
     }
-    let result = match convert::request(request) {
+    let result = match convert::request(request, &state.shm) {
         Ok(req) => pipeline::infer(&state.repository, req).await,
         Err(e) => Err(e),
     };

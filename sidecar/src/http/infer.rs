@@ -13,6 +13,8 @@ use crate::core::model::Model;
 use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
 use crate::error::{Error, Result};
 use crate::json::{self, JsonError, Value, Writer, data::DataError};
+use crate::shm::Registry;
+use crate::shm::registry::ShmTarget;
 use crate::state::AppState;
 use crate::tensor::shape::element_count;
 
@@ -55,7 +57,7 @@ pub fn decode(
     let max_depth = state.limits.max_json_depth;
     let doc = json::parse_lazy_data(&body[..json_len], max_depth).map_err(json_error)?;
     let binary = body.slice(json_len..);
-    decode_json(model_name, version, &doc, binary, max_depth)
+    decode_json(&state.shm, model_name, version, &doc, binary, max_depth)
 }
 
 fn json_error(e: JsonError) -> Error {
@@ -71,6 +73,7 @@ fn parse_err(field: &str, detail: &str) -> Error {
 }
 
 fn decode_json(
+    shm: &Registry,
     model: &str,
     version: &str,
     doc: &Value<'_>,
@@ -130,9 +133,9 @@ fn decode_json(
             )));
         }
         let bytes = if let Some(region) = params.shm_region {
-            return Err(Error::not_found(format!(
-                "Unable to find shared memory region: '{region}'"
-            )));
+            let offset = params.shm_offset.unwrap_or(0);
+            let size = params.shm_byte_size.unwrap_or(0);
+            shm.resolve(&region, offset, size)?.read(offset, size)?
         } else if let Some(size) = params.binary_data_size {
             let size = usize::try_from(size).unwrap_or(usize::MAX);
             if binary.len() - offset < size {
@@ -179,15 +182,24 @@ fn decode_json(
                     "Output can't set both 'shared_memory_region' and 'classification'",
                 ));
             }
-            if let Some(region) = params.shm_region {
-                return Err(Error::not_found(format!(
-                    "Unable to find shared memory region: '{region}'"
-                )));
-            }
+            let target = match params.shm_region {
+                Some(region) => {
+                    let offset = params.shm_offset.unwrap_or(0);
+                    let byte_size = params.shm_byte_size.unwrap_or(0);
+                    let region = shm.resolve(&region, offset, byte_size)?;
+                    Some(ShmTarget {
+                        region,
+                        offset,
+                        byte_size,
+                    })
+                }
+                None => None,
+            };
             request.outputs.push(RequestedOutput {
                 name,
                 classification: params.classification.unwrap_or(0),
                 binary: params.binary_data.unwrap_or(false),
+                shm: target,
             });
         }
     }
@@ -297,8 +309,8 @@ fn decode_raw(
         .iter()
         .map(|o| RequestedOutput {
             name: o.name.clone(),
-            classification: 0,
             binary: true,
+            ..Default::default()
         })
         .collect();
     Ok(InferRequest {
@@ -402,8 +414,11 @@ pub fn encode(
             }
             w.i64(*d);
         }
-        w.byte(b']').byte(b',');
-        if requested.binary {
+        w.byte(b']');
+        if requested.shm.is_some() {
+            // The bytes are in the client's region; the entry names the tensor only.
+        } else if requested.binary {
+            w.byte(b',');
             w.key("parameters")
                 .byte(b'{')
                 .key("binary_data_size")
@@ -411,6 +426,7 @@ pub fn encode(
                 .byte(b'}');
             chunks.push(tensor.data.clone());
         } else {
+            w.byte(b',');
             if matches!(tensor.datatype, DataType::Fp16 | DataType::Bf16) {
                 return Err(Error::invalid_arg(format!(
                     "sending {} data via JSON is not supported. Please use the binary data format for output",

@@ -70,10 +70,14 @@ pub fn router() -> Router<SharedState> {
             "/v2/repository/{repo}/models/{model}/{action}",
             post(named_repository),
         )
-        .route("/v2/systemsharedmemory/status", get(shm_status_all))
+        .route("/v2/systemsharedmemory/status", get(system_shm_status_all))
         .route(
             "/v2/systemsharedmemory/region/{name}/status",
             get(system_shm_status_one),
+        )
+        .route(
+            "/v2/systemsharedmemory/register",
+            post(system_shm_register_unnamed),
         )
         .route(
             "/v2/systemsharedmemory/region/{name}/register",
@@ -81,10 +85,13 @@ pub fn router() -> Router<SharedState> {
         )
         .route(
             "/v2/systemsharedmemory/region/{name}/unregister",
-            post(shm_unregister),
+            post(system_shm_unregister_one),
         )
-        .route("/v2/systemsharedmemory/unregister", post(shm_unregister))
-        .route("/v2/cudasharedmemory/status", get(shm_status_all))
+        .route(
+            "/v2/systemsharedmemory/unregister",
+            post(system_shm_unregister_all),
+        )
+        .route("/v2/cudasharedmemory/status", get(cuda_shm_status_all))
         .route(
             "/v2/cudasharedmemory/region/{name}/status",
             get(cuda_shm_status_one),
@@ -95,9 +102,9 @@ pub fn router() -> Router<SharedState> {
         )
         .route(
             "/v2/cudasharedmemory/region/{name}/unregister",
-            post(shm_unregister),
+            post(cuda_shm_unregister),
         )
-        .route("/v2/cudasharedmemory/unregister", post(shm_unregister))
+        .route("/v2/cudasharedmemory/unregister", post(cuda_shm_unregister))
         .fallback(|| async { json_error(StatusCode::NOT_FOUND, "Not Found") })
         .method_not_allowed_fallback(|| async {
             json_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
@@ -561,14 +568,90 @@ async fn named_repository() -> Response {
     ))
 }
 
-async fn shm_status_all() -> Response {
-    json_ok(&json!([]))
+async fn system_shm_status_all(State(st): State<SharedState>) -> Response {
+    system_status(&st, None)
 }
 
-async fn system_shm_status_one(Path(name): Path<String>) -> Response {
-    error_response(&Error::not_found(format!(
-        "Unable to find system shared memory region: '{name}'"
-    )))
+async fn system_shm_status_one(
+    State(st): State<SharedState>,
+    Path(name): Path<String>,
+) -> Response {
+    system_status(&st, Some(&name))
+}
+
+fn system_status(st: &SharedState, name: Option<&str>) -> Response {
+    respond(st.shm.system_status(name).map(|regions| {
+        let list: Vec<J> = regions
+            .into_iter()
+            .map(|r| json!({"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}))
+            .collect();
+        json_ok(&J::Array(list))
+    }))
+}
+
+async fn system_shm_register(
+    State(st): State<SharedState>,
+    Path(name): Path<String>,
+    body: Body,
+) -> Response {
+    let result = async {
+        if !st.shm.allowed() {
+            return Err(Error::unsupported(crate::shm::registry::DISABLED));
+        }
+        let doc = optional_json(body).await?.unwrap_or(J::Null);
+        let key = match doc.get("key") {
+            None => {
+                return Err(Error::invalid_arg(
+                    "Shared memory register request has no 'key' field",
+                ));
+            }
+            Some(J::String(k)) => k.clone(),
+            Some(_) => {
+                return Err(Error::internal(
+                    "attempt to access JSON non-string as string",
+                ));
+            }
+        };
+        let uint = |field: &str| match doc.get(field) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                Error::internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
+            }),
+        };
+        let offset = uint("offset")?.unwrap_or(0);
+        let byte_size = uint("byte_size")?.ok_or_else(|| {
+            Error::invalid_arg("Shared memory register request has no 'byte_size' field")
+        })?;
+        st.shm.register_system(&name, &key, offset, byte_size)?;
+        Ok(empty_json_ok())
+    }
+    .await;
+    respond(result)
+}
+
+async fn system_shm_register_unnamed() -> Response {
+    error_response(&Error::invalid_arg(
+        "'region name' is necessary to register system shared memory region",
+    ))
+}
+
+async fn system_shm_unregister_one(
+    State(st): State<SharedState>,
+    Path(name): Path<String>,
+) -> Response {
+    respond(
+        st.shm
+            .unregister_system(Some(&name))
+            .map(|()| empty_json_ok()),
+    )
+}
+
+async fn system_shm_unregister_all(State(st): State<SharedState>) -> Response {
+    respond(st.shm.unregister_system(None).map(|()| empty_json_ok()))
+}
+
+async fn cuda_shm_status_all() -> Response {
+    json_ok(&json!([]))
 }
 
 async fn cuda_shm_status_one(Path(name): Path<String>) -> Response {
@@ -577,18 +660,17 @@ async fn cuda_shm_status_one(Path(name): Path<String>) -> Response {
     )))
 }
 
-async fn system_shm_register() -> Response {
-    error_response(&Error::unsupported(
-        "system shared memory is not supported by this server yet",
-    ))
-}
-
 async fn cuda_shm_register(Path(name): Path<String>) -> Response {
     error_response(&Error::invalid_arg(format!(
         "failed to register CUDA shared memory region: '{name}', GPUs not supported"
     )))
 }
 
-async fn shm_unregister() -> Response {
-    empty_json_ok()
+/// No CUDA region can exist without a GPU: unregistering is a no-op once shm is allowed.
+async fn cuda_shm_unregister(State(st): State<SharedState>) -> Response {
+    if st.shm.allowed() {
+        empty_json_ok()
+    } else {
+        error_response(&Error::unsupported(crate::shm::registry::DISABLED))
+    }
 }

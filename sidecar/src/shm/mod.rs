@@ -1,0 +1,12 @@
+//! Client shared memory: regions other processes (in Kubernetes, other containers of the pod)
+//! register by name, then name in inference requests instead of sending tensor bytes.
+//!
+//! The mapping is memory another process can write, shrink or unlink at any time. All access
+//! goes through [`region::SystemRegion`]: mapped once at registration, every access
+//! bounds-checked with checked arithmetic, bytes copied at the trust boundary. This module
+//! holds the only `unsafe` code of the crate.
+
+pub mod region;
+pub mod registry;
+
+pub use registry::{Registry, ShmLimits};

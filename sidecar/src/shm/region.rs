@@ -1,0 +1,263 @@
+//! One POSIX shared-memory region, mapped read-write.
+
+#![allow(unsafe_code)]
+
+use std::num::NonZeroUsize;
+use std::os::fd::OwnedFd;
+use std::ptr::NonNull;
+
+use bytes::Bytes;
+use nix::fcntl::OFlag;
+use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap, shm_open};
+use nix::sys::stat::{Mode, fstat};
+
+use crate::error::{Error, Result};
+
+/// Keys reserved for Triton's python backend.
+const RESERVED_PREFIX: &str = "triton_python_backend_shm_region_";
+
+/// A mapped `[offset, offset + byte_size)` window of a shared-memory object.
+pub struct SystemRegion {
+    pub name: String,
+    pub key: String,
+    pub offset: u64,
+    pub byte_size: u64,
+    /// Start of the mapping (page-aligned, at or below the registered offset).
+    base: NonNull<u8>,
+    /// Length of the mapping: `delta + byte_size`.
+    mapped_len: usize,
+    /// Distance from `base` to the registered offset.
+    delta: usize,
+    /// Kept open so every access can check the object was not shrunk under us.
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping is owned by this value for its whole life and unmapped only in `drop`;
+// the raw pointer is never handed out, and all reads and writes copy through `&self` methods
+// that bounds-check against `byte_size`. Concurrent access from several threads is the same
+// as concurrent access by the client process, which the design already assumes.
+unsafe impl Send for SystemRegion {}
+// SAFETY: see `Send`; no method hands out references into the mapping.
+unsafe impl Sync for SystemRegion {}
+
+impl std::fmt::Debug for SystemRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SystemRegion")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+/// Checks a key the way the server accepts it: leading slashes are dropped (as `shm_open`
+/// does); what remains must be non-empty, must not hold another `/` (no paths, no `..`
+/// escapes), and must not use the reserved prefix.
+pub fn validate_key(name: &str, key: &str) -> Result<()> {
+    let stripped = key.trim_start_matches('/');
+    if stripped.is_empty() || stripped.contains('/') || stripped == "." || stripped == ".." {
+        return Err(Error::invalid_arg(format!(
+            "cannot register shared memory region '{name}' - invalid shm key '{key}'"
+        )));
+    }
+    if stripped.starts_with(RESERVED_PREFIX) {
+        return Err(Error::invalid_arg(format!(
+            "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved prefix '{RESERVED_PREFIX}'"
+        )));
+    }
+    Ok(())
+}
+
+fn page_size() -> u64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
+        Ok(Some(n)) if n > 0 => n as u64,
+        _ => 4096,
+    }
+}
+
+impl SystemRegion {
+    /// Opens `key` and maps `[offset, offset + byte_size)`. Any offset is accepted: the mapping
+    /// starts at the page boundary below it.
+    pub fn open(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Self> {
+        validate_key(name, key)?;
+        let invalid = || {
+            Error::invalid_arg(format!(
+                "failed to register shared memory region '{name}': invalid args"
+            ))
+        };
+        let path = format!("/{}", key.trim_start_matches('/'));
+        let fd = shm_open(path.as_str(), OFlag::O_RDWR, Mode::empty()).map_err(|_| {
+            Error::internal(format!("Unable to open shared memory region: '{key}'"))
+        })?;
+        let size = fstat(&fd).map_err(|_| invalid())?.st_size;
+        let end = offset.checked_add(byte_size).ok_or_else(invalid)?;
+        if byte_size == 0 || end > u64::try_from(size).unwrap_or(0) {
+            return Err(invalid());
+        }
+        let page = page_size();
+        let map_offset = offset - offset % page;
+        let delta = usize::try_from(offset - map_offset).map_err(|_| invalid())?;
+        let mapped_len = usize::try_from(byte_size)
+            .ok()
+            .and_then(|b| b.checked_add(delta))
+            .ok_or_else(invalid)?;
+        let length = NonZeroUsize::new(mapped_len).ok_or_else(invalid)?;
+        let file_offset = i64::try_from(map_offset).map_err(|_| invalid())?;
+        // SAFETY: a fresh shared mapping of an object we opened read-write, at a page-aligned
+        // file offset, of a length checked against the object's size above; the kernel picks
+        // the address. The mapping is released in `drop` with the same base and length.
+        let base = unsafe {
+            mmap(None, length, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, &fd, file_offset)
+        }
+        .map_err(|e| {
+            Error::invalid_arg(format!("failed to register shared memory region '{name}': unable to process address space{e}"))
+        })?;
+        Ok(SystemRegion {
+            name: name.to_string(),
+            key: key.to_string(),
+            offset,
+            byte_size,
+            base: base.cast(),
+            mapped_len,
+            delta,
+            fd,
+        })
+    }
+
+    /// The `[offset, offset + len)` window inside the region, checked, as a pointer range.
+    fn window(&self, offset: u64, len: u64) -> Result<(usize, usize)> {
+        let end = offset.checked_add(len).ok_or_else(|| {
+            Error::invalid_arg(format!(
+                "Integer overflow detected: byte_size ({len}) + offset ({offset}) exceeds maximum value ({}) for region '{}'",
+                u64::MAX,
+                self.name
+            ))
+        })?;
+        if end > self.byte_size {
+            return Err(Error::invalid_arg(format!(
+                "Invalid offset + byte size for shared memory region: '{}'",
+                self.name
+            )));
+        }
+        // Still backed? A client may shrink the object after registering it; touching pages
+        // past its end would raise SIGBUS. (A shrink racing this check is still possible.)
+        let size = fstat(&self.fd)
+            .map(|s| u64::try_from(s.st_size).unwrap_or(0))
+            .unwrap_or(0);
+        if self.offset.saturating_add(end) > size {
+            return Err(Error::internal(format!(
+                "shared memory region '{}' was truncated by its owner after registration",
+                self.name
+            )));
+        }
+        let start = self.delta
+            + usize::try_from(offset).map_err(|_| Error::invalid_arg("offset too large"))?;
+        let len = usize::try_from(len).map_err(|_| Error::invalid_arg("byte size too large"))?;
+        Ok((start, len))
+    }
+
+    /// Copies `len` bytes at `offset` (relative to the registered offset) out of the region.
+    pub fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
+        let (start, len) = self.window(offset, len)?;
+        let mut out = vec![0u8; len];
+        // SAFETY: `window` checked `start + len <= delta + byte_size == mapped_len`, so the
+        // source lies inside our live mapping; the destination is a fresh buffer of `len` bytes.
+        // The client may write the source concurrently: we copy raw bytes and never form a
+        // reference to them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(start), out.as_mut_ptr(), len)
+        };
+        Ok(Bytes::from(out))
+    }
+
+    /// Copies `data` into the region at `offset` (relative to the registered offset).
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let (start, len) = self.window(offset, data.len() as u64)?;
+        // SAFETY: as in `read`, the destination range is inside the mapping, which is writable
+        // (PROT_WRITE, MAP_SHARED); the source is our own buffer of exactly `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(start), len) };
+        Ok(())
+    }
+}
+
+impl Drop for SystemRegion {
+    fn drop(&mut self) {
+        // SAFETY: `base` and `mapped_len` are exactly what `mmap` returned and was asked for;
+        // nothing refers into the mapping once the last owner drops it.
+        if let Err(e) = unsafe { munmap(self.base.cast(), self.mapped_len) } {
+            tracing::warn!(region = %self.name, error = %e, "munmap failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Object(String);
+    impl Drop for Object {
+        fn drop(&mut self) {
+            let _ = nix::sys::mman::shm_unlink(self.0.as_str());
+        }
+    }
+
+    fn object(name: &str, len: usize) -> Object {
+        let path = format!("/infergate_test_{name}_{}", std::process::id());
+        let fd = shm_open(
+            path.as_str(),
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL,
+            Mode::S_IRUSR | Mode::S_IWUSR,
+        )
+        .unwrap();
+        nix::unistd::ftruncate(&fd, len as i64).unwrap();
+        Object(path)
+    }
+
+    #[test]
+    fn keys() {
+        assert!(validate_key("r", "/ok").is_ok());
+        assert!(validate_key("r", "///").is_err());
+        assert!(validate_key("r", "/a/b").is_err());
+        assert!(validate_key("r", "/..").is_err());
+        assert!(validate_key("r", "/triton_python_backend_shm_region_1").is_err());
+    }
+
+    #[test]
+    fn unaligned_offsets_read_and_write_the_right_bytes() {
+        let obj = object("rw", 10_000);
+        let a = SystemRegion::open("a", &obj.0, 0, 10_000).unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        a.write(0, &data).unwrap();
+        let b = SystemRegion::open("b", &obj.0, 4100, 100).unwrap();
+        assert_eq!(&b.read(3, 10).unwrap()[..], &data[4103..4113]);
+        b.write(0, &[7, 7]).unwrap();
+        assert_eq!(&a.read(4100, 3).unwrap()[..], &[7, 7, data[4102]]);
+    }
+
+    #[test]
+    fn bounds_are_enforced() {
+        let obj = object("bounds", 4096);
+        assert!(SystemRegion::open("x", &obj.0, 4000, 200).is_err());
+        assert!(SystemRegion::open("x", &obj.0, u64::MAX, 2).is_err());
+        let r = SystemRegion::open("x", &obj.0, 96, 4000).unwrap();
+        assert!(r.read(0, 4000).is_ok());
+        assert!(r.read(1, 4000).is_err());
+        assert!(r.read(u64::MAX, 2).is_err());
+        assert!(r.write(3999, &[1, 2]).is_err());
+        assert!(
+            SystemRegion::open("x", "/infergate_missing_object", 0, 1)
+                .unwrap_err()
+                .message
+                .starts_with("Unable to open")
+        );
+    }
+
+    #[test]
+    fn a_truncated_object_is_refused_not_a_crash() {
+        let obj = object("shrink", 8192);
+        let r = SystemRegion::open("s", &obj.0, 0, 8192).unwrap();
+        let fd = shm_open(obj.0.as_str(), OFlag::O_RDWR, Mode::empty()).unwrap();
+        nix::unistd::ftruncate(&fd, 100).unwrap();
+        assert!(r.read(0, 8192).is_err());
+        assert!(r.read(0, 50).is_ok());
+    }
+}
