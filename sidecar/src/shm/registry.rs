@@ -197,3 +197,155 @@ impl PartialEq for ShmTarget {
             && self.byte_size == other.byte_size
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use nix::fcntl::OFlag;
+    use nix::sys::mman::{shm_open, shm_unlink};
+    use nix::sys::stat::Mode;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const OBJECT_SIZE: u64 = 3 * 4096 + 100;
+
+    struct Object(String);
+    impl Drop for Object {
+        fn drop(&mut self) {
+            let _ = shm_unlink(self.0.as_str());
+        }
+    }
+
+    fn object(tag: &str) -> Object {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = format!("/infergate_registry_{tag}_{}_{n}", std::process::id());
+        let fd = shm_open(
+            path.as_str(),
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL,
+            Mode::S_IRUSR | Mode::S_IWUSR,
+        )
+        .unwrap();
+        nix::unistd::ftruncate(&fd, OBJECT_SIZE as i64).unwrap();
+        Object(path)
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Register {
+            name: u8,
+            offset: u64,
+            size: u64,
+        },
+        Unregister {
+            name: Option<u8>,
+        },
+        Use {
+            name: u8,
+            offset: u64,
+            size: u64,
+            write: bool,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let edge = prop_oneof![
+            0..OBJECT_SIZE + 10,
+            Just(u64::MAX),
+            Just(u64::MAX - 1),
+            Just(4096u64),
+            Just(4095u64)
+        ];
+        prop_oneof![
+            (0..4u8, edge.clone(), edge.clone()).prop_map(|(name, offset, size)| Op::Register {
+                name,
+                offset,
+                size
+            }),
+            proptest::option::of(0..4u8).prop_map(|name| Op::Unregister { name }),
+            (0..4u8, edge.clone(), edge, any::<bool>()).prop_map(|(name, offset, size, write)| {
+                Op::Use {
+                    name,
+                    offset,
+                    size: size % 8192,
+                    write,
+                }
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Random register / use / unregister sequences agree with a plain model of the
+        /// registry, and no access ever escapes a region (it would crash or corrupt).
+        #[test]
+        fn registry_matches_model(ops in proptest::collection::vec(op(), 1..40)) {
+            let obj = object("prop");
+            let registry = Registry::new(true, ShmLimits { max_regions: 3, max_total_bytes: 3 * OBJECT_SIZE });
+            let mut model: HashMap<u8, (u64, u64)> = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Register { name, offset, size } => {
+                        let fits = size > 0 && offset.checked_add(size).is_some_and(|e| e <= OBJECT_SIZE);
+                        let expect_ok = !model.contains_key(&name) && model.len() < 3 && fits;
+                        let got = registry.register_system(&format!("r{name}"), &obj.0, offset, size);
+                        prop_assert_eq!(got.is_ok(), expect_ok, "{:?}", got);
+                        if expect_ok {
+                            model.insert(name, (offset, size));
+                        }
+                    }
+                    Op::Unregister { name } => {
+                        registry.unregister_system(name.map(|n| format!("r{n}")).as_deref()).unwrap();
+                        match name {
+                            Some(n) => { model.remove(&n); }
+                            None => model.clear(),
+                        }
+                    }
+                    Op::Use { name, offset, size, write } => {
+                        let got = registry.resolve(&format!("r{name}"), offset, size);
+                        let expect_ok = model.get(&name).is_some_and(|(_, region)| {
+                            offset < *region && offset.checked_add(size).is_some_and(|e| e <= *region)
+                        });
+                        prop_assert_eq!(got.is_ok(), expect_ok);
+                        if let Ok(region) = got {
+                            if write {
+                                region.write(offset, &vec![0xAB; size as usize]).unwrap();
+                            }
+                            let bytes = region.read(offset, size).unwrap();
+                            prop_assert_eq!(bytes.len() as u64, size);
+                            if write {
+                                prop_assert!(bytes.iter().all(|b| *b == 0xAB));
+                            }
+                        }
+                    }
+                }
+                let listed: Vec<String> = registry.system_status(None).unwrap().into_iter().map(|s| s.name).collect();
+                let mut expected: Vec<String> = model.keys().map(|n| format!("r{n}")).collect();
+                expected.sort();
+                prop_assert_eq!(listed, expected);
+            }
+        }
+    }
+
+    #[test]
+    fn disabled_registry_refuses_registration() {
+        let registry = Registry::new(false, ShmLimits::default());
+        let err = registry.register_system("a", "/x", 0, 1).unwrap_err();
+        assert_eq!(err.message, DISABLED);
+        assert!(registry.system_status(None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn in_flight_requests_keep_an_unregistered_region_mapped() {
+        let obj = object("inflight");
+        let registry = Registry::new(true, ShmLimits::default());
+        registry.register_system("a", &obj.0, 0, 64).unwrap();
+        let held = registry.resolve("a", 0, 64).unwrap();
+        registry.unregister_system(Some("a")).unwrap();
+        assert!(registry.resolve("a", 0, 1).is_err());
+        held.write(0, &[1, 2, 3]).unwrap();
+        assert_eq!(&held.read(0, 3).unwrap()[..], &[1, 2, 3]);
+    }
+}
