@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{StatusCode, header};
 
+use crate::core::sequence::SequenceCounters;
 use crate::state::SharedState;
 
 pub fn router(state: SharedState) -> Router {
@@ -139,7 +140,60 @@ pub fn render(state: &SharedState) -> String {
             let _ = writeln!(out, "{}{{{labels}}} {value}", family.name);
         }
     }
+    render_sequences(&mut out, &models);
     out
+}
+
+/// Name, help, type and reader of one sequence metric family.
+type SequenceFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&SequenceCounters) -> u64,
+);
+
+/// Sequence-batcher state of sequence models: slots in use, sequences waiting, idle releases.
+fn render_sequences(out: &mut String, models: &[std::sync::Arc<crate::core::model::Model>]) {
+    let families: [SequenceFamily; 3] = [
+        (
+            "infergate_sequence_active",
+            "Sequences holding a slot",
+            "gauge",
+            |c| c.active,
+        ),
+        (
+            "infergate_sequence_backlog",
+            "Sequences waiting for a slot",
+            "gauge",
+            |c| c.backlog,
+        ),
+        (
+            "infergate_sequence_idle_timeouts_total",
+            "Sequences released after their idle timeout",
+            "counter",
+            |c| c.timeouts,
+        ),
+    ];
+    let sequencers: Vec<_> = models
+        .iter()
+        .filter_map(|m| m.sequencer.as_ref().map(|s| (m, s.counters())))
+        .collect();
+    if sequencers.is_empty() {
+        return;
+    }
+    for (name, help, kind, value) in families {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (model, counters) in &sequencers {
+            let _ = writeln!(
+                out,
+                "{name}{{model=\"{}\",version=\"{}\"}} {}",
+                escape(&model.name),
+                model.version,
+                value(counters)
+            );
+        }
+    }
 }
 
 fn escape(value: &str) -> String {
