@@ -155,6 +155,7 @@ def _start_sidecar(tmp_dir: Path) -> Server:
         "--grpc-port", "0",
         "--metrics-port", "0",
         "--log-format", "json",
+        "--allow-client-shm",  # client shared memory is opt-in (TRITON.md §0.7)
     ]
     args += shlex.split(os.environ.get("INFERGATE_SIDECAR_ARGS", ""))
     timeout = float(os.environ.get("INFERGATE_STARTUP_TIMEOUT", "30"))

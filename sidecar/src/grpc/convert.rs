@@ -85,7 +85,7 @@ pub fn request(req: ModelInferRequest, shm: &Registry) -> Result<InferRequest> {
         if let Some(params) = tensor_shm(&output.parameters, &output.name)? {
             if requested.classification > 0 {
                 return Err(Error::invalid_arg(
-                    "Output can't set both 'shared_memory_region' and 'classification'",
+                    "output can't set both 'shared_memory_region' and 'classification'",
                 ));
             }
             let region = shm.resolve(&params.region, params.offset, params.byte_size)?;
@@ -178,9 +178,9 @@ fn tensor_shm(params: &HashMap<String, InferParameter>, name: &str) -> Result<Op
     {
         Some(ParameterChoice::StringParam(s)) => Some(s),
         Some(_) => {
-            return Err(Error::invalid_arg(
-                "invalid value type for 'shared_memory_region' parameter, expected string_param.",
-            ));
+            return Err(Error::invalid_arg(format!(
+                "invalid value type for 'shared_memory_region' parameter for tensor '{name}', expected string_param."
+            )));
         }
         None => None,
     };
@@ -189,7 +189,7 @@ fn tensor_shm(params: &HashMap<String, InferParameter>, name: &str) -> Result<Op
             None => Ok(None),
             Some(ParameterChoice::Int64Param(v)) if v >= 0 => Ok(Some(v as u64)),
             Some(_) => Err(Error::invalid_arg(format!(
-                "invalid value type for '{key}' parameter, expected int64_param."
+                "invalid value type for '{key}' parameter for tensor '{name}', expected int64_param."
             ))),
         }
     };

@@ -362,11 +362,7 @@ impl GrpcInferenceService for Inference {
     ) -> Reply<CudaSharedMemoryStatusResponse> {
         let r = request.into_inner();
         if !r.name.is_empty() {
-            return Err(Error::not_found(format!(
-                "Unable to find cuda shared memory region: '{}'",
-                r.name
-            ))
-            .into());
+            return Err(self.state.shm.cuda_status_error(&r.name).into());
         }
         Ok(Response::new(CudaSharedMemoryStatusResponse {
             regions: HashMap::new(),

@@ -654,10 +654,8 @@ async fn cuda_shm_status_all() -> Response {
     json_ok(&json!([]))
 }
 
-async fn cuda_shm_status_one(Path(name): Path<String>) -> Response {
-    error_response(&Error::not_found(format!(
-        "Unable to find cuda shared memory region: '{name}'"
-    )))
+async fn cuda_shm_status_one(State(st): State<SharedState>, Path(name): Path<String>) -> Response {
+    error_response(&st.shm.cuda_status_error(&name))
 }
 
 async fn cuda_shm_register(Path(name): Path<String>) -> Response {

@@ -143,6 +143,24 @@ impl Registry {
         }
     }
 
+    /// Whether `name` is a registered system region (CUDA status names it that way).
+    pub fn is_system(&self, name: &str) -> bool {
+        self.system.lock().contains_key(name)
+    }
+
+    /// The answer to a CUDA status request for `name`: no CUDA region can exist without a GPU.
+    pub fn cuda_status_error(&self, name: &str) -> Error {
+        if self.is_system(name) {
+            Error::not_found(format!(
+                "The region named '{name}' is registered as system shared memory, not CUDA shared memory"
+            ))
+        } else {
+            Error::not_found(format!(
+                "Unable to find cuda shared memory region: '{name}'"
+            ))
+        }
+    }
+
     /// The region an inference request names, with its offset and size checked.
     pub fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<Arc<SystemRegion>> {
         let region = self.system.lock().get(name).cloned().ok_or_else(|| {
