@@ -179,7 +179,8 @@ impl Scheduler {
     }
 
     /// Admits one request of a sequence: checks the parameters, waits for its turn in the
-    /// sequence and for a slot, and returns the control tensors to add.
+    /// sequence and for a slot, and returns the control tensors to add. As in Triton, only the
+    /// CORRID datatype error carries the request-id prefix.
     pub async fn admit(
         &self,
         params: &SequenceParams,
@@ -188,24 +189,25 @@ impl Scheduler {
         request_prefix: &str,
     ) -> Result<Admission> {
         let m = &self.model;
-        let Some(id) = params.id.clone() else {
-            return Err(Error::invalid_arg(format!(
-                "{request_prefix}inference request to model '{m}' must specify a non-zero or non-empty correlation ID"
-            )));
-        };
-        if batch_size > 1 {
-            return Err(Error::invalid_arg(format!(
-                "{request_prefix}inference request to model '{m}' must specify batch-size 1 due to requirements of sequence batcher"
-            )));
-        }
         if let Some(want) = self.corrid_type {
-            let got_text = matches!(id, CorrelationId::Text(_));
+            // A request without an id carries the numeric id 0.
+            let got_text = matches!(params.id, Some(CorrelationId::Text(_)));
             if got_text != (want == DataType::Bytes) {
                 let got = if got_text { "BYTES" } else { "UINT64" };
                 return Err(Error::invalid_arg(format!(
                     "{request_prefix}sequence batching control 'CORRID' data-type is '{got}', but model '{m}' expects '{want}'"
                 )));
             }
+        }
+        let Some(id) = params.id.clone() else {
+            return Err(Error::invalid_arg(format!(
+                "inference request to model '{m}' must specify a non-zero or non-empty correlation ID"
+            )));
+        };
+        if batch_size > 1 {
+            return Err(Error::invalid_arg(format!(
+                "inference request to model '{m}' must specify batch-size 1 due to requirements of sequence batcher"
+            )));
         }
         let (lane, slot) = {
             let mut sequences = self.sequences.lock();
@@ -221,7 +223,7 @@ impl Scheduler {
             }
             let Some(seq) = sequences.get_mut(&id) else {
                 return Err(Error::invalid_arg(format!(
-                    "{request_prefix}inference request for sequence {id} to model '{m}' must specify the START flag on the first request of the sequence"
+                    "inference request for sequence {id} to model '{m}' must specify the START flag on the first request of the sequence"
                 )));
             };
             seq.last_seen = Instant::now();

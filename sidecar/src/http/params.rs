@@ -30,7 +30,8 @@ pub fn parse_request_parameters(value: &Value<'_>) -> Result<(Parameters, bool)>
                 let id = match v {
                     Value::Number(Number::Uint(u)) => ParamValue::Uint(*u),
                     Value::String(s) => ParamValue::String(String::from_utf8_lossy(s).into_owned()),
-                    _ => return Err(type_err(&key, NOT_UINT)),
+                    // Triton tries unsigned first, then string; the string error is what shows.
+                    _ => return Err(type_err(&key, NOT_STRING)),
                 };
                 params.insert(key, id);
             }
@@ -102,7 +103,9 @@ pub fn tensor_parameters(value: Option<&Value<'_>>) -> Result<TensorParams> {
                 p.binary_data = Some(v.as_bool().ok_or_else(|| type_err(&key, NOT_BOOL))?)
             }
             "classification" => {
-                let k = uint()?;
+                let k = v.as_u64().ok_or_else(|| {
+                    Error::internal(format!("Unable to set 'classification': {NOT_UINT}"))
+                })?;
                 p.classification = Some(u32::try_from(k).unwrap_or(u32::MAX));
             }
             "shared_memory_region" => {
