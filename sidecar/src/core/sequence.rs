@@ -86,7 +86,9 @@ struct Sequence {
     /// Serializes the sequence's requests in arrival order (tokio's mutex is FIFO).
     lane: Arc<tokio::sync::Mutex<()>>,
     slot: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
-    last_seen: Instant,
+    /// When the sequence last had a request arrive or finish: the idle clock starts from the
+    /// later of the two, so time spent waiting for a slot never counts as idleness.
+    last_seen: Arc<Mutex<Instant>>,
 }
 
 /// Counters exported as metrics.
@@ -113,6 +115,7 @@ pub struct Scheduler {
 pub struct Admission {
     _lane: tokio::sync::OwnedMutexGuard<()>,
     slot: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+    last_seen: Arc<Mutex<Instant>>,
     end: bool,
     pub controls: Vec<Tensor>,
     pub id: CorrelationId,
@@ -120,6 +123,7 @@ pub struct Admission {
 
 impl Drop for Admission {
     fn drop(&mut self) {
+        *self.last_seen.lock() = Instant::now();
         if self.end {
             self.slot.lock().take();
         }
@@ -209,7 +213,7 @@ impl Scheduler {
                 "inference request to model '{m}' must specify batch-size 1 due to requirements of sequence batcher"
             )));
         }
-        let (lane, slot) = {
+        let (lane, slot, last_seen) = {
             let mut sequences = self.sequences.lock();
             if params.start && !sequences.contains_key(&id) {
                 sequences.insert(
@@ -217,7 +221,7 @@ impl Scheduler {
                     Sequence {
                         lane: Arc::default(),
                         slot: Arc::default(),
-                        last_seen: Instant::now(),
+                        last_seen: Arc::new(Mutex::new(Instant::now())),
                     },
                 );
             }
@@ -226,8 +230,8 @@ impl Scheduler {
                     "inference request for sequence {id} to model '{m}' must specify the START flag on the first request of the sequence"
                 )));
             };
-            seq.last_seen = Instant::now();
-            let handles = (seq.lane.clone(), seq.slot.clone());
+            *seq.last_seen.lock() = Instant::now();
+            let handles = (seq.lane.clone(), seq.slot.clone(), seq.last_seen.clone());
             if params.end {
                 // Forgotten once END is enqueued: later requests need START again.
                 sequences.remove(&id);
@@ -249,6 +253,7 @@ impl Scheduler {
         Ok(Admission {
             _lane: lane,
             slot,
+            last_seen,
             end: params.end,
             controls,
             id,
@@ -284,7 +289,7 @@ impl Scheduler {
         let mut sequences = self.sequences.lock();
         let before = sequences.len();
         sequences.retain(|_, seq| {
-            let idle = now.duration_since(seq.last_seen) > self.idle;
+            let idle = now.duration_since(*seq.last_seen.lock()) > self.idle;
             // A sequence with a request running or queued (holding a clone of its lane) is busy.
             let busy = Arc::strong_count(&seq.lane) > 1;
             if idle && !busy {
@@ -390,4 +395,91 @@ fn controls(model: &str, sb: &ModelSequenceBatching) -> Result<(Vec<Control>, Op
         }
     }
     Ok((out, corrid_type))
+}
+
+#[cfg(test)]
+mod tests {
+    use infergate_proto::model_config;
+
+    use super::*;
+
+    fn scheduler(idle_us: u64) -> Arc<Scheduler> {
+        let text = format!(
+            "name: \"seq\" max_batch_size: 1 sequence_batching {{ max_sequence_idle_microseconds: {idle_us} \
+             control_input [ {{ name: \"START\" control [ {{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }} ] }} ] }}"
+        );
+        let config = model_config::parse_text(&text).unwrap();
+        Scheduler::for_model(&config).unwrap().unwrap()
+    }
+
+    fn params(id: u64, start: bool, end: bool) -> SequenceParams {
+        SequenceParams {
+            id: Some(CorrelationId::Number(id)),
+            start,
+            end,
+        }
+    }
+
+    #[tokio::test]
+    async fn start_flags_and_controls() {
+        let s = scheduler(1_000_000);
+        let err = s
+            .admit(&params(7, false, false), 1, true, "")
+            .await
+            .err()
+            .unwrap();
+        assert!(err.message.contains("must specify the START flag"), "{err}");
+        let a = s.admit(&params(7, true, false), 1, true, "").await.unwrap();
+        assert_eq!(a.controls[0].name, "START");
+        assert_eq!(a.controls[0].shape, vec![1, 1]);
+        assert_eq!(&a.controls[0].data[..], &1i32.to_le_bytes());
+        drop(a);
+        let b = s.admit(&params(7, false, true), 1, true, "").await.unwrap();
+        assert_eq!(&b.controls[0].data[..], &0i32.to_le_bytes());
+        drop(b);
+        // END forgot the sequence.
+        assert!(
+            s.admit(&params(7, false, false), 1, true, "")
+                .await
+                .is_err()
+        );
+        let no_id = SequenceParams::default();
+        assert!(
+            s.admit(&no_id, 1, true, "")
+                .await
+                .err()
+                .unwrap()
+                .message
+                .contains("non-zero")
+        );
+        assert!(
+            s.admit(&params(8, true, false), 2, true, "")
+                .await
+                .err()
+                .unwrap()
+                .message
+                .contains("batch-size 1")
+        );
+    }
+
+    /// A sequence that waited in the backlog longer than the idle timeout must not be released
+    /// between its first request and its next one.
+    #[tokio::test]
+    async fn backlog_wait_does_not_count_as_idle() {
+        let s = scheduler(100_000); // 100 ms idle, one slot
+        drop(s.admit(&params(1, true, false), 1, true, "").await.unwrap()); // holds the only slot
+        let waiting = tokio::spawn({
+            let s = s.clone();
+            async move { drop(s.admit(&params(2, true, false), 1, true, "").await.unwrap()) }
+        });
+        // Sequence 1 goes idle and is released; sequence 2 then gets the slot.
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let next = s.admit(&params(2, false, false), 1, true, "").await;
+        assert!(next.is_ok(), "{:?}", next.err());
+        assert!(s.counters().timeouts >= 1);
+    }
 }
