@@ -1,0 +1,104 @@
+//! The real binary: ports chosen with 0, configuration errors, graceful shutdown on SIGTERM.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const BIN: &str = env!("CARGO_BIN_EXE_infergate-sidecar");
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn serves_on_chosen_ports_and_drains_on_sigterm() {
+    let mut child = Command::new(BIN)
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--log-format",
+            "json",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut http_addr = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if let Some(addr) = v.get("http_addr").and_then(|a| a.as_str()) {
+            assert!(
+                v.get("grpc_addr").is_some() && v.get("metrics_addr").is_some(),
+                "{line}"
+            );
+            http_addr = Some(addr.to_string());
+            break;
+        }
+    }
+    let addr = http_addr.expect("the chosen ports are logged");
+    assert!(!addr.ends_with(":0"));
+    assert!(http_get(&addr, "/v2/health/ready").starts_with("HTTP/1.1 200"));
+
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit status {status}");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(rest.iter().any(|l| l.contains("shutting down")), "{rest:?}");
+}
+
+#[test]
+fn invalid_configuration_reports_every_error_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, "server:\n  log_level: loud\nlimits:\n  max_json_depth: 0\nbackend:\n  kind: builtin\n  models: [nope]\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "server.log_level",
+        "limits.max_json_depth",
+        "backend.models[0]",
+    ] {
+        assert!(stderr.contains(needle), "{needle} missing from: {stderr}");
+    }
+}
+
+#[test]
+fn unknown_configuration_field_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.yaml");
+    std::fs::write(&path, "server:\n  http_prot: 1\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("http_prot"));
+}

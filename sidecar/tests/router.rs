@@ -1,0 +1,161 @@
+//! The REST router driven in-process, without sockets.
+
+use axum::body::Body;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use infergate_proto::config::SidecarConfig;
+use infergate_sidecar::telemetry::LogControl;
+use infergate_sidecar::{http as rest, server};
+use tower::ServiceExt;
+
+fn router() -> axum::Router {
+    let state =
+        server::build_state(&SidecarConfig::default(), LogControl::detached("info")).unwrap();
+    state.health.set_ready(true);
+    rest::router(state)
+}
+
+async fn call(method: &str, uri: &str, body: &str) -> (StatusCode, http::HeaderMap, Vec<u8>) {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let response = router().oneshot(request).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    (status, headers, bytes)
+}
+
+fn json(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+#[tokio::test]
+async fn health_and_metadata() {
+    let (status, _, body) = call("GET", "/v2/health/ready", "").await;
+    assert_eq!((status, body.len()), (StatusCode::OK, 0));
+    let (status, _, body) = call("GET", "/v2", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let meta = json(&body);
+    assert_eq!(meta["name"], "triton");
+    assert!(
+        meta["extensions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "binary_tensor_data")
+    );
+}
+
+#[tokio::test]
+async fn simple_infer_json() {
+    let body = r#"{"inputs":[
+        {"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]},
+        {"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]]}]}"#;
+    let (status, headers, out) = call("POST", "/v2/models/simple/infer", body).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&out));
+    assert_eq!(headers["content-type"], "application/json");
+    let r = json(&out);
+    assert_eq!(r["outputs"][0]["name"], "OUTPUT0");
+    assert_eq!(r["outputs"][0]["data"][15], 17);
+    assert_eq!(r["outputs"][1]["data"][0], 0);
+}
+
+#[tokio::test]
+async fn binary_output_framing() {
+    let body = r#"{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[2],"data":[1.5,-2]}],
+                   "outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}"#;
+    let (status, headers, out) = call("POST", "/v2/models/identity_fp32/infer", body).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-type"], "application/octet-stream");
+    let json_len: usize = headers["inference-header-content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let header = json(&out[..json_len]);
+    assert_eq!(header["outputs"][0]["parameters"]["binary_data_size"], 8);
+    let expected: Vec<u8> = [1.5f32, -2.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(&out[json_len..], &expected[..]);
+}
+
+#[tokio::test]
+async fn protocol_errors() {
+    let (status, _, out) = call("POST", "/v2/models/nope/infer", r#"{"inputs":[]}"#).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        json(&out)["error"],
+        "Request for unknown model: 'nope' is not found"
+    );
+    let (status, _, out) = call("POST", "/v2/models/simple/infer", "{").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        json(&out)["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("failed to parse the request JSON buffer:")
+    );
+    let (status, _, out) = call("DELETE", "/v2/health/live", "").await;
+    assert_eq!(
+        (status, json(&out)),
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            serde_json::json!({"error": "Method Not Allowed"})
+        )
+    );
+    let (status, _, out) = call("GET", "/v2/nothing/here", "").await;
+    assert_eq!(
+        (status, json(&out)),
+        (
+            StatusCode::NOT_FOUND,
+            serde_json::json!({"error": "Not Found"})
+        )
+    );
+    let (status, _, _) = call("GET", "/v2/models/simple/versions/x", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn statistics_count_requests() {
+    let state =
+        server::build_state(&SidecarConfig::default(), LogControl::detached("info")).unwrap();
+    let app = rest::router(state);
+    let body = r#"{"inputs":[{"name":"INPUT0","datatype":"INT8","shape":[3],"data":[1,2,3]}]}"#;
+    for _ in 0..3 {
+        let req = Request::post("/v2/models/identity_int8/infer")
+            .body(Body::from(body))
+            .unwrap();
+        assert_eq!(
+            app.clone().oneshot(req).await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    let req = Request::get("/v2/models/identity_int8/stats")
+        .body(Body::empty())
+        .unwrap();
+    let out = app
+        .oneshot(req)
+        .await
+        .unwrap()
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes();
+    let stats = json(&out);
+    let s = &stats["model_stats"][0];
+    assert_eq!(s["inference_count"], 3);
+    assert_eq!(s["inference_stats"]["success"]["count"], 3);
+    assert_eq!(s["inference_stats"]["queue"]["count"], 3);
+}
