@@ -1,5 +1,7 @@
 //! The real binary: ports chosen with 0, configuration errors, graceful shutdown on SIGTERM.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};

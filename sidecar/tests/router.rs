@@ -1,5 +1,7 @@
 //! The REST router driven in-process, without sockets.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
 use axum::body::Body;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
