@@ -84,8 +84,13 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         }
     }));
 
+    // HTTP/2's default 64 KiB flow-control windows cost a round trip per 64 KiB of a large
+    // tensor; open them wide enough for multi-megabyte messages.
     let grpc_router = tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .initial_stream_window_size(Some(16 << 20))
+        .initial_connection_window_size(Some(32 << 20))
+        .max_frame_size(Some(1 << 20))
         .add_service(crate::grpc::inference_service(state.clone()))
         .add_service(crate::grpc::health_service(state.clone()));
     let stop = signal(rx.clone());
