@@ -100,7 +100,11 @@ pub fn init(level: &str, json: bool) -> LogControl {
             .try_init()
     } else {
         registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                    .with_writer(std::io::stderr),
+            )
             .try_init()
     };
     if let Err(err) = result {
