@@ -14,13 +14,9 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import queue
 import random
-import shutil
-import sys
-from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable
 
 import numpy as np
 from tritonclient.grpc import service_pb2
@@ -246,13 +242,4 @@ def flow_schedule(lengths: list, order: str) -> list:
     raise ValueError(order)
 
 
-def find_perf_analyzer() -> Optional[str]:
-    """Same lookup as test_perf_analyzer.py: $INFERGATE_PERF_ANALYZER, the
-    interpreter's bin directory (the venv), then PATH."""
-    env = os.environ.get("INFERGATE_PERF_ANALYZER")
-    if env:
-        return env if Path(env).exists() else None
-    beside = Path(sys.executable).parent / "perf_analyzer"
-    if beside.exists():
-        return str(beside)
-    return shutil.which("perf_analyzer")
+from support import find_perf_analyzer  # noqa: E402,F401  (re-exported for test_sequence)

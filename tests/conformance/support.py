@@ -219,3 +219,20 @@ def grpc_error(exc) -> tuple:
         code = status.replace("StatusCode.", "") if status else None
         msg = exc.message()
     return code, msg
+
+
+def find_perf_analyzer():
+    """perf_analyzer: $INFERGATE_PERF_ANALYZER, the interpreter's bin directory (the venv that
+    tests/tools/setup-python.sh makes), then PATH. None when absent."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    env = os.environ.get("INFERGATE_PERF_ANALYZER")
+    if env:
+        return env if Path(env).exists() else None
+    beside = Path(sys.executable).parent / "perf_analyzer"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("perf_analyzer")

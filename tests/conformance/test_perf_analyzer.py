@@ -4,25 +4,16 @@ Binary lookup: $INFERGATE_PERF_ANALYZER, then perf_analyzer next to the
 running Python interpreter (the venv's bin), then PATH. Skipped when absent.
 """
 
-import os
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+
+from support import find_perf_analyzer
 
 pytestmark = pytest.mark.perf_analyzer
 
 
-def _find_perf_analyzer():
-    env = os.environ.get("INFERGATE_PERF_ANALYZER")
-    if env:
-        return env if Path(env).exists() else None
-    beside = Path(sys.executable).parent / "perf_analyzer"
-    if beside.exists():
-        return str(beside)
-    return shutil.which("perf_analyzer")
+_find_perf_analyzer = find_perf_analyzer
 
 
 @pytest.fixture(scope="module")
