@@ -70,18 +70,28 @@ fn serves_on_chosen_ports_and_drains_on_sigterm() {
     assert!(rest.iter().any(|l| l.contains("shutting down")), "{rest:?}");
 }
 
-#[test]
-fn invalid_configuration_reports_every_error_and_exits_2() {
+/// Runs the binary on a configuration file holding `yaml`; returns its exit code and stderr.
+fn run_with_config(yaml: &str) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("bad.yaml");
-    std::fs::write(&path, "server:\n  log_level: loud\nlimits:\n  max_json_depth: 0\nbackend:\n  kind: builtin\n  models: [nope]\n").unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, yaml).unwrap();
     let out = Command::new(BIN)
         .arg("--config")
         .arg(&path)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn invalid_configuration_reports_every_error_and_exits_2() {
+    let (code, stderr) = run_with_config(
+        "server:\n  log_level: loud\nlimits:\n  max_json_depth: 0\nbackend:\n  kind: builtin\n  models: [nope]\n",
+    );
+    assert_eq!(code, Some(2));
     for needle in [
         "server.log_level",
         "limits.max_json_depth",
@@ -93,14 +103,7 @@ fn invalid_configuration_reports_every_error_and_exits_2() {
 
 #[test]
 fn unknown_configuration_field_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("typo.yaml");
-    std::fs::write(&path, "server:\n  http_prot: 1\n").unwrap();
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("http_prot"));
+    let (code, stderr) = run_with_config("server:\n  http_prot: 1\n");
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("http_prot"), "{stderr}");
 }
