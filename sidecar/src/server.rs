@@ -10,6 +10,7 @@ use axum::serve::ListenerExt;
 use infergate_proto::config::{BackendConfig, SidecarConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::backend::builtin::Catalog;
@@ -93,10 +94,18 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         .max_frame_size(Some(1 << 20))
         .add_service(crate::grpc::inference_service(state.clone()))
         .add_service(crate::grpc::health_service(state.clone()));
+    // The builder's `tcp_nodelay` only applies to listeners tonic binds itself: set it on every
+    // accepted socket, or Nagle's algorithm delays the tail of each large response.
+    let incoming = TcpListenerStream::new(grpc).map(|conn| {
+        if let Ok(stream) = &conn {
+            let _ = stream.set_nodelay(true);
+        }
+        conn
+    });
     let stop = signal(rx.clone());
     tasks.push(tokio::spawn(async move {
         if let Err(e) = grpc_router
-            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc), stop)
+            .serve_with_incoming_shutdown(incoming, stop)
             .await
         {
             tracing::error!(error = %e, "gRPC server failed");
