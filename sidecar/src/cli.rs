@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use infergate_proto::config::SidecarConfig;
+use infergate_proto::config::{BackendConfig, SidecarConfig, UpstreamConfig};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -42,6 +42,10 @@ pub struct Args {
     /// Largest gRPC message in bytes, either direction.
     #[arg(long)]
     pub max_grpc_message_bytes: Option<u64>,
+    /// Front a model server instead of the built-in models: `grpc://HOST:PORT`. Every model the
+    /// upstream lists as ready is served, with its discovered metadata and configuration.
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
     /// Let clients register system shared-memory regions (`--allow-client-shm` or `=true`).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub allow_client_shm: Option<bool>,
@@ -74,6 +78,15 @@ impl Args {
         }
         if let Some(v) = &self.server_name {
             s.name = v.clone();
+        }
+        if let Some(url) = &self.upstream {
+            config.backend = BackendConfig::Upstream(UpstreamConfig {
+                url: url.clone(),
+                timeout_seconds: 60,
+                max_concurrency: 256,
+                probe_interval_seconds: 5,
+                models: Vec::new(),
+            });
         }
         if let Some(v) = self.allow_client_shm {
             s.allow_client_shm = v;

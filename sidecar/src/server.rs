@@ -14,8 +14,9 @@ use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::backend::builtin::Catalog;
+use crate::backend::upstream::{Upstream, UpstreamLoader, run_discovery};
 use crate::core::repository::Repository;
-use crate::state::{AppState, SharedState};
+use crate::state::{AppState, SharedState, UpstreamHandle};
 use crate::telemetry::LogControl;
 
 /// Addresses the server actually listens on (ports chosen when 0 was asked for).
@@ -28,17 +29,34 @@ pub struct BoundAddrs {
 
 /// Builds the state a configuration describes.
 pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<SharedState> {
+    let mut upstream = None;
     let repository = match &config.backend {
         BackendConfig::Builtin { models } => Repository::new(Arc::new(Catalog::default()), models)
             .map_err(|e| anyhow::anyhow!(e.message))?,
+        BackendConfig::Upstream(up) => {
+            let max_message =
+                usize::try_from(config.limits.max_grpc_message_bytes).unwrap_or(usize::MAX);
+            let client = Upstream::new(up, max_message).map_err(|e| anyhow::anyhow!(e.message))?;
+            let loader = Arc::new(UpstreamLoader::default());
+            upstream = Some(UpstreamHandle {
+                upstream: Arc::new(client),
+                loader: loader.clone(),
+                config: up.clone(),
+            });
+            Repository::empty(loader)
+        }
     };
-    Ok(AppState::new(
+    let mut state = AppState::new(
         Arc::new(repository),
         config.server.name.clone(),
         config.limits.clone(),
         log,
         config.server.allow_client_shm,
-    ))
+    );
+    if let Some(state) = Arc::get_mut(&mut state) {
+        state.upstream = upstream;
+    }
+    Ok(state)
 }
 
 pub struct Running {
@@ -46,6 +64,8 @@ pub struct Running {
     pub state: SharedState,
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Tasks that run until the process stops (upstream discovery and probing).
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
@@ -71,6 +91,7 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     };
 
     let mut tasks = Vec::new();
+    let mut background = Vec::new();
     let app = crate::http::router(state.clone());
     let http_listener = http.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
@@ -123,12 +144,25 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         }
     }));
 
-    state.health.set_ready(true);
+    match &state.upstream {
+        // Ready once the upstream's models are discovered, and from then on as the upstream is.
+        Some(h) => {
+            let task = run_discovery(
+                state.clone(),
+                h.upstream.clone(),
+                h.config.clone(),
+                h.loader.clone(),
+            );
+            background.push(tokio::spawn(task));
+        }
+        None => state.health.set_ready(true),
+    }
     Ok(Running {
         addrs,
         state,
         shutdown,
         tasks,
+        background,
     })
 }
 
@@ -136,6 +170,9 @@ impl Running {
     /// Stops accepting, lets in-flight requests finish for up to `grace`, then returns.
     pub async fn shutdown(self, grace: Duration) {
         self.state.health.begin_shutdown();
+        self.background
+            .iter()
+            .for_each(tokio::task::JoinHandle::abort);
         let _ = self.shutdown.send(true);
         let drained = futures::future::join_all(self.tasks);
         if tokio::time::timeout(grace, drained).await.is_err() {

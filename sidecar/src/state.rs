@@ -58,6 +58,15 @@ pub struct AppState {
     pub health: Health,
     pub log: LogControl,
     pub shm: crate::shm::Registry,
+    /// The model container this sidecar fronts, when the backend is `upstream`.
+    pub upstream: Option<UpstreamHandle>,
+}
+
+/// What the upstream discovery task needs.
+pub struct UpstreamHandle {
+    pub upstream: Arc<crate::backend::upstream::Upstream>,
+    pub loader: Arc<crate::backend::upstream::UpstreamLoader>,
+    pub config: infergate_proto::config::UpstreamConfig,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -86,6 +95,7 @@ impl AppState {
             health: Health::default(),
             log,
             shm: crate::shm::Registry::new(allow_client_shm, shm_limits),
+            upstream: None,
         })
     }
 }

@@ -99,6 +99,51 @@ pub enum BackendConfig {
         #[serde(default)]
         models: Vec<String>,
     },
+    /// A model server in the same pod, spoken to over the V2 protocol on loopback.
+    Upstream(UpstreamConfig),
+}
+
+/// The model container the sidecar fronts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// `grpc://HOST:PORT` (REST upstreams, `http://`, are not supported yet).
+    pub url: String,
+    /// Deadline of one upstream call, in seconds.
+    #[serde(default = "default_upstream_timeout")]
+    pub timeout_seconds: u64,
+    /// Most upstream calls in flight at once; further requests wait.
+    #[serde(default = "default_upstream_concurrency")]
+    pub max_concurrency: u32,
+    /// How often readiness of the upstream and its models is checked, in seconds.
+    #[serde(default = "default_probe_interval")]
+    pub probe_interval_seconds: u64,
+    /// Models to serve, with settings the upstream cannot tell; empty means every model the
+    /// upstream lists as ready.
+    #[serde(default)]
+    pub models: Vec<UpstreamModel>,
+}
+
+fn default_upstream_timeout() -> u64 {
+    60
+}
+fn default_upstream_concurrency() -> u32 {
+    256
+}
+fn default_probe_interval() -> u64 {
+    5
+}
+
+/// Per-model settings for an upstream model.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UpstreamModel {
+    pub name: String,
+    /// Used when the upstream has no model-configuration endpoint: 0 means the model does not
+    /// batch and metadata shapes are taken as they are.
+    pub max_batch_size: Option<u32>,
+    /// Label files for classification, by output name (one label per line).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for BackendConfig {

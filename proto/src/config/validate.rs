@@ -74,6 +74,34 @@ impl SidecarConfig {
             err("limits.max_json_depth", "must be between 1 and 1000".into());
         }
         match &self.backend {
+            BackendConfig::Upstream(up) => {
+                match up.url.split_once("://") {
+                    Some(("grpc", rest)) if !rest.is_empty() => {}
+                    Some(("http", _)) => err(
+                        "backend.url",
+                        "REST upstreams (http://) are not supported yet; use grpc://HOST:PORT"
+                            .into(),
+                    ),
+                    _ => err(
+                        "backend.url",
+                        format!("'{}' is not grpc://HOST:PORT", up.url),
+                    ),
+                }
+                if up.timeout_seconds == 0 {
+                    err("backend.timeout_seconds", "must be at least 1".into());
+                }
+                if up.max_concurrency == 0 {
+                    err("backend.max_concurrency", "must be at least 1".into());
+                }
+                for (i, m) in up.models.iter().enumerate() {
+                    if m.name.is_empty() {
+                        err(
+                            &format!("backend.models[{i}].name"),
+                            "must not be empty".into(),
+                        );
+                    }
+                }
+            }
             BackendConfig::Builtin { models } => {
                 for (i, name) in models.iter().enumerate() {
                     if !known_models.contains(&name.as_str()) {

@@ -29,6 +29,8 @@ pub struct Execution<'a> {
     pub outputs: &'a [String],
     /// Batch size for batching models, 1 otherwise.
     pub batch_size: u64,
+    /// The request's parameters (sequence ids, custom parameters), for backends that forward them.
+    pub parameters: &'a super::params::Parameters,
 }
 
 /// Runs a model. Implementations: in-process built-in models, an upstream model server.
@@ -135,5 +137,40 @@ impl Model {
 
     pub fn version_string(&self) -> String {
         self.version.to_string()
+    }
+}
+
+/// Fills in what Triton's config normalization fills in.
+pub fn normalize_config(config: &mut ModelConfig) {
+    if config.version_policy.is_none() {
+        config.version_policy = Some(infergate_proto::inference::ModelVersionPolicy {
+            policy_choice: Some(
+                infergate_proto::inference::model_version_policy::PolicyChoice::Latest(
+                    infergate_proto::inference::model_version_policy::Latest { num_versions: 1 },
+                ),
+            ),
+        });
+    }
+    if config.backend.is_empty() && config.platform.is_empty() {
+        config.backend = "infergate".to_string();
+    }
+    let optimization = config
+        .optimization
+        .get_or_insert_with(infergate_proto::inference::ModelOptimizationPolicy::default);
+    optimization.input_pinned_memory.get_or_insert(
+        infergate_proto::inference::model_optimization_policy::PinnedMemoryBuffer { enable: true },
+    );
+    optimization.output_pinned_memory.get_or_insert(
+        infergate_proto::inference::model_optimization_policy::PinnedMemoryBuffer { enable: true },
+    );
+    if config.instance_group.is_empty() {
+        config
+            .instance_group
+            .push(infergate_proto::inference::ModelInstanceGroup {
+                name: config.name.clone(),
+                kind: infergate_proto::inference::model_instance_group::Kind::Cpu as i32,
+                count: 1,
+                ..Default::default()
+            });
     }
 }

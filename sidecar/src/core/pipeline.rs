@@ -19,6 +19,7 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
     let _pending = model.stats.enter();
     let queued = Instant::now();
     let id = request.id.clone();
+    let parameters = request.parameters.clone();
     let sequence = match &model.sequencer {
         Some(_) => match SequenceParams::from_parameters(&request.parameters) {
             Ok(p) => Some(p),
@@ -70,6 +71,7 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
         inputs: &validated.inputs,
         outputs: &output_names,
         batch_size: validated.batch_size,
+        parameters: &parameters,
     };
     let produced = match model.backend.execute(execution).await {
         Ok(p) => p,

@@ -87,6 +87,31 @@ impl Repository {
         })
     }
 
+    /// A repository whose models arrive later (an upstream not discovered yet).
+    pub fn empty(loader: Arc<dyn ModelLoader>) -> Self {
+        Repository {
+            slots: RwLock::new(BTreeMap::new()),
+            loader,
+        }
+    }
+
+    /// Replaces every model with `models`.
+    pub fn install(&self, models: Vec<Model>) {
+        let mut slots = self.slots.write();
+        slots.clear();
+        for model in models {
+            let version = Some(model.version);
+            slots.insert(
+                model.name.clone(),
+                Slot {
+                    model: Some(Arc::new(model)),
+                    reason: String::new(),
+                    version,
+                },
+            );
+        }
+    }
+
     pub fn get(&self, name: &str, version: &str) -> Result<Arc<Model>> {
         let wanted = parse_version(version)?;
         let slots = self.slots.read();

@@ -218,7 +218,7 @@ fn tensor_shm(params: &HashMap<String, InferParameter>, name: &str) -> Result<Op
     }
 }
 
-fn typed_contents(
+pub(crate) fn typed_contents(
     c: InferTensorContents,
     datatype: &str,
     name: &str,

@@ -1,6 +1,6 @@
 //! The gRPC front end (tonic): `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
 
-mod convert;
+pub(crate) mod convert;
 mod service;
 mod stream;
 

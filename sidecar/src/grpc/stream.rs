@@ -2,7 +2,10 @@
 //! answered in arrival order. A failed request is answered with `error_message` and the stream
 //! stays open.
 
+use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::stream::FuturesOrdered;
 use futures::{Stream, StreamExt};
@@ -10,7 +13,7 @@ use infergate_proto::inference::infer_parameter::ParameterChoice;
 use infergate_proto::inference::{
     InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
@@ -24,15 +27,88 @@ const STREAM_WINDOW: usize = 64;
 pub type ResponseStream =
     Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
 
+/// Keeps the requests of one sequence in arrival order on a stream: each waits for the one
+/// before it, while requests of other sequences (and without one) run concurrently.
+#[derive(Default)]
+struct SequenceOrder {
+    last: HashMap<String, (oneshot::Receiver<()>, Arc<AtomicBool>)>,
+}
+
+/// Signals the next request of the sequence when dropped, on every path.
+struct Turn {
+    _done: oneshot::Sender<()>,
+    finished: Arc<AtomicBool>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.finished.store(true, Ordering::Release);
+    }
+}
+
+impl SequenceOrder {
+    /// What a request must wait for, and the turn it hands on; `None` outside a sequence.
+    fn enter(
+        &mut self,
+        request: &ModelInferRequest,
+    ) -> Option<(Option<oneshot::Receiver<()>>, Turn)> {
+        let key = match request
+            .parameters
+            .get("sequence_id")?
+            .parameter_choice
+            .as_ref()?
+        {
+            ParameterChoice::Int64Param(0) => return None,
+            ParameterChoice::Int64Param(n) => format!("{}#{n}", request.model_name),
+            ParameterChoice::StringParam(s) if s.is_empty() => return None,
+            ParameterChoice::StringParam(s) => format!("{}'{s}", request.model_name),
+            _ => return None,
+        };
+        if self.last.len() > 1024 {
+            self.last
+                .retain(|_, (_, finished)| !finished.load(Ordering::Acquire));
+        }
+        let (tx, rx) = oneshot::channel();
+        let finished = Arc::new(AtomicBool::new(false));
+        let previous = self
+            .last
+            .insert(key, (rx, finished.clone()))
+            .map(|(rx, _)| rx);
+        Some((
+            previous,
+            Turn {
+                _done: tx,
+                finished,
+            },
+        ))
+    }
+}
+
 pub fn serve(state: SharedState, mut inbound: Streaming<ModelInferRequest>) -> ResponseStream {
     let (tx, rx) = mpsc::channel(STREAM_WINDOW);
     tokio::spawn(async move {
+        let mut order = SequenceOrder::default();
         let mut pending = FuturesOrdered::new();
         let mut inbound_open = true;
         loop {
             tokio::select! {
                 message = inbound.message(), if inbound_open && pending.len() < STREAM_WINDOW => match message {
-                    Ok(Some(request)) => pending.push_back(answer(state.clone(), request)),
+                    Ok(Some(request)) => {
+                        let turn = order.enter(&request);
+                        let state = state.clone();
+                        pending.push_back(async move {
+                            let _turn = match turn {
+                                Some((previous, turn)) => {
+                                    if let Some(previous) = previous {
+                                        let _ = previous.await;
+                                    }
+                                    Some(turn)
+                                }
+                                None => None,
+                            };
+                            answer(state, request).await
+                        });
+                    }
                     Ok(None) => inbound_open = false,
                     Err(status) => {
                         tracing::debug!(%status, "stream closed by the client");

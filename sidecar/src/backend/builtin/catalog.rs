@@ -3,12 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use infergate_proto::inference::model_instance_group::Kind;
-use infergate_proto::inference::model_optimization_policy::PinnedMemoryBuffer;
-use infergate_proto::inference::model_version_policy::{Latest, PolicyChoice};
-use infergate_proto::inference::{
-    ModelConfig, ModelInstanceGroup, ModelOptimizationPolicy, ModelVersionPolicy,
-};
+use infergate_proto::inference::ModelConfig;
 use infergate_proto::{DataType, model_config};
 
 use super::compute::{Builtin, Implementation};
@@ -189,7 +184,7 @@ impl ModelLoader for Catalog {
             None => base.clone(),
             Some(overlay) => apply_override(&base, overlay)?,
         };
-        normalize(&mut config);
+        crate::core::model::normalize_config(&mut config);
         let mut labels = HashMap::new();
         for output in config
             .output
@@ -250,35 +245,6 @@ fn apply_override(base: &ModelConfig, overlay: &serde_json::Value) -> Result<Mod
         ));
     }
     Ok(config)
-}
-
-/// Fills in what Triton's config normalization fills in.
-fn normalize(config: &mut ModelConfig) {
-    if config.version_policy.is_none() {
-        config.version_policy = Some(ModelVersionPolicy {
-            policy_choice: Some(PolicyChoice::Latest(Latest { num_versions: 1 })),
-        });
-    }
-    if config.backend.is_empty() && config.platform.is_empty() {
-        config.backend = "infergate".to_string();
-    }
-    let optimization = config
-        .optimization
-        .get_or_insert_with(ModelOptimizationPolicy::default);
-    optimization
-        .input_pinned_memory
-        .get_or_insert(PinnedMemoryBuffer { enable: true });
-    optimization
-        .output_pinned_memory
-        .get_or_insert(PinnedMemoryBuffer { enable: true });
-    if config.instance_group.is_empty() {
-        config.instance_group.push(ModelInstanceGroup {
-            name: config.name.clone(),
-            kind: Kind::Cpu as i32,
-            count: 1,
-            ..Default::default()
-        });
-    }
 }
 
 #[cfg(test)]
