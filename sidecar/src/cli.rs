@@ -27,6 +27,9 @@ pub struct Args {
     /// Prometheus metrics port (0 picks a free port).
     #[arg(long)]
     pub metrics_port: Option<u16>,
+    /// Admin status port, for the operator (0 picks a free port).
+    #[arg(long)]
+    pub admin_port: Option<u16>,
     /// error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
@@ -69,6 +72,9 @@ impl Args {
         }
         if let Some(v) = self.metrics_port {
             s.metrics_port = v;
+        }
+        if let Some(v) = self.admin_port {
+            s.admin_port = v;
         }
         if let Some(v) = &self.log_level {
             s.log_level = v.clone();

@@ -68,6 +68,7 @@ fn main() -> ExitCode {
             http_addr = %running.addrs.http,
             grpc_addr = %running.addrs.grpc,
             metrics_addr = %running.addrs.metrics,
+            admin_addr = %running.addrs.admin,
             models = running.state.repository.ready_models().len(),
             version = env!("CARGO_PKG_VERSION"),
             "infergate-sidecar is serving"

@@ -25,6 +25,7 @@ pub struct BoundAddrs {
     pub http: SocketAddr,
     pub grpc: SocketAddr,
     pub metrics: SocketAddr,
+    pub admin: SocketAddr,
 }
 
 /// Builds the state a configuration describes.
@@ -38,10 +39,15 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
                 usize::try_from(config.limits.max_grpc_message_bytes).unwrap_or(usize::MAX);
             let client = Upstream::new(up, max_message).map_err(|e| anyhow::anyhow!(e.message))?;
             let loader = Arc::new(UpstreamLoader::default());
+            let info = crate::state::UpstreamInfo {
+                url: up.url.clone(),
+                ..Default::default()
+            };
             upstream = Some(UpstreamHandle {
                 upstream: Arc::new(client),
                 loader: loader.clone(),
                 config: up.clone(),
+                info: Arc::new(parking_lot::RwLock::new(info)),
             });
             Repository::empty(loader)
         }
@@ -80,10 +86,12 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     let http = bind(host, config.server.http_port).await?;
     let grpc = bind(host, config.server.grpc_port).await?;
     let metrics = bind(host, config.server.metrics_port).await?;
+    let admin = bind(host, config.server.admin_port).await?;
     let addrs = BoundAddrs {
         http: http.local_addr()?,
         grpc: grpc.local_addr()?,
         metrics: metrics.local_addr()?,
+        admin: admin.local_addr()?,
     };
     let (shutdown, rx) = watch::channel(false);
     let signal = |mut rx: watch::Receiver<bool>| async move {
@@ -133,6 +141,17 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         }
     }));
 
+    let admin_app = crate::admin::router(state.clone());
+    let stop = signal(rx.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(admin, admin_app)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            tracing::error!(error = %e, "admin server failed");
+        }
+    }));
+
     let metrics_app = crate::metrics::router(state.clone());
     let stop = signal(rx);
     tasks.push(tokio::spawn(async move {
@@ -152,6 +171,7 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
                 h.upstream.clone(),
                 h.config.clone(),
                 h.loader.clone(),
+                h.info.clone(),
             );
             background.push(tokio::spawn(task));
         }

@@ -67,11 +67,38 @@ pub struct UpstreamHandle {
     pub upstream: Arc<crate::backend::upstream::Upstream>,
     pub loader: Arc<crate::backend::upstream::UpstreamLoader>,
     pub config: infergate_proto::config::UpstreamConfig,
+    /// What discovery and probing learned, for the admin status.
+    pub info: Arc<parking_lot::RwLock<UpstreamInfo>>,
+}
+
+/// The upstream as last seen.
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamInfo {
+    pub url: String,
+    pub reachable: bool,
+    pub name: String,
+    pub version: String,
+    pub extensions: Vec<String>,
+    pub models: Vec<String>,
 }
 
 pub type SharedState = Arc<AppState>;
 
 impl AppState {
+    /// The extensions `/v2` lists: what this sidecar serves with its backend as it is now.
+    pub fn extensions(&self) -> Vec<String> {
+        let upstream_lacks_sequences = self
+            .upstream
+            .as_ref()
+            .is_some_and(|h| !h.info.read().extensions.iter().any(|e| e == "sequence"));
+        self.server
+            .extensions
+            .iter()
+            .filter(|e| !(upstream_lacks_sequences && e.as_str() == "sequence"))
+            .cloned()
+            .collect()
+    }
+
     pub fn new(
         repository: Arc<Repository>,
         server_name: String,

@@ -39,6 +39,8 @@ fn serves_on_chosen_ports_and_drains_on_sigterm() {
             "0",
             "--metrics-port",
             "0",
+            "--admin-port",
+            "0",
             "--log-format",
             "json",
         ])
@@ -47,6 +49,7 @@ fn serves_on_chosen_ports_and_drains_on_sigterm() {
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut http_addr = None;
+    let mut admin_addr = None;
     for line in lines.by_ref() {
         let line = line.unwrap();
         let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
@@ -56,12 +59,44 @@ fn serves_on_chosen_ports_and_drains_on_sigterm() {
                 "{line}"
             );
             http_addr = Some(addr.to_string());
+            admin_addr = v
+                .get("admin_addr")
+                .and_then(|a| a.as_str())
+                .map(str::to_string);
             break;
         }
     }
     let addr = http_addr.expect("the chosen ports are logged");
     assert!(!addr.ends_with(":0"));
     assert!(http_get(&addr, "/v2/health/ready").starts_with("HTTP/1.1 200"));
+
+    // The admin status says what is live, per extension.
+    let admin = http_get(&admin_addr.expect("the admin port is logged"), "/status");
+    let body = admin.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let status: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(status["backend"]["kind"], "builtin");
+    assert_eq!(status["ready"], true);
+    let state_of = |name: &str| {
+        status["extensions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .map(|e| e["state"].clone())
+    };
+    assert_eq!(
+        state_of("classification"),
+        Some(serde_json::json!("Active"))
+    );
+    assert_eq!(
+        state_of("system_shared_memory"),
+        Some(serde_json::json!("Disabled"))
+    );
+    assert_eq!(
+        state_of("cuda_shared_memory"),
+        Some(serde_json::json!("Unsupported"))
+    );
+    assert!(status["shm"]["present"].is_boolean());
 
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();

@@ -153,7 +153,7 @@ def _start_sidecar(tmp_dir: Path) -> Server:
         str(binary),
         "--http-port", "0",
         "--grpc-port", "0",
-        "--metrics-port", "0",
+        "--metrics-port", "0", "--admin-port", "0",
         "--log-format", "json",
         "--allow-client-shm",  # client shared memory is opt-in (TRITON.md §0.7)
     ]

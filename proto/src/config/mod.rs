@@ -35,6 +35,8 @@ pub struct ServerSettings {
     pub http_port: u16,
     pub grpc_port: u16,
     pub metrics_port: u16,
+    /// Admin status endpoint (for the operator, not clients).
+    pub admin_port: u16,
     /// `error`, `warn`, `info`, `debug` or `trace`.
     pub log_level: String,
     /// `text` or `json`.
@@ -53,6 +55,7 @@ impl Default for ServerSettings {
             http_port: 8000,
             grpc_port: 8001,
             metrics_port: 8002,
+            admin_port: 8003,
             log_level: "info".to_string(),
             log_format: "text".to_string(),
             shutdown_grace_seconds: 30,

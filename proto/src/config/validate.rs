@@ -54,6 +54,7 @@ impl SidecarConfig {
             ("server.http_port", s.http_port),
             ("server.grpc_port", s.grpc_port),
             ("server.metrics_port", s.metrics_port),
+            ("server.admin_port", s.admin_port),
         ];
         for (i, (name, port)) in ports.iter().enumerate() {
             if *port != 0 && ports[..i].iter().any(|(_, p)| p == port) {

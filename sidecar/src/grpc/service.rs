@@ -140,7 +140,7 @@ impl GrpcInferenceService for Inference {
         Ok(Response::new(ServerMetadataResponse {
             name: s.name.clone(),
             version: s.version.clone(),
-            extensions: s.extensions.clone(),
+            extensions: self.state.extensions(),
         }))
     }
 

@@ -130,7 +130,7 @@ fn empty(status: StatusCode) -> Response {
 
 async fn server_metadata(State(st): State<SharedState>) -> Response {
     json_ok(
-        &json!({"name": st.server.name, "version": st.server.version, "extensions": st.server.extensions}),
+        &json!({"name": st.server.name, "version": st.server.version, "extensions": st.extensions()}),
     )
 }
 

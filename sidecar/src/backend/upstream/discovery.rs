@@ -9,7 +9,8 @@ use infergate_proto::DataType;
 use infergate_proto::config::{UpstreamConfig, UpstreamModel as ModelSettings};
 use infergate_proto::inference::{
     ModelConfig, ModelConfigRequest, ModelInput, ModelMetadataRequest, ModelOutput,
-    RepositoryIndexRequest, ServerReadyRequest, model_metadata_response::TensorMetadata,
+    RepositoryIndexRequest, ServerMetadataRequest, ServerReadyRequest,
+    model_metadata_response::TensorMetadata,
 };
 use parking_lot::RwLock;
 
@@ -18,7 +19,7 @@ use crate::core::classify::parse_labels;
 use crate::core::model::{Model, normalize_config};
 use crate::core::repository::ModelLoader;
 use crate::error::{Error, Result};
-use crate::state::SharedState;
+use crate::state::{SharedState, UpstreamInfo};
 
 /// The repository's loader for upstream models: they are managed in the model container.
 #[derive(Default)]
@@ -45,6 +46,7 @@ pub async fn run_discovery(
     upstream: Arc<Upstream>,
     config: UpstreamConfig,
     loader: Arc<UpstreamLoader>,
+    info: Arc<RwLock<UpstreamInfo>>,
 ) {
     let interval = Duration::from_secs(config.probe_interval_seconds.max(1));
     loop {
@@ -52,6 +54,8 @@ pub async fn run_discovery(
             Ok(models) => {
                 let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
                 tracing::info!(upstream = %upstream.url, models = ?names, "upstream models discovered");
+                record_identity(&upstream, &info).await;
+                info.write().models = names.clone();
                 *loader.names.write() = names;
                 state.repository.install(models);
                 state.health.set_ready(true);
@@ -76,7 +80,21 @@ pub async fn run_discovery(
             tracing::warn!(upstream = %upstream.url, ready, "upstream readiness changed");
             was_ready = ready;
         }
+        info.write().reachable = ready;
         state.health.set_ready(ready);
+    }
+}
+
+/// Server metadata of the upstream, for the admin status.
+async fn record_identity(upstream: &Upstream, info: &RwLock<UpstreamInfo>) {
+    let mut client = upstream.client();
+    if let Ok(meta) = client.server_metadata(ServerMetadataRequest {}).await {
+        let meta = meta.into_inner();
+        let mut info = info.write();
+        info.reachable = true;
+        info.name = meta.name;
+        info.version = meta.version;
+        info.extensions = meta.extensions;
     }
 }
 

@@ -1,0 +1,142 @@
+//! The admin status endpoint, on its own port and not in the client Service: what this sidecar
+//! really offers, per extension, and the facts behind it. The operator reads it to write an
+//! `InferenceService`'s status.
+//!
+//! `GET /status` → `{"server", "ready", "backend", "extensions": [{name, state, implementation,
+//! reason}], "shm", "gpu"}`; states are `Active`, `Degraded`, `Unsupported` and `Disabled`.
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::get;
+use serde_json::{Value as J, json};
+
+use crate::http::json_ok;
+use crate::state::SharedState;
+
+pub fn router(state: SharedState) -> Router {
+    Router::new()
+        .route("/status", get(status))
+        .with_state(state)
+}
+
+async fn status(State(st): State<SharedState>) -> Response {
+    json_ok(&report(&st))
+}
+
+fn extension(name: &str, state: &str, implementation: &str, reason: &str) -> J {
+    json!({"name": name, "state": state, "implementation": implementation, "reason": reason})
+}
+
+/// The whole status document.
+pub fn report(st: &SharedState) -> J {
+    let upstream = st.upstream.as_ref().map(|h| h.info.read().clone());
+    let upstream_has = |ext: &str| {
+        upstream
+            .as_ref()
+            .is_some_and(|u| u.extensions.iter().any(|e| e == ext))
+    };
+    let mut extensions = vec![
+        extension("binary_tensor_data", "Active", "sidecar", ""),
+        extension("classification", "Active", "sidecar", ""),
+        extension("model_configuration", "Active", "sidecar", ""),
+        extension("statistics", "Active", "sidecar", ""),
+        extension("parameters", "Active", "sidecar", ""),
+        extension("logging", "Active", "sidecar", ""),
+    ];
+    extensions.push(match &upstream {
+        None => extension("sequence", "Active", "sidecar", ""),
+        Some(_) if upstream_has("sequence") => {
+            extension("sequence", "Active", "upstream", "sequence parameters are forwarded to the upstream's sequence batcher")
+        }
+        Some(_) => extension(
+            "sequence",
+            "Unsupported",
+            "sidecar",
+            "the upstream has no sequence batcher and sequence emulation for upstream models is not built yet",
+        ),
+    });
+    extensions.push(match &upstream {
+        None => extension("model_repository", "Active", "sidecar", ""),
+        Some(_) => extension(
+            "model_repository",
+            "Degraded",
+            "sidecar",
+            "index only: load and unload are done in the model container",
+        ),
+    });
+    extensions.push(if st.shm.allowed() {
+        extension("system_shared_memory", "Active", "sidecar", "")
+    } else {
+        extension(
+            "system_shared_memory",
+            "Disabled",
+            "sidecar",
+            "client shared memory is off; start with --allow-client-shm",
+        )
+    });
+    extensions.push(extension(
+        "cuda_shared_memory",
+        "Unsupported",
+        "sidecar",
+        "CUDA shared memory is not built into this sidecar yet",
+    ));
+    json!({
+        "server": {"name": st.server.name, "version": st.server.version},
+        "ready": st.health.is_ready(),
+        "backend": match &upstream {
+            None => json!({"kind": "builtin"}),
+            Some(u) => json!({
+                "kind": "upstream",
+                "url": u.url,
+                "reachable": u.reachable,
+                "server": {"name": u.name, "version": u.version},
+                "extensions": u.extensions,
+                "models": u.models,
+            }),
+        },
+        "extensions": extensions,
+        "shm": dev_shm(),
+        "gpu": gpu(),
+    })
+}
+
+/// `/dev/shm`: whether it exists, its size and free space (a Memory emptyDir in Kubernetes).
+fn dev_shm() -> J {
+    match nix::sys::statvfs::statvfs("/dev/shm") {
+        Ok(s) => {
+            let block = s.fragment_size();
+            json!({
+                "path": "/dev/shm",
+                "present": true,
+                "size_bytes": s.blocks().saturating_mul(block),
+                "free_bytes": s.blocks_available().saturating_mul(block),
+                // Whether the model container sees the same /dev/shm is only known once a staging
+                // region is registered with it; the staging pool is not built yet.
+                "shared_with_upstream": J::Null,
+            })
+        }
+        Err(e) => json!({"path": "/dev/shm", "present": false, "reason": e.to_string()}),
+    }
+}
+
+/// NVIDIA devices visible to this container.
+fn gpu() -> J {
+    let devices: Vec<String> = std::fs::read_dir("/dev")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n.strip_prefix("nvidia").is_some_and(|rest| {
+                        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit())
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if devices.is_empty() {
+        json!({"visible": false, "devices": [], "reason": "no /dev/nvidiaN device in this container"})
+    } else {
+        json!({"visible": true, "devices": devices, "reason": ""})
+    }
+}
