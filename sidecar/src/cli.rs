@@ -86,13 +86,7 @@ impl Args {
             s.name = v.clone();
         }
         if let Some(url) = &self.upstream {
-            config.backend = BackendConfig::Upstream(UpstreamConfig {
-                url: url.clone(),
-                timeout_seconds: 60,
-                max_concurrency: 256,
-                probe_interval_seconds: 5,
-                models: Vec::new(),
-            });
+            config.backend = BackendConfig::Upstream(UpstreamConfig::new(url.clone()));
         }
         if let Some(v) = self.allow_client_shm {
             s.allow_client_shm = v;

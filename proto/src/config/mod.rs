@@ -127,6 +127,19 @@ pub struct UpstreamConfig {
     pub models: Vec<UpstreamModel>,
 }
 
+impl UpstreamConfig {
+    /// An upstream at `url` with every other setting at its default.
+    pub fn new(url: impl Into<String>) -> Self {
+        UpstreamConfig {
+            url: url.into(),
+            timeout_seconds: default_upstream_timeout(),
+            max_concurrency: default_upstream_concurrency(),
+            probe_interval_seconds: default_probe_interval(),
+            models: Vec::new(),
+        }
+    }
+}
+
 fn default_upstream_timeout() -> u64 {
     60
 }
