@@ -26,3 +26,6 @@ venv="${INFERGATE_VENV:-$PWD/.venv}"
 
 step "conformance suite against the sidecar"
 "$venv/bin/python" -m pytest tests/conformance -q -p no:cacheprovider
+
+step "conformance suite through the sidecar in front of a real Triton (upstream backend)"
+tests/upstream/run-triton.sh

@@ -164,13 +164,21 @@ pub fn normalize_config(config: &mut ModelConfig) {
         infergate_proto::inference::model_optimization_policy::PinnedMemoryBuffer { enable: true },
     );
     if config.instance_group.is_empty() {
-        config
-            .instance_group
-            .push(infergate_proto::inference::ModelInstanceGroup {
-                name: config.name.clone(),
-                kind: infergate_proto::inference::model_instance_group::Kind::Cpu as i32,
-                count: 1,
-                ..Default::default()
-            });
+        config.instance_group.push(infergate_proto::inference::ModelInstanceGroup {
+            name: config.name.clone(),
+            kind: infergate_proto::inference::model_instance_group::Kind::Cpu as i32,
+            count: 1,
+            ..Default::default()
+        });
+    }
+    // Unnamed groups are named `<model>_<index>`, as Triton names them.
+    let model = config.name.clone();
+    for (index, group) in config.instance_group.iter_mut().enumerate() {
+        if group.name.is_empty() {
+            group.name = format!("{model}_{index}");
+        }
+        if group.count == 0 {
+            group.count = 1;
+        }
     }
 }

@@ -1,0 +1,331 @@
+#!/usr/bin/env bash
+# Run the conformance suite (tests/conformance) through the sidecar in front of a
+# real NVIDIA Triton Inference Server (2.51, from the nvidia-pytriton wheel, CPU only)
+# serving this project's model repository (tests/upstream/make_triton_repo.py).
+#
+#   client (tritonclient, perf_analyzer) -> infergate-sidecar -> V2 gRPC -> tritonserver
+#
+# Idempotent: installs what is missing, then starts both servers on free loopback
+# ports in a fresh temporary directory, runs pytest in mode B against the sidecar
+# with INFERGATE_BACKEND=upstream-triton, stops both servers and exits with pytest's
+# exit status. Extra arguments go to pytest (e.g. -k sequence, -x, -m "not perf_analyzer").
+#
+# Usage (from anywhere):  tests/upstream/run-triton.sh [pytest args...]
+#
+# Environment (all optional):
+#   INFERGATE_TRITON_VENV    venv with nvidia-pytriton==0.7.0 (default: <repo>/.venv-triton)
+#   INFERGATE_TRITON_PYTHON  interpreter for that venv (default: python3.11, else python3;
+#                            3.8..3.13, the versions the wheel has python backend stubs for)
+#   INFERGATE_VENV           the conformance venv (default: <repo>/.venv, made by
+#                            tests/tools/setup-python.sh when missing)
+#   INFERGATE_SIDECAR_BIN    sidecar binary (default: target/debug/infergate-sidecar,
+#                            built with cargo when missing)
+#   INFERGATE_UPSTREAM_KEEP=1  keep the temporary directory (repository, configs, logs);
+#                            it is always kept when pytest fails
+#   INFERGATE_READY_TIMEOUT  seconds to wait for each server to be ready (180)
+#   PIP_FLAGS                extra flags for pip install
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$REPO_ROOT"
+
+PYTRITON_VERSION="0.7.0" # ships tritonserver 2.51.0 with the python backend
+TRITON_VENV="${INFERGATE_TRITON_VENV:-$PWD/.venv-triton}"
+TEST_VENV="${INFERGATE_VENV:-$PWD/.venv}"
+SIDECAR_BIN="${INFERGATE_SIDECAR_BIN:-$PWD/target/debug/infergate-sidecar}"
+READY_TIMEOUT="${INFERGATE_READY_TIMEOUT:-180}"
+PIP_FLAGS="${PIP_FLAGS:-}"
+
+log() { printf '[run-triton] %s\n' "$*" >&2; }
+
+# ------------------------------------------------------------------ install
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  command -v apt-get >/dev/null 2>&1 || { log "apt-get not found; install ${missing[*]} by hand"; return 1; }
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { log "need root (or sudo) to apt-get install ${missing[*]}"; return 1; }
+    sudo="sudo"
+  fi
+  log "apt-get install ${missing[*]}"
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+dist_version() { # venv, distribution
+  "$1/bin/python" - "$2" <<'PY' 2>/dev/null || true
+import sys
+from importlib import metadata
+try:
+    print(metadata.version(sys.argv[1]))
+except metadata.PackageNotFoundError:
+    pass
+PY
+}
+
+default_python() {
+  if command -v python3.11 >/dev/null 2>&1; then echo python3.11; else echo python3; fi
+}
+
+# Debian's interpreters need python3-venv (ensurepip) to create venvs.
+ensure_venv_support() {
+  command -v "$1" >/dev/null 2>&1 || { log "no Python interpreter '$1'"; exit 1; }
+  "$1" -c 'import ensurepip' >/dev/null 2>&1 || apt_install python3-venv
+}
+
+# The conformance venv (tritonclient, pytest, perf_analyzer); idempotent.
+if [ ! -x "$TEST_VENV/bin/python" ]; then
+  ensure_venv_support "${INFERGATE_PYTHON:-$(default_python)}"
+fi
+INFERGATE_VENV="$TEST_VENV" tests/tools/setup-python.sh >&2
+
+# The Triton venv.
+if [ ! -x "$TRITON_VENV/bin/python" ]; then
+  PY="${INFERGATE_TRITON_PYTHON:-$(default_python)}"
+  ensure_venv_support "$PY"
+  log "creating venv $TRITON_VENV with $PY"
+  "$PY" -m venv "$TRITON_VENV"
+fi
+TPY="$TRITON_VENV/bin/python"
+if [ "$(dist_version "$TRITON_VENV" nvidia-pytriton)" != "$PYTRITON_VERSION" ] ||
+   [ -z "$(dist_version "$TRITON_VENV" numpy)" ]; then
+  log "pip install nvidia-pytriton==$PYTRITON_VERSION into $TRITON_VENV (about 1 minute)"
+  # shellcheck disable=SC2086
+  "$TPY" -m pip install -q --disable-pip-version-check $PIP_FLAGS "nvidia-pytriton==$PYTRITON_VERSION"
+fi
+
+SITE_PACKAGES="$("$TPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+TRITON_HOME="$SITE_PACKAGES/pytriton/tritonserver"
+TRITON_BIN="$TRITON_HOME/bin/tritonserver"
+TRITON_LIBS="$SITE_PACKAGES/nvidia_pytriton.libs"
+PY_VER="$("$TPY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+PY_LIBDIR="$("$TPY" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')"
+[ -x "$TRITON_BIN" ] || chmod +x "$TRITON_BIN"
+
+# The python backend runs its stub from next to libtriton_python.so; the wheel keeps one
+# stub per Python version aside (PyTriton copies the right one into its workspace).
+STUB_SRC="$TRITON_HOME/python_backend_stubs/$PY_VER/triton_python_backend_stub"
+STUB_DST="$TRITON_HOME/backends/python/triton_python_backend_stub"
+[ -f "$STUB_SRC" ] || { log "the wheel has no python backend stub for Python $PY_VER (use 3.8..3.13: INFERGATE_TRITON_PYTHON)"; exit 1; }
+if ! cmp -s "$STUB_SRC" "$STUB_DST"; then
+  cp "$STUB_SRC" "$STUB_DST.tmp"
+  chmod +x "$STUB_DST.tmp"
+  mv -f "$STUB_DST.tmp" "$STUB_DST"
+fi
+
+# The stub embeds libpython of the venv's interpreter: its LIBDIR (pyenv, python.org
+# builds) or Debian's libpython3.X package.
+LD_PATH="$TRITON_LIBS"
+if [ -n "$PY_LIBDIR" ] && [ -e "$PY_LIBDIR/libpython$PY_VER.so.1.0" ]; then
+  LD_PATH="$PY_LIBDIR:$LD_PATH"
+fi
+LD_PATH="$LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if command -v ldd >/dev/null 2>&1 &&
+   LD_LIBRARY_PATH="$LD_PATH" ldd "$STUB_DST" 2>/dev/null | grep -q "libpython$PY_VER.*not found"; then
+  apt_install "libpython$PY_VER"
+fi
+
+# The sidecar.
+if [ ! -x "$SIDECAR_BIN" ]; then
+  if [ -z "${INFERGATE_SIDECAR_BIN:-}" ] && command -v cargo >/dev/null 2>&1; then
+    log "building the sidecar (cargo build -p infergate-sidecar)"
+    cargo build -q -p infergate-sidecar
+  else
+    log "sidecar binary not found at $SIDECAR_BIN (build it: cargo build -p infergate-sidecar)"
+    exit 1
+  fi
+fi
+
+# ------------------------------------------------------------------ run
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/infergate-upstream.XXXXXX")"
+TRITON_PID=""
+SIDECAR_PID=""
+RC=1
+
+stop_pid() { # pid, grace seconds
+  local pid="$1" grace="$2" i=0
+  [ -n "$pid" ] || return 0
+  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+  kill -TERM "$pid" 2>/dev/null || true
+  while kill -0 "$pid" 2>/dev/null && [ "$i" -lt $((grace * 10)) ]; do sleep 0.1; i=$((i + 1)); done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "pid $pid still running after ${grace}s; SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+  trap - EXIT INT TERM
+  stop_pid "$SIDECAR_PID" 15
+  stop_pid "$TRITON_PID" 30
+  if [ "$RC" -eq 0 ] && [ "${INFERGATE_UPSTREAM_KEEP:-0}" != "1" ]; then
+    rm -rf "$WORK"
+  else
+    log "kept $WORK (repository, sidecar.yaml, triton.log, sidecar.log)"
+  fi
+  exit "$RC"
+}
+trap cleanup EXIT
+trap 'RC=130; exit' INT
+trap 'RC=143; exit' TERM
+
+fail() {
+  log "$1"
+  if [ -n "${2:-}" ] && [ -f "$2" ]; then
+    log "last lines of $2:"
+    tail -n 40 "$2" >&2
+  fi
+  RC=4
+  exit
+}
+
+# Free loopback ports, chosen by the kernel (bound together so they differ).
+read -r TRITON_HTTP_PORT TRITON_GRPC_PORT < <("$TPY" - <<'PY'
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))
+for s in socks:
+    s.close()
+PY
+)
+
+REPO="$WORK/models"
+"$TPY" tests/upstream/make_triton_repo.py "$REPO"
+
+# Triton: PATH must start with the venv's bin (the stub's embedded interpreter finds its
+# prefix, and numpy, through the first python3 on PATH).
+log "starting tritonserver (http 127.0.0.1:$TRITON_HTTP_PORT, grpc 127.0.0.1:$TRITON_GRPC_PORT)"
+(
+  cd "$WORK"
+  exec env PATH="$TRITON_VENV/bin:$PATH" LD_LIBRARY_PATH="$LD_PATH" \
+    "$TRITON_BIN" \
+    --model-repository="$REPO" \
+    --backend-directory="$TRITON_HOME/backends" \
+    --cache-directory="$TRITON_HOME/caches" \
+    --http-address=127.0.0.1 --http-port="$TRITON_HTTP_PORT" \
+    --grpc-address=127.0.0.1 --grpc-port="$TRITON_GRPC_PORT" \
+    --allow-metrics=false --allow-gpu-metrics=false \
+    --pinned-memory-pool-byte-size=0 \
+    --exit-timeout-secs=5
+) >"$WORK/triton.log" 2>&1 </dev/null &
+TRITON_PID=$!
+
+# wait_ready URL PID SECONDS: 0 when URL answers 200, 2 when PID exited, 1 on timeout.
+wait_ready() {
+  "$TPY" - "$1" "$2" "$3" <<'PY'
+import os, sys, time, urllib.request
+url, pid, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+deadline = time.monotonic() + limit
+while time.monotonic() < deadline:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        sys.exit(2)
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.2)
+sys.exit(1)
+PY
+}
+
+started=$SECONDS
+wait_ready "http://127.0.0.1:$TRITON_HTTP_PORT/v2/health/ready" "$TRITON_PID" "$READY_TIMEOUT" ||
+  fail "tritonserver did not become ready" "$WORK/triton.log"
+log "tritonserver ready after $((SECONDS - started)) s"
+
+# Sidecar configuration: every model of the repository, the classifier with its labels
+# (the sidecar classifies; it needs the label file by output name).
+"$TPY" - "$REPO" "$TRITON_GRPC_PORT" >"$WORK/sidecar.yaml" <<'PY'
+import json, os, sys
+repo, port = sys.argv[1], sys.argv[2]
+print("server: {host: 127.0.0.1, http_port: 0, grpc_port: 0, metrics_port: 0, admin_port: 0, "
+      "allow_client_shm: true, log_format: json}")
+print("backend:")
+print("  kind: upstream")
+print(f"  url: grpc://127.0.0.1:{port}")
+print("  models:")
+for name in sorted(os.listdir(repo)):
+    entry = {"name": name}
+    labels = os.path.join(repo, name, "labels.txt")
+    if os.path.exists(labels):
+        entry["labels"] = {"OUTPUT0": labels}
+    print(f"    - {json.dumps(entry)}")
+PY
+
+"$SIDECAR_BIN" --config "$WORK/sidecar.yaml" >"$WORK/sidecar.log" 2>&1 </dev/null &
+SIDECAR_PID=$!
+
+# The sidecar logs the addresses it bound (http_addr, grpc_addr, metrics_addr) as JSON.
+ADDRS="$("$TPY" - "$WORK/sidecar.log" "$SIDECAR_PID" 30 <<'PY'
+import json, os, sys, time
+path, pid, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+keys = ("http_addr", "grpc_addr", "metrics_addr")
+found = {}
+
+def walk(obj):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in keys and isinstance(v, str):
+                found.setdefault(k, v)
+            else:
+                walk(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            walk(v)
+
+def connectable(addr):
+    host, _, port = addr.rpartition(":")
+    if host in ("0.0.0.0", "[::]", "::", ""):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+deadline = time.monotonic() + limit
+while time.monotonic() < deadline and not all(k in found for k in keys):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            start = line.find("{")
+            if start >= 0:
+                try:
+                    walk(json.loads(line[start:]))
+                except ValueError:
+                    pass
+    if all(k in found for k in keys):
+        break
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        break
+    time.sleep(0.1)
+if not all(k in found for k in keys):
+    sys.exit(1)
+print(*(connectable(found[k]) for k in keys))
+PY
+)" || fail "the sidecar did not log its addresses" "$WORK/sidecar.log"
+read -r SIDECAR_HTTP SIDECAR_GRPC SIDECAR_METRICS <<<"$ADDRS"
+
+# Ready once it has discovered the upstream's models.
+wait_ready "http://$SIDECAR_HTTP/v2/health/ready" "$SIDECAR_PID" "$READY_TIMEOUT" ||
+  fail "the sidecar did not become ready" "$WORK/sidecar.log"
+log "sidecar ready: http $SIDECAR_HTTP, grpc $SIDECAR_GRPC, metrics $SIDECAR_METRICS -> triton grpc 127.0.0.1:$TRITON_GRPC_PORT"
+
+set +e
+INFERGATE_HTTP_URL="$SIDECAR_HTTP" \
+INFERGATE_GRPC_URL="$SIDECAR_GRPC" \
+INFERGATE_METRICS_URL="$SIDECAR_METRICS" \
+INFERGATE_BACKEND=upstream-triton \
+  "$TEST_VENV/bin/python" -m pytest tests/conformance -q -p no:cacheprovider "$@"
+RC=$?
+set -e
+log "pytest exited with $RC"
+exit "$RC"
