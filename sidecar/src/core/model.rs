@@ -164,12 +164,14 @@ pub fn normalize_config(config: &mut ModelConfig) {
         infergate_proto::inference::model_optimization_policy::PinnedMemoryBuffer { enable: true },
     );
     if config.instance_group.is_empty() {
-        config.instance_group.push(infergate_proto::inference::ModelInstanceGroup {
-            name: config.name.clone(),
-            kind: infergate_proto::inference::model_instance_group::Kind::Cpu as i32,
-            count: 1,
-            ..Default::default()
-        });
+        config
+            .instance_group
+            .push(infergate_proto::inference::ModelInstanceGroup {
+                name: config.name.clone(),
+                kind: infergate_proto::inference::model_instance_group::Kind::Cpu as i32,
+                count: 1,
+                ..Default::default()
+            });
     }
     // Unnamed groups are named `<model>_<index>`, as Triton names them.
     let model = config.name.clone();
