@@ -201,21 +201,24 @@ REPO="$WORK/models"
 
 # Triton: PATH must start with the venv's bin (the stub's embedded interpreter finds its
 # prefix, and numpy, through the first python3 on PATH).
-log "starting tritonserver (http 127.0.0.1:$TRITON_HTTP_PORT, grpc 127.0.0.1:$TRITON_GRPC_PORT)"
-(
-  cd "$WORK"
-  exec env PATH="$TRITON_VENV/bin:$PATH" LD_LIBRARY_PATH="$LD_PATH" \
-    "$TRITON_BIN" \
-    --model-repository="$REPO" \
-    --backend-directory="$TRITON_HOME/backends" \
-    --cache-directory="$TRITON_HOME/caches" \
-    --http-address=127.0.0.1 --http-port="$TRITON_HTTP_PORT" \
-    --grpc-address=127.0.0.1 --grpc-port="$TRITON_GRPC_PORT" \
-    --allow-metrics=false --allow-gpu-metrics=false \
-    --pinned-memory-pool-byte-size=0 \
-    --exit-timeout-secs=5
-) >"$WORK/triton.log" 2>&1 </dev/null &
-TRITON_PID=$!
+start_triton() {
+  log "starting tritonserver (http 127.0.0.1:$TRITON_HTTP_PORT, grpc 127.0.0.1:$TRITON_GRPC_PORT)"
+  (
+    cd "$WORK"
+    exec env PATH="$TRITON_VENV/bin:$PATH" LD_LIBRARY_PATH="$LD_PATH" \
+      "$TRITON_BIN" \
+      --model-repository="$REPO" \
+      --backend-directory="$TRITON_HOME/backends" \
+      --cache-directory="$TRITON_HOME/caches" \
+      --http-address=127.0.0.1 --http-port="$TRITON_HTTP_PORT" \
+      --grpc-address=127.0.0.1 --grpc-port="$TRITON_GRPC_PORT" \
+      --allow-metrics=false --allow-gpu-metrics=false \
+      --pinned-memory-pool-byte-size=0 \
+      --exit-timeout-secs=5
+  ) >>"$WORK/triton.log" 2>&1 </dev/null &
+  TRITON_PID=$!
+}
+start_triton
 
 # wait_ready URL PID SECONDS: 0 when URL answers 200, 2 when PID exited, 1 on timeout.
 wait_ready() {
@@ -254,6 +257,7 @@ print("server: {host: 127.0.0.1, http_port: 0, grpc_port: 0, metrics_port: 0, ad
 print("backend:")
 print("  kind: upstream")
 print(f"  url: grpc://127.0.0.1:{port}")
+print("  probe_interval_seconds: 1")
 print("  models:")
 for name in sorted(os.listdir(repo)):
     entry = {"name": name}
@@ -328,4 +332,25 @@ INFERGATE_BACKEND=upstream-triton \
 RC=$?
 set -e
 log "pytest exited with $RC"
+[ "$RC" -eq 0 ] || exit "$RC"
+
+# The upstream dies and comes back while the sidecar keeps running: clients get clear
+# UNAVAILABLE errors and readiness turns false, then service resumes without a sidecar restart.
+# (Skipped when pytest arguments narrowed the run.)
+if [ "$#" -eq 0 ]; then
+  check() { "$TEST_VENV/bin/python" tests/upstream/restart_check.py "$1" "$SIDECAR_HTTP" "$SIDECAR_GRPC"; }
+  set +e
+  check serving && {
+    log "stopping tritonserver"
+    stop_pid "$TRITON_PID" 30
+    check outage
+  } && {
+    start_triton
+    wait_ready "http://127.0.0.1:$TRITON_HTTP_PORT/v2/health/ready" "$TRITON_PID" "$READY_TIMEOUT" &&
+      check resumed
+  }
+  RC=$?
+  set -e
+  log "upstream restart check exited with $RC"
+fi
 exit "$RC"
