@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, Rust unit and integration tests, then the black-box
-# conformance suite (real tritonclient and perf_analyzer) against the built sidecar binary.
+# conformance suite (real tritonclient and perf_analyzer) against the built sidecar binary, and
+# the operator's rendered manifests against Kubernetes' schemas.
 # Installs what it needs (Python venv with tritonclient, perf_analyzer, Debian's libb64).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,3 +30,7 @@ step "conformance suite against the sidecar"
 
 step "conformance suite through the sidecar in front of a real Triton (upstream backend)"
 tests/upstream/run-triton.sh
+
+step "operator manifests against Kubernetes' schemas (kubernetes-validate, 1.29 and newest)"
+cargo build --locked -p infergate-operator
+tests/manifests/validate.sh

@@ -1,0 +1,22 @@
+//! The Infergate operator: the `InferenceService` custom resource and the pure functions that turn
+//! one into the Kubernetes objects that run it (the sidecar's ConfigMap, a Deployment, a Service and
+//! a PodDisruptionBudget). No I/O lives here; `main.rs` reads files and prints.
+//!
+//! - [`crd`]: the resource's types; the CRD is generated from them.
+//! - [`admission`]: what the API server checks before storing a resource (defaults, schema, CEL
+//!   rules), done offline.
+//! - [`validate`]: what neither the schema nor CEL can check (free-form containers and volumes).
+//! - [`render`]: the desired children of a resource.
+//! - [`input`]: manifest files to admitted resources.
+//! - [`reference`]: the field reference of `docs/operator.md`, generated from the schema.
+//! - [`yaml`]: the only module that reads or writes YAML.
+
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod crd;
+pub mod input;
+pub mod reference;
+pub mod render;
+pub mod validate;
+pub mod yaml;

@@ -1,0 +1,369 @@
+//! The Deployment: the model server and the sidecar in one pod.
+//!
+//! Pod layout:
+//!
+//! - **Sidecar** (`infergate`): by default a native sidecar, i.e. an init container with
+//!   `restartPolicy: Always`. The kubelet starts it before the model server, starts the model
+//!   server once the sidecar's startup probe passes, and stops it after the model server, so
+//!   requests that arrive during start-up or shutdown get a protocol error instead of a refused
+//!   connection. `sidecar.mode: Regular` makes it an ordinary container instead.
+//! - **Model server** (`model`): the user's container, with its gRPC port declared and probed.
+//! - **Extra containers** from `pod.containers`, appended as written.
+//!
+//! Probes, and why they never make the sidecar wait for the model server:
+//!
+//! - The sidecar's **startup** and **liveness** probes are `GET /v2/health/live` on its own HTTP
+//!   port. That route answers 200 as soon as the sidecar serves, whatever the model server does.
+//!   This matters for the native sidecar: the kubelet does not start the next container (the
+//!   model server) until the sidecar's startup probe passes, so a startup probe that waited for
+//!   the model would deadlock the pod.
+//! - The sidecar's **readiness** probe is `GET /v2/health/ready`, which turns 200 once the sidecar
+//!   has discovered the model server's models and the model server reports ready. Readiness does
+//!   not gate the start of other containers; it only decides whether the pod receives traffic, so
+//!   the model's load time is covered by it without blocking anything.
+//! - The model server gets TCP **startup** and **liveness** probes on its gRPC port: the startup
+//!   probe's budget (`model.probes`) is the time the model may take to load, and the liveness
+//!   probe restarts a model server that stopped listening. It has no readiness probe of its own:
+//!   the sidecar's readiness already follows it.
+//!
+//! Shared memory: when `extensions.systemSharedMemory` is enabled, one memory-backed emptyDir of
+//! the requested size is mounted at `/dev/shm` in *every* container of the pod. A container
+//! without that mount would see the runtime's private 64 MiB `/dev/shm` instead and could not
+//! share regions. CUDA shared memory (`extensions.cudaSharedMemory`) sets
+//! `shareProcessNamespace: true`: CUDA IPC needs the exporting and importing processes to have
+//! different PIDs, which separate PID namespaces do not guarantee.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecurityContext, SleepAction, TCPSocketAction, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use super::config::{CONFIG_DIR, CONFIG_FILE, config_map_name, labels_dir};
+use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, selector_labels};
+use crate::crd::{InferenceService, SidecarMode};
+
+/// Name of the sidecar container.
+pub const SIDECAR_CONTAINER: &str = "infergate";
+/// Name of the model server container.
+pub const MODEL_CONTAINER: &str = "model";
+/// Name of the `/dev/shm` volume.
+pub const SHM_VOLUME: &str = "infergate-shm";
+/// Name of the volume holding the sidecar's configuration.
+pub const CONFIG_VOLUME: &str = "infergate-config";
+/// Prefix of the volumes holding label files (`infergate-labels-<index of the model>`).
+pub const LABELS_VOLUME_PREFIX: &str = "infergate-labels-";
+/// Prefix reserved for the operator's volumes.
+pub const RESERVED_VOLUME_PREFIX: &str = "infergate-";
+/// Name of the model server's gRPC port on its container.
+pub const UPSTREAM_PORT_NAME: &str = "upstream-grpc";
+
+/// The Deployment `<name>`.
+pub(super) fn deployment(
+    isvc: &InferenceService,
+    settings: &OperatorSettings,
+    owner: &OwnerReference,
+    config_hash: &str,
+) -> Deployment {
+    let spec = &isvc.spec;
+    let sidecar = sidecar_container(isvc, settings);
+    let mut init_containers = Vec::new();
+    let mut containers = vec![model_container(isvc, settings)];
+    match spec.sidecar.mode {
+        SidecarMode::Native => init_containers.push(sidecar),
+        SidecarMode::Regular => containers.push(sidecar),
+    }
+    for extra in &spec.pod.containers {
+        let mut extra = extra.clone();
+        if spec.extensions.system_shared_memory.enabled {
+            extra
+                .volume_mounts
+                .get_or_insert_with(Vec::new)
+                .push(shm_mount());
+        }
+        containers.push(extra);
+    }
+
+    let pod = &spec.pod;
+    let mut template_labels = pod.labels.clone();
+    template_labels.extend(labels(isvc));
+    let mut annotations = pod.annotations.clone();
+    annotations.insert(
+        "kubectl.kubernetes.io/default-container".to_string(),
+        MODEL_CONTAINER.to_string(),
+    );
+    annotations.insert(CONFIG_HASH_ANNOTATION.to_string(), config_hash.to_string());
+
+    let pod_spec = PodSpec {
+        init_containers: (!init_containers.is_empty()).then_some(init_containers),
+        containers,
+        volumes: Some(volumes(isvc)),
+        share_process_namespace: spec.extensions.cuda_shared_memory.enabled.then_some(true),
+        node_selector: non_empty_map(&pod.node_selector),
+        tolerations: non_empty(&pod.tolerations),
+        affinity: pod.affinity.clone(),
+        priority_class_name: pod.priority_class_name.clone(),
+        runtime_class_name: pod.runtime_class_name.clone(),
+        service_account_name: pod.service_account_name.clone(),
+        image_pull_secrets: non_empty(&pod.image_pull_secrets),
+        security_context: pod.security_context.clone(),
+        termination_grace_period_seconds: Some(pod.termination_grace_period_seconds),
+        ..PodSpec::default()
+    };
+
+    Deployment {
+        metadata: child_meta(isvc, isvc.name_any(), owner),
+        spec: Some(DeploymentSpec {
+            replicas: Some(spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(isvc)),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(template_labels),
+                    annotations: Some(annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod_spec),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+fn non_empty<T: Clone>(items: &[T]) -> Option<Vec<T>> {
+    (!items.is_empty()).then(|| items.to_vec())
+}
+
+fn non_empty_map(map: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!map.is_empty()).then(|| map.clone())
+}
+
+/// The operator's volumes (configuration, `/dev/shm`, label files), then the user's.
+fn volumes(isvc: &InferenceService) -> Vec<Volume> {
+    let spec = &isvc.spec;
+    let mut volumes = vec![Volume {
+        name: CONFIG_VOLUME.to_string(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map_name(isvc),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }];
+    let shm = &spec.extensions.system_shared_memory;
+    if shm.enabled {
+        volumes.push(Volume {
+            name: SHM_VOLUME.to_string(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_string()),
+                size_limit: shm.size.clone().map(Quantity),
+            }),
+            ..Volume::default()
+        });
+    }
+    for (i, model) in spec.models.iter().enumerate() {
+        if let Some(labels) = &model.labels {
+            let mut keys: Vec<&String> = labels.outputs.values().collect();
+            keys.sort();
+            keys.dedup();
+            volumes.push(Volume {
+                name: format!("{LABELS_VOLUME_PREFIX}{i}"),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: labels.config_map.clone(),
+                    items: Some(
+                        keys.into_iter()
+                            .map(|k| KeyToPath {
+                                key: k.clone(),
+                                path: k.clone(),
+                                mode: None,
+                            })
+                            .collect(),
+                    ),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                ..Volume::default()
+            });
+        }
+    }
+    volumes.extend(spec.pod.volumes.iter().cloned());
+    volumes
+}
+
+fn shm_mount() -> VolumeMount {
+    VolumeMount {
+        name: SHM_VOLUME.to_string(),
+        mount_path: "/dev/shm".to_string(),
+        ..VolumeMount::default()
+    }
+}
+
+fn tcp_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_string()),
+        container_port: port,
+        protocol: Some("TCP".to_string()),
+        ..ContainerPort::default()
+    }
+}
+
+fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::String("http".to_string()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    }
+}
+
+/// A preStop hook that sleeps, where the cluster has the sleep action.
+fn pre_stop_sleep(settings: &OperatorSettings, seconds: i64) -> Option<Lifecycle> {
+    (seconds > 0 && settings.kubernetes_version.has_sleep_action()).then(|| Lifecycle {
+        pre_stop: Some(LifecycleHandler {
+            sleep: Some(SleepAction { seconds }),
+            ..LifecycleHandler::default()
+        }),
+        ..Lifecycle::default()
+    })
+}
+
+/// The sidecar container.
+fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Container {
+    let spec = &isvc.spec;
+    let side = &spec.sidecar;
+    let mut mounts = vec![VolumeMount {
+        name: CONFIG_VOLUME.to_string(),
+        mount_path: CONFIG_DIR.to_string(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    }];
+    if spec.extensions.system_shared_memory.enabled {
+        mounts.push(shm_mount());
+    }
+    for (i, model) in spec.models.iter().enumerate() {
+        if model.labels.is_some() {
+            mounts.push(VolumeMount {
+                name: format!("{LABELS_VOLUME_PREFIX}{i}"),
+                mount_path: labels_dir(&model.name),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+        }
+    }
+    let resources = side
+        .resources
+        .clone()
+        .unwrap_or_else(|| ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("100m".to_string())),
+                ("memory".to_string(), Quantity("128Mi".to_string())),
+            ])),
+            ..ResourceRequirements::default()
+        });
+    Container {
+        name: SIDECAR_CONTAINER.to_string(),
+        image: Some(
+            side.image
+                .clone()
+                .unwrap_or_else(|| settings.sidecar_image.clone()),
+        ),
+        image_pull_policy: side.image_pull_policy.map(|p| p.as_str().to_string()),
+        args: Some(vec!["--config".to_string(), CONFIG_FILE.to_string()]),
+        ports: Some(vec![
+            tcp_port("http", side.ports.http),
+            tcp_port("grpc", side.ports.grpc),
+            tcp_port("metrics", side.ports.metrics),
+            tcp_port("admin", side.ports.admin),
+        ]),
+        // A native sidecar is an init container that keeps running.
+        restart_policy: (side.mode == SidecarMode::Native).then(|| "Always".to_string()),
+        // Only the sidecar's own liveness: passes as soon as it serves (see the module docs).
+        startup_probe: Some(http_probe("/v2/health/live", 1, 30)),
+        liveness_probe: Some(http_probe("/v2/health/live", 10, 3)),
+        // Follows the model server: no traffic until its models are discovered and it is ready.
+        readiness_probe: Some(http_probe("/v2/health/ready", 5, 2)),
+        // A native sidecar is stopped after the model server and needs no delay of its own; a
+        // regular one gets the model's delay so both keep serving while endpoints drain.
+        lifecycle: match side.mode {
+            SidecarMode::Native => None,
+            SidecarMode::Regular => pre_stop_sleep(settings, spec.model.pre_stop_sleep_seconds),
+        },
+        resources: Some(resources),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(side.run_as_user),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_string()]),
+                ..Capabilities::default()
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_string(),
+                ..SeccompProfile::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(mounts),
+        ..Container::default()
+    }
+}
+
+/// The model server container.
+fn model_container(isvc: &InferenceService, settings: &OperatorSettings) -> Container {
+    let spec = &isvc.spec;
+    let m = &spec.model;
+    let mut ports = vec![tcp_port(UPSTREAM_PORT_NAME, spec.upstream.grpc_port)];
+    ports.extend(m.ports.iter().cloned());
+    let mut mounts = m.volume_mounts.clone();
+    if spec.extensions.system_shared_memory.enabled {
+        mounts.push(shm_mount());
+    }
+    let tcp_probe = |failures: i32| Probe {
+        tcp_socket: Some(TCPSocketAction {
+            port: IntOrString::String(UPSTREAM_PORT_NAME.to_string()),
+            ..TCPSocketAction::default()
+        }),
+        period_seconds: Some(m.probes.period_seconds),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    };
+    Container {
+        name: MODEL_CONTAINER.to_string(),
+        image: Some(m.image.clone()),
+        image_pull_policy: m.image_pull_policy.map(|p| p.as_str().to_string()),
+        command: non_empty(&m.command),
+        args: non_empty(&m.args),
+        env: non_empty(&m.env),
+        env_from: non_empty(&m.env_from),
+        resources: m.resources.clone(),
+        ports: Some(ports),
+        volume_mounts: non_empty(&mounts),
+        security_context: m.security_context.clone(),
+        startup_probe: m
+            .probes
+            .enabled
+            .then(|| tcp_probe(m.probes.startup_failure_threshold)),
+        liveness_probe: m
+            .probes
+            .enabled
+            .then(|| tcp_probe(m.probes.liveness_failure_threshold)),
+        lifecycle: pre_stop_sleep(settings, m.pre_stop_sleep_seconds),
+        ..Container::default()
+    }
+}

@@ -1,0 +1,333 @@
+//! Desired state: pure functions from an [`InferenceService`] (plus the operator's settings) to the
+//! objects that run it. No I/O and no clock: the same input always gives the same objects, so the
+//! controller can apply them idempotently and tests can check them directly.
+//!
+//! | object | name | when |
+//! |---|---|---|
+//! | ConfigMap (the sidecar's configuration) | `<name>-sidecar` | always |
+//! | Deployment (model container + sidecar) | `<name>` | always |
+//! | Service (the sidecar's HTTP and gRPC ports only) | `<name>` | always |
+//! | PodDisruptionBudget (`maxUnavailable: 1`) | `<name>` | `replicas >= 2` |
+//!
+//! Every object carries the owner reference of the InferenceService (controller, blocking owner
+//! deletion) and the labels of [`labels`]; selectors use only [`selector_labels`], which never
+//! change for the life of the resource.
+
+mod config;
+mod deployment;
+mod service;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+
+use crate::crd::{InferenceService, ServiceUrls};
+use crate::validate;
+
+pub use config::{CONFIG_FILE, CONFIG_KEY, LABELS_DIR, sidecar_config};
+pub use deployment::{
+    MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME,
+};
+
+/// `app.kubernetes.io/name` of every object.
+pub const APP_NAME: &str = "infergate";
+/// `app.kubernetes.io/managed-by` of every object.
+pub const MANAGER: &str = "infergate-operator";
+/// Pod-template annotation holding a hash of the sidecar's configuration, so that a change of
+/// configuration rolls the pods.
+pub const CONFIG_HASH_ANNOTATION: &str = "infergate.dev/config-hash";
+
+/// Image of the sidecar when neither the resource nor the operator names one.
+pub const DEFAULT_SIDECAR_IMAGE: &str = concat!(
+    "ghcr.io/infergate/infergate-sidecar:",
+    env!("CARGO_PKG_VERSION")
+);
+
+/// The operator's own settings that shape what it renders.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperatorSettings {
+    /// Sidecar image used when `spec.sidecar.image` is unset.
+    pub sidecar_image: String,
+    /// Version of the cluster the objects are for: features newer than it are left out.
+    pub kubernetes_version: KubernetesVersion,
+}
+
+impl Default for OperatorSettings {
+    fn default() -> Self {
+        OperatorSettings {
+            sidecar_image: DEFAULT_SIDECAR_IMAGE.to_string(),
+            kubernetes_version: KubernetesVersion::DEFAULT,
+        }
+    }
+}
+
+/// A Kubernetes version, major and minor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KubernetesVersion {
+    /// Major version (1).
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+impl KubernetesVersion {
+    /// The oldest version the operator supports: native sidecars are on by default from 1.29.
+    pub const OLDEST: KubernetesVersion = KubernetesVersion {
+        major: 1,
+        minor: 29,
+    };
+    /// What `render` assumes when not told: the version the operator's Kubernetes types model.
+    pub const DEFAULT: KubernetesVersion = KubernetesVersion {
+        major: 1,
+        minor: 33,
+    };
+
+    /// Parses `1.29`, `v1.29` or `1.29.3`. Versions older than [`Self::OLDEST`] are refused.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let bad = || format!("{text:?} is not a Kubernetes version such as 1.29");
+        let mut parts = text.trim().trim_start_matches('v').split('.');
+        let major = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let minor = parts
+            .next()
+            .and_then(|p| p.trim_end_matches('+').parse().ok())
+            .ok_or_else(bad)?;
+        let version = KubernetesVersion { major, minor };
+        if version < Self::OLDEST {
+            return Err(format!(
+                "Kubernetes {major}.{minor} is not supported (the oldest is {}.{})",
+                Self::OLDEST.major,
+                Self::OLDEST.minor
+            ));
+        }
+        Ok(version)
+    }
+
+    /// Whether lifecycle hooks can `sleep` (PodLifecycleSleepAction, on by default from 1.30; on
+    /// 1.29 the API server drops the action and then rejects the empty hook).
+    pub fn has_sleep_action(self) -> bool {
+        self >= KubernetesVersion {
+            major: 1,
+            minor: 30,
+        }
+    }
+}
+
+/// Why an InferenceService cannot be rendered.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RenderError {
+    /// The object has no `metadata.name`.
+    #[error("the InferenceService has no metadata.name")]
+    MissingName,
+    /// The object has no `metadata.uid`, so its children cannot point at it.
+    #[error("the InferenceService {0} has no metadata.uid (needed for owner references)")]
+    MissingUid(String),
+    /// The spec breaks rules the schema cannot express.
+    #[error("the InferenceService {name} is invalid:\n  {}", .problems.join("\n  "))]
+    Invalid {
+        /// Name of the resource.
+        name: String,
+        /// One line per problem.
+        problems: Vec<String>,
+    },
+    /// The sidecar configuration could not be produced.
+    #[error("sidecar configuration of {name}: {message}")]
+    Config {
+        /// Name of the resource.
+        name: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Everything one InferenceService turns into.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Children {
+    /// The sidecar's configuration.
+    pub config_map: ConfigMap,
+    /// Model server + sidecar.
+    pub deployment: Deployment,
+    /// The client Service.
+    pub service: Service,
+    /// Present from two replicas up.
+    pub pdb: Option<PodDisruptionBudget>,
+}
+
+impl Children {
+    /// The objects as JSON values, in apply order (ConfigMap first, so that new pods find it).
+    pub fn to_values(&self) -> Result<Vec<serde_json::Value>, serde_json::Error> {
+        let mut out = vec![
+            with_type(serde_json::to_value(&self.config_map)?, "v1", "ConfigMap"),
+            with_type(
+                serde_json::to_value(&self.deployment)?,
+                "apps/v1",
+                "Deployment",
+            ),
+            with_type(serde_json::to_value(&self.service)?, "v1", "Service"),
+        ];
+        if let Some(pdb) = &self.pdb {
+            out.push(with_type(
+                serde_json::to_value(pdb)?,
+                "policy/v1",
+                "PodDisruptionBudget",
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Metadata of every object, in apply order.
+    pub fn metas(&self) -> Vec<&ObjectMeta> {
+        let mut out = vec![
+            &self.config_map.metadata,
+            &self.deployment.metadata,
+            &self.service.metadata,
+        ];
+        if let Some(pdb) = &self.pdb {
+            out.push(&pdb.metadata);
+        }
+        out
+    }
+}
+
+/// k8s-openapi already writes apiVersion and kind; this puts them first for readable output.
+fn with_type(value: serde_json::Value, api_version: &str, kind: &str) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    out.insert("apiVersion".into(), api_version.into());
+    out.insert("kind".into(), kind.into());
+    if let serde_json::Value::Object(map) = value {
+        for (k, v) in map {
+            if k != "apiVersion" && k != "kind" {
+                out.insert(k, v);
+            }
+        }
+    }
+    serde_json::Value::Object(out)
+}
+
+/// Builds every child of `isvc`. Fails when the resource has no name or uid, or breaks a rule that
+/// [`validate::spec`] checks.
+pub fn build_children(
+    isvc: &InferenceService,
+    settings: &OperatorSettings,
+) -> Result<Children, RenderError> {
+    let name = isvc.metadata.name.clone().ok_or(RenderError::MissingName)?;
+    validate::spec(isvc).map_err(|problems| RenderError::Invalid {
+        name: name.clone(),
+        problems,
+    })?;
+    let owner = owner_reference(isvc).ok_or_else(|| RenderError::MissingUid(name.clone()))?;
+    let config = sidecar_config(isvc);
+    config.validate(&[]).map_err(|errors| RenderError::Config {
+        name: name.clone(),
+        message: errors
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join("; "),
+    })?;
+    let config_text = infergate_proto::config::yaml::to_string(&config).map_err(|message| {
+        RenderError::Config {
+            name: name.clone(),
+            message,
+        }
+    })?;
+    let config_map = config::config_map(isvc, &owner, &config_text);
+    let deployment =
+        deployment::deployment(isvc, settings, &owner, &config_hash(config_text.as_bytes()));
+    let service = service::service(isvc, &owner);
+    let pdb = service::pdb(isvc, &owner);
+    Ok(Children {
+        config_map,
+        deployment,
+        service,
+        pdb,
+    })
+}
+
+/// The owner reference every child carries: controller, blocking owner deletion (so that a
+/// foreground deletion of the InferenceService waits for its children). `None` when the resource
+/// has no uid (it was never stored by an API server).
+pub fn owner_reference(isvc: &InferenceService) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        block_owner_deletion: Some(true),
+        ..isvc.controller_owner_ref(&())?
+    })
+}
+
+/// Labels that select the pods. Only the name of the application and of the instance: they never
+/// change, because a Deployment's selector cannot.
+pub fn selector_labels(isvc: &InferenceService) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        ("app.kubernetes.io/instance".to_string(), isvc.name_any()),
+    ])
+}
+
+/// Labels of every child and of the pods: the selector labels plus the manager.
+pub fn labels(isvc: &InferenceService) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(isvc);
+    labels.insert(
+        "app.kubernetes.io/managed-by".to_string(),
+        MANAGER.to_string(),
+    );
+    labels
+}
+
+/// The selector in string form, as the scale subresource wants it in `status.selector`.
+pub fn selector_string(isvc: &InferenceService) -> String {
+    selector_labels(isvc)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The addresses clients use inside the cluster, for `status.url`.
+pub fn service_urls(isvc: &InferenceService) -> ServiceUrls {
+    let host = match isvc.namespace() {
+        Some(ns) => format!("{}.{ns}.svc", isvc.name_any()),
+        None => isvc.name_any(),
+    };
+    let ports = &isvc.spec.sidecar.ports;
+    ServiceUrls {
+        rest: format!("http://{host}:{}", ports.http),
+        grpc: format!("{host}:{}", ports.grpc),
+    }
+}
+
+/// Metadata of a child: name, the resource's namespace, labels, owner reference.
+fn child_meta(isvc: &InferenceService, name: String, owner: &OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: isvc.meta().namespace.clone(),
+        labels: Some(labels(isvc)),
+        owner_references: Some(vec![owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// 64-bit FNV-1a of the configuration, as 16 hex digits. Stable across Rust releases (unlike
+/// `DefaultHasher`), which matters: a different hash would roll every pod after an upgrade.
+pub fn config_hash(bytes: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_known_values() {
+        assert_eq!(config_hash(b""), "cbf29ce484222325");
+        assert_eq!(config_hash(b"a"), "af63dc4c8601ec8c");
+        assert_eq!(config_hash(b"foobar"), "85944171f73967e8");
+    }
+}

@@ -1,0 +1,153 @@
+//! Checks that neither the schema nor the CEL rules can make, because they concern the parts of
+//! the spec kept as free-form Kubernetes objects (extra containers and volumes) or the pod as a
+//! whole. The schema and CEL rules themselves are enforced by the API server (and offline by
+//! [`crate::admission`]).
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+
+use crate::crd::InferenceService;
+use crate::render::{MODEL_CONTAINER, SIDECAR_CONTAINER};
+
+/// Largest name an InferenceService may have: it names the Service and is a label value.
+pub const MAX_NAME_LEN: usize = 63;
+
+/// Whether `s` is a DNS-1035 label: lowercase letters, digits and '-', starting with a letter,
+/// ending with a letter or digit, at most 63 characters.
+pub fn is_dns1035_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_NAME_LEN
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.last().is_some_and(|c| *c != b'-')
+}
+
+/// Every problem of `isvc` that would make its pod invalid or ambiguous, one line each.
+pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    let spec = &isvc.spec;
+    let name = isvc.name_any();
+    if !is_dns1035_label(&name) {
+        problems.push(format!(
+            "metadata.name {name:?} must be a DNS-1035 label of at most {MAX_NAME_LEN} characters"
+        ));
+    }
+
+    // Ports: a number or a name used twice in the pod makes the Service's named target ports
+    // ambiguous or a listener fail.
+    let side = &spec.sidecar.ports;
+    let mut numbers: BTreeMap<i32, String> = BTreeMap::new();
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    let mut port = |owner: String, number: i32, port_name: Option<&str>| {
+        if let Some(first) = numbers.insert(number, owner.clone()) {
+            problems.push(format!(
+                "port {number} of {owner} is already used by {first}"
+            ));
+        }
+        if let Some(n) = port_name
+            && let Some(first) = names.insert(n.to_string(), owner.clone())
+        {
+            problems.push(format!(
+                "port name {n:?} of {owner} is already used by {first}"
+            ));
+        }
+    };
+    for (n, p) in [
+        ("http", side.http),
+        ("grpc", side.grpc),
+        ("metrics", side.metrics),
+        ("admin", side.admin),
+    ] {
+        port(format!("sidecar.ports.{n}"), p, Some(n));
+    }
+    port(
+        "upstream.grpcPort".to_string(),
+        spec.upstream.grpc_port,
+        Some(crate::render::UPSTREAM_PORT_NAME),
+    );
+    for (i, p) in spec.model.ports.iter().enumerate() {
+        port(
+            format!("model.ports[{i}]"),
+            p.container_port,
+            p.name.as_deref(),
+        );
+    }
+    for (ci, c) in spec.pod.containers.iter().enumerate() {
+        for (i, p) in c.ports.iter().flatten().enumerate() {
+            port(
+                format!("pod.containers[{ci}].ports[{i}]"),
+                p.container_port,
+                p.name.as_deref(),
+            );
+        }
+    }
+
+    for (i, c) in spec.pod.containers.iter().enumerate() {
+        if c.name == MODEL_CONTAINER || c.name == SIDECAR_CONTAINER {
+            problems.push(format!(
+                "pod.containers[{i}].name {:?} is reserved (the operator's own containers are {MODEL_CONTAINER} and {SIDECAR_CONTAINER})",
+                c.name
+            ));
+        }
+    }
+    for (i, v) in spec.pod.volumes.iter().enumerate() {
+        if v.name.starts_with(crate::render::RESERVED_VOLUME_PREFIX) {
+            problems.push(format!(
+                "pod.volumes[{i}].name {:?}: names starting with {:?} are reserved",
+                v.name,
+                crate::render::RESERVED_VOLUME_PREFIX
+            ));
+        }
+    }
+
+    // The shared /dev/shm must be the same volume everywhere; a container's own /dev/shm mount
+    // would hide it.
+    if spec.extensions.system_shared_memory.enabled {
+        let mut mounts: Vec<(String, &str)> = spec
+            .model
+            .volume_mounts
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (format!("model.volumeMounts[{i}]"), m.mount_path.as_str()))
+            .collect();
+        for (ci, c) in spec.pod.containers.iter().enumerate() {
+            for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+                mounts.push((
+                    format!("pod.containers[{ci}].volumeMounts[{i}]"),
+                    m.mount_path.as_str(),
+                ));
+            }
+        }
+        for (at, path) in mounts {
+            if path.trim_end_matches('/') == "/dev/shm" {
+                problems.push(format!(
+                    "{at} mounts /dev/shm, which extensions.systemSharedMemory provides to every container"
+                ));
+            }
+        }
+    }
+
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns1035() {
+        for ok in ["a", "resnet", "a-1", &"a".repeat(63)] {
+            assert!(is_dns1035_label(ok), "{ok}");
+        }
+        for bad in ["", "1a", "a-", "A", "a_b", "a.b", &"a".repeat(64)] {
+            assert!(!is_dns1035_label(bad), "{bad}");
+        }
+    }
+}

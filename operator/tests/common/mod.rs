@@ -1,0 +1,61 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+use std::path::PathBuf;
+
+use infergate_operator::crd::InferenceService;
+use infergate_operator::input::{self, Document};
+
+/// The uid test resources carry (a resource stored by an API server always has one).
+pub const UID: &str = "3f6c1c9e-4a8e-4d6b-9a57-2f1d0c4b7e21";
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Parses one InferenceService through admission (defaults, schema, CEL) and gives it a uid and
+/// a namespace.
+pub fn isvc(yaml: &str) -> InferenceService {
+    let docs =
+        input::parse(yaml).unwrap_or_else(|e| panic!("invalid test resource:\n{}", e.join("\n")));
+    let mut isvc = match docs.into_iter().next() {
+        Some(Document::InferenceService(isvc)) => *isvc,
+        other => panic!("not an InferenceService: {other:?}"),
+    };
+    isvc.metadata.uid = Some(UID.to_string());
+    isvc.metadata
+        .namespace
+        .get_or_insert_with(|| "ml".to_string());
+    isvc
+}
+
+/// An InferenceService named `name` with `spec` (YAML, indented by two spaces) under `spec:`.
+pub fn with_spec(name: &str, spec: &str) -> InferenceService {
+    isvc(&format!(
+        "apiVersion: infergate.dev/v1alpha1\nkind: InferenceService\nmetadata:\n  name: {name}\nspec:\n{spec}"
+    ))
+}
+
+/// The smallest valid spec body: a Triton model server with its gRPC port on 9001.
+pub const MINIMAL: &str = "  model:\n    image: nvcr.io/nvidia/tritonserver:24.10-py3\n    args: [tritonserver, --model-repository=/models, --grpc-port=9001, --http-port=9000, --metrics-port=9002]\n";
+
+/// Every InferenceService manifest in examples/, with its file name.
+pub fn example_files() -> Vec<(String, String)> {
+    let dir = repo_root().join("examples");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            if text.lines().any(|l| l == "kind: InferenceService") {
+                out.push((
+                    path.file_name().unwrap().to_string_lossy().into_owned(),
+                    text,
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}

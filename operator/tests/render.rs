@@ -1,0 +1,684 @@
+//! What one InferenceService renders into, for a matrix of specs: the important fields are
+//! asserted one by one rather than compared with large golden files.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+mod common;
+
+use common::{MINIMAL, UID, with_spec};
+use infergate_operator::crd::InferenceService;
+use infergate_operator::render::{
+    self, CONFIG_HASH_ANNOTATION, Children, DEFAULT_SIDECAR_IMAGE, KubernetesVersion,
+    OperatorSettings, RenderError,
+};
+use k8s_openapi::api::core::v1::{Container, PodSpec, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+fn build(isvc: &InferenceService) -> Children {
+    render::build_children(isvc, &OperatorSettings::default())
+        .unwrap_or_else(|e| panic!("render failed: {e}"))
+}
+
+fn pod(children: &Children) -> &PodSpec {
+    children
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+}
+
+fn all_containers(pod: &PodSpec) -> Vec<&Container> {
+    pod.init_containers
+        .iter()
+        .flatten()
+        .chain(pod.containers.iter())
+        .collect()
+}
+
+fn container<'a>(pod: &'a PodSpec, name: &str) -> &'a Container {
+    all_containers(pod)
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+fn mounts(c: &Container) -> Vec<(&str, &str)> {
+    c.volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| (m.name.as_str(), m.mount_path.as_str()))
+        .collect()
+}
+
+fn http_path(probe: &Option<Probe>) -> (&str, &IntOrString) {
+    let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+    (get.path.as_deref().unwrap(), &get.port)
+}
+
+fn sidecar_config(children: &Children) -> infergate_proto::config::SidecarConfig {
+    let text = &children.config_map.data.as_ref().unwrap()["config.yaml"];
+    let config = infergate_proto::config::yaml::from_str(text).unwrap();
+    config.validate(&[]).unwrap();
+    config
+}
+
+#[test]
+fn cpu_defaults() {
+    let isvc = with_spec("resnet", MINIMAL);
+    let children = build(&isvc);
+    let pod = pod(&children);
+
+    // Native sidecar: an init container that keeps running; the model is the only container.
+    let init = pod.init_containers.as_ref().unwrap();
+    assert_eq!(init.len(), 1);
+    let sidecar = &init[0];
+    assert_eq!(sidecar.name, "infergate");
+    assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(sidecar.image.as_deref(), Some(DEFAULT_SIDECAR_IMAGE));
+    assert_eq!(
+        sidecar.args.as_ref().unwrap(),
+        &["--config", "/etc/infergate/config/config.yaml"]
+    );
+    let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["model"]);
+
+    // Probes: the sidecar's startup and liveness never depend on the model.
+    let http = IntOrString::String("http".into());
+    assert_eq!(
+        http_path(&sidecar.startup_probe),
+        ("/v2/health/live", &http)
+    );
+    assert_eq!(
+        http_path(&sidecar.liveness_probe),
+        ("/v2/health/live", &http)
+    );
+    assert_eq!(
+        http_path(&sidecar.readiness_probe),
+        ("/v2/health/ready", &http)
+    );
+    let model = container(pod, "model");
+    let startup = model.startup_probe.as_ref().unwrap();
+    assert_eq!(
+        startup.tcp_socket.as_ref().unwrap().port,
+        IntOrString::String("upstream-grpc".into())
+    );
+    assert_eq!(startup.period_seconds, Some(10));
+    assert_eq!(startup.failure_threshold, Some(60));
+    assert!(model.readiness_probe.is_none());
+    let model_ports: Vec<(Option<&str>, i32)> = model
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.as_deref(), p.container_port))
+        .collect();
+    assert_eq!(model_ports, [(Some("upstream-grpc"), 9001)]);
+    assert_eq!(
+        model
+            .lifecycle
+            .as_ref()
+            .unwrap()
+            .pre_stop
+            .as_ref()
+            .unwrap()
+            .sleep
+            .as_ref()
+            .unwrap()
+            .seconds,
+        5
+    );
+
+    // Sidecar hardening and default resources.
+    let sc = sidecar.security_context.as_ref().unwrap();
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(sc.run_as_user, Some(65532));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        sc.capabilities.as_ref().unwrap().drop.as_ref().unwrap(),
+        &["ALL"]
+    );
+    let requests = sidecar
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .as_ref()
+        .unwrap();
+    assert_eq!(requests["cpu"].0, "100m");
+    assert_eq!(requests["memory"].0, "128Mi");
+    let side_ports: Vec<(&str, i32)> = sidecar
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.as_deref().unwrap(), p.container_port))
+        .collect();
+    assert_eq!(
+        side_ports,
+        [
+            ("http", 8000),
+            ("grpc", 8001),
+            ("metrics", 8002),
+            ("admin", 8003)
+        ]
+    );
+
+    // No shared memory, no CUDA, one replica: no /dev/shm, no shared PID namespace, no PDB.
+    assert!(
+        all_containers(pod)
+            .iter()
+            .all(|c| mounts(c).iter().all(|(_, p)| *p != "/dev/shm"))
+    );
+    assert!(pod.share_process_namespace.is_none());
+    assert!(children.pdb.is_none());
+    assert_eq!(pod.termination_grace_period_seconds, Some(60));
+
+    // The Service: the sidecar's client ports only.
+    let svc = children.service.spec.as_ref().unwrap();
+    let ports: Vec<(&str, i32, IntOrString, &str)> = svc
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            (
+                p.name.as_deref().unwrap(),
+                p.port,
+                p.target_port.clone().unwrap(),
+                p.app_protocol.as_deref().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("http", 8000, IntOrString::String("http".into()), "http"),
+            (
+                "grpc",
+                8001,
+                IntOrString::String("grpc".into()),
+                "kubernetes.io/h2c"
+            ),
+        ]
+    );
+    assert_eq!(svc.type_.as_deref(), Some("ClusterIP"));
+    assert!(svc.session_affinity.is_none());
+
+    // The sidecar's configuration.
+    let config = sidecar_config(&children);
+    assert_eq!(config.server.admin_port, 8003);
+    assert_eq!(config.server.http_port, 8000);
+    assert_eq!(config.server.grpc_port, 8001);
+    assert!(!config.server.allow_client_shm);
+    assert_eq!(config.server.log_format, "json");
+    match &config.backend {
+        infergate_proto::config::BackendConfig::Upstream(up) => {
+            assert_eq!(up.url, "grpc://127.0.0.1:9001");
+            assert!(up.models.is_empty());
+        }
+        other => panic!("backend {other:?}"),
+    }
+
+    // Names and namespace.
+    assert_eq!(
+        children.config_map.metadata.name.as_deref(),
+        Some("resnet-sidecar")
+    );
+    for meta in children.metas() {
+        assert_eq!(meta.namespace.as_deref(), Some("ml"));
+    }
+    assert_eq!(
+        render::service_urls(&isvc),
+        infergate_operator::crd::ServiceUrls {
+            rest: "http://resnet.ml.svc:8000".into(),
+            grpc: "resnet.ml.svc:8001".into(),
+        }
+    );
+    assert_eq!(
+        render::selector_string(&isvc),
+        "app.kubernetes.io/instance=resnet,app.kubernetes.io/name=infergate"
+    );
+}
+
+#[test]
+fn owner_references_and_labels() {
+    let isvc = with_spec(
+        "resnet",
+        &format!(
+            "  replicas: 3\n{MINIMAL}  pod:\n    labels:\n      team: vision\n      app.kubernetes.io/name: not-ours\n"
+        ),
+    );
+    let children = build(&isvc);
+    assert_eq!(children.metas().len(), 4);
+    for meta in children.metas() {
+        let owners = meta.owner_references.as_ref().unwrap();
+        assert_eq!(owners.len(), 1);
+        let o = &owners[0];
+        assert_eq!(o.api_version, "infergate.dev/v1alpha1");
+        assert_eq!(o.kind, "InferenceService");
+        assert_eq!(o.name, "resnet");
+        assert_eq!(o.uid, UID);
+        assert_eq!(o.controller, Some(true));
+        assert_eq!(o.block_owner_deletion, Some(true));
+        let labels = meta.labels.as_ref().unwrap();
+        assert_eq!(labels["app.kubernetes.io/name"], "infergate");
+        assert_eq!(labels["app.kubernetes.io/instance"], "resnet");
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "infergate-operator");
+    }
+    let deploy = children.deployment.spec.as_ref().unwrap();
+    let selector = deploy.selector.match_labels.as_ref().unwrap();
+    assert_eq!(selector.len(), 2, "the selector is name + instance only");
+    let template_labels = deploy
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .as_ref()
+        .unwrap();
+    // The user's pod labels are kept, but cannot override the selector's.
+    assert_eq!(template_labels["team"], "vision");
+    assert_eq!(template_labels["app.kubernetes.io/name"], "infergate");
+    assert_eq!(
+        children.service.spec.as_ref().unwrap().selector.as_ref(),
+        Some(selector)
+    );
+    let pdb = children.pdb.as_ref().unwrap().spec.as_ref().unwrap();
+    assert_eq!(pdb.max_unavailable, Some(IntOrString::Int(1)));
+    assert_eq!(
+        pdb.selector.as_ref().unwrap().match_labels.as_ref(),
+        Some(selector)
+    );
+
+    // The selector does not depend on anything but the name.
+    let other = with_spec(
+        "resnet",
+        "  replicas: 1\n  model:\n    image: other\n  sidecar:\n    mode: Regular\n  pod:\n    labels: {x: y}\n",
+    );
+    assert_eq!(
+        build(&other).deployment.spec.unwrap().selector,
+        deploy.selector
+    );
+}
+
+#[test]
+fn missing_uid_or_name_is_an_error() {
+    let mut isvc = with_spec("resnet", MINIMAL);
+    isvc.metadata.uid = None;
+    assert_eq!(
+        render::build_children(&isvc, &OperatorSettings::default()),
+        Err(RenderError::MissingUid("resnet".into()))
+    );
+    isvc.metadata.name = None;
+    assert_eq!(
+        render::build_children(&isvc, &OperatorSettings::default()),
+        Err(RenderError::MissingName)
+    );
+}
+
+#[test]
+fn regular_sidecar() {
+    let isvc = with_spec(
+        "resnet",
+        &format!("{MINIMAL}  sidecar:\n    mode: Regular\n"),
+    );
+    let children = build(&isvc);
+    let pod = pod(&children);
+    assert!(pod.init_containers.is_none());
+    let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["model", "infergate"]);
+    let sidecar = container(pod, "infergate");
+    assert!(sidecar.restart_policy.is_none());
+    assert!(sidecar.lifecycle.as_ref().unwrap().pre_stop.is_some());
+    assert_eq!(http_path(&sidecar.startup_probe).0, "/v2/health/live");
+}
+
+#[test]
+fn system_shared_memory() {
+    let isvc = with_spec(
+        "shm",
+        &format!(
+            "{MINIMAL}  extensions:\n    systemSharedMemory: {{enabled: true, size: 2Gi}}\n  pod:\n    containers:\n      - name: client\n        image: busybox\n"
+        ),
+    );
+    let children = build(&isvc);
+    let pod = pod(&children);
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "infergate-shm")
+        .expect("shm volume");
+    let empty_dir = volume.empty_dir.as_ref().unwrap();
+    assert_eq!(empty_dir.medium.as_deref(), Some("Memory"));
+    assert_eq!(empty_dir.size_limit.as_ref().unwrap().0, "2Gi");
+    let containers = all_containers(pod);
+    assert_eq!(containers.len(), 3);
+    for c in containers {
+        assert!(
+            mounts(c).contains(&("infergate-shm", "/dev/shm")),
+            "{} lacks /dev/shm",
+            c.name
+        );
+    }
+    assert!(sidecar_config(&children).server.allow_client_shm);
+    assert!(pod.share_process_namespace.is_none());
+}
+
+#[test]
+fn gpu_with_cuda_shared_memory() {
+    let isvc = with_spec(
+        "gpu",
+        &format!(
+            "{MINIMAL}    resources:\n      limits: {{nvidia.com/gpu: 1, memory: 16Gi}}\n  extensions:\n    cudaSharedMemory: {{enabled: true}}\n  pod:\n    runtimeClassName: nvidia\n    tolerations: [{{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}]\n"
+        ),
+    );
+    let children = build(&isvc);
+    let pod = pod(&children);
+    assert_eq!(pod.share_process_namespace, Some(true));
+    assert_eq!(pod.runtime_class_name.as_deref(), Some("nvidia"));
+    assert_eq!(pod.tolerations.as_ref().unwrap().len(), 1);
+    let model = container(pod, "model");
+    let limits = model.resources.as_ref().unwrap().limits.as_ref().unwrap();
+    assert_eq!(limits["nvidia.com/gpu"].0, "1");
+    // The sidecar needs no GPU (it forwards CUDA handles) and gets no /dev/shm without system shm.
+    let sidecar = container(pod, "infergate");
+    assert!(sidecar.resources.as_ref().unwrap().limits.is_none());
+    assert!(
+        pod.volumes
+            .iter()
+            .flatten()
+            .all(|v| v.name != "infergate-shm")
+    );
+}
+
+#[test]
+fn gpu_without_cuda_shares_no_process_namespace() {
+    let isvc = with_spec(
+        "gpu",
+        &format!("{MINIMAL}    resources:\n      limits: {{nvidia.com/gpu: 1}}\n"),
+    );
+    assert!(pod(&build(&isvc)).share_process_namespace.is_none());
+}
+
+#[test]
+fn sequences_with_client_ip_routing() {
+    let isvc = with_spec(
+        "seq",
+        &format!(
+            "  replicas: 2\n{MINIMAL}  models:\n    - {{name: simple_sequence, maxBatchSize: 8}}\n  extensions:\n    sequence: {{enabled: true, routing: ClientIP, clientIpTimeoutSeconds: 600}}\n"
+        ),
+    );
+    let children = build(&isvc);
+    let svc = children.service.spec.as_ref().unwrap();
+    assert_eq!(svc.session_affinity.as_deref(), Some("ClientIP"));
+    assert_eq!(
+        svc.session_affinity_config
+            .as_ref()
+            .unwrap()
+            .client_ip
+            .as_ref()
+            .unwrap()
+            .timeout_seconds,
+        Some(600)
+    );
+    assert!(children.pdb.is_some());
+    match sidecar_config(&children).backend {
+        infergate_proto::config::BackendConfig::Upstream(up) => {
+            assert_eq!(up.models.len(), 1);
+            assert_eq!(up.models[0].name, "simple_sequence");
+            assert_eq!(up.models[0].max_batch_size, Some(8));
+        }
+        other => panic!("backend {other:?}"),
+    }
+
+    // Stream routing leaves the Service alone.
+    let stream = with_spec(
+        "seq",
+        &format!("  replicas: 2\n{MINIMAL}  extensions:\n    sequence: {{enabled: true}}\n"),
+    );
+    assert!(
+        build(&stream)
+            .service
+            .spec
+            .unwrap()
+            .session_affinity
+            .is_none()
+    );
+}
+
+#[test]
+fn classification_labels_from_a_config_map() {
+    let isvc = with_spec(
+        "dense",
+        &format!(
+            "{MINIMAL}  models:\n    - name: densenet_onnx\n      labels:\n        configMap: densenet-labels\n        outputs: {{fc6_1: densenet_labels.txt, fc6_2: densenet_labels.txt}}\n"
+        ),
+    );
+    let children = build(&isvc);
+    let pod = pod(&children);
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "infergate-labels-0")
+        .unwrap();
+    let cm = volume.config_map.as_ref().unwrap();
+    assert_eq!(cm.name, "densenet-labels");
+    let items = cm.items.as_ref().unwrap();
+    assert_eq!(
+        items.len(),
+        1,
+        "one item per key, even when two outputs share it"
+    );
+    assert_eq!(items[0].key, "densenet_labels.txt");
+    let sidecar = container(pod, "infergate");
+    assert!(
+        mounts(sidecar).contains(&("infergate-labels-0", "/etc/infergate/labels/densenet_onnx"))
+    );
+    // Only the sidecar needs the labels.
+    assert!(mounts(container(pod, "model")).is_empty());
+    match sidecar_config(&children).backend {
+        infergate_proto::config::BackendConfig::Upstream(up) => {
+            assert_eq!(
+                up.models[0].labels["fc6_1"],
+                "/etc/infergate/labels/densenet_onnx/densenet_labels.txt"
+            );
+        }
+        other => panic!("backend {other:?}"),
+    }
+}
+
+#[test]
+fn config_hash_follows_the_configuration() {
+    let hash = |isvc: &InferenceService| {
+        let children = build(isvc);
+        let annotations = children
+            .deployment
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .clone()
+            .unwrap();
+        let data = &children.config_map.data.as_ref().unwrap()["config.yaml"];
+        assert_eq!(
+            annotations[CONFIG_HASH_ANNOTATION],
+            render::config_hash(data.as_bytes())
+        );
+        annotations[CONFIG_HASH_ANNOTATION].clone()
+    };
+    let base = hash(&with_spec("a", MINIMAL));
+    // Replicas and the model image do not change the sidecar's configuration: no extra rollout.
+    assert_eq!(
+        base,
+        hash(&with_spec(
+            "a",
+            "  replicas: 4\n  model:\n    image: other\n"
+        ))
+    );
+    // The log level does.
+    assert_ne!(
+        base,
+        hash(&with_spec(
+            "a",
+            &format!("{MINIMAL}  sidecar:\n    logLevel: debug\n")
+        ))
+    );
+}
+
+#[test]
+fn sidecar_image_from_spec_or_settings() {
+    let settings = OperatorSettings {
+        sidecar_image: "registry.local/infergate-sidecar:1".into(),
+        ..OperatorSettings::default()
+    };
+    let image = |isvc: &InferenceService| {
+        let children = render::build_children(isvc, &settings).unwrap();
+        container(pod(&children), "infergate")
+            .image
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(
+        image(&with_spec("a", MINIMAL)),
+        "registry.local/infergate-sidecar:1"
+    );
+    assert_eq!(
+        image(&with_spec(
+            "a",
+            &format!("{MINIMAL}  sidecar:\n    image: mine:2\n    imagePullPolicy: Always\n")
+        )),
+        "mine:2"
+    );
+}
+
+#[test]
+fn service_type_and_annotations() {
+    let isvc = with_spec(
+        "lb",
+        &format!(
+            "{MINIMAL}  service:\n    type: LoadBalancer\n    annotations: {{service.beta.kubernetes.io/aws-load-balancer-internal: \"true\"}}\n"
+        ),
+    );
+    let svc = build(&isvc).service;
+    assert_eq!(svc.spec.unwrap().type_.as_deref(), Some("LoadBalancer"));
+    assert!(
+        svc.metadata
+            .annotations
+            .unwrap()
+            .contains_key("service.beta.kubernetes.io/aws-load-balancer-internal")
+    );
+}
+
+#[test]
+fn no_sleep_hooks_on_kubernetes_1_29() {
+    let isvc = with_spec("old", &format!("{MINIMAL}  sidecar:\n    mode: Regular\n"));
+    let settings = OperatorSettings {
+        kubernetes_version: KubernetesVersion::parse("v1.29.4").unwrap(),
+        ..OperatorSettings::default()
+    };
+    let children = render::build_children(&isvc, &settings).unwrap();
+    for c in all_containers(pod(&children)) {
+        assert!(c.lifecycle.is_none(), "{} has a lifecycle hook", c.name);
+    }
+    let newer = OperatorSettings {
+        kubernetes_version: KubernetesVersion::parse("1.30").unwrap(),
+        ..OperatorSettings::default()
+    };
+    let children = render::build_children(&isvc, &newer).unwrap();
+    assert!(
+        all_containers(pod(&children))
+            .iter()
+            .all(|c| c.lifecycle.is_some())
+    );
+    assert!(KubernetesVersion::parse("1.28").is_err());
+    assert!(KubernetesVersion::parse("one").is_err());
+}
+
+#[test]
+fn model_probes_can_be_turned_off() {
+    let isvc = with_spec(
+        "p",
+        &format!("{MINIMAL}    probes: {{enabled: false}}\n    preStopSleepSeconds: 0\n"),
+    );
+    let children = build(&isvc);
+    let model = container(pod(&children), "model");
+    assert!(model.startup_probe.is_none());
+    assert!(model.liveness_probe.is_none());
+    assert!(model.lifecycle.is_none());
+}
+
+#[test]
+fn pod_level_problems_are_reported() {
+    let cases = [
+        (
+            "  pod:\n    containers: [{name: model, image: x}]\n".to_string(),
+            "is reserved",
+        ),
+        (
+            "  pod:\n    containers: [{name: c, image: x, ports: [{containerPort: 8000}]}]\n"
+                .to_string(),
+            "port 8000 of pod.containers[0].ports[0] is already used by sidecar.ports.http",
+        ),
+        (
+            "  pod:\n    containers: [{name: c, image: x, ports: [{name: http, containerPort: 7000}]}]\n"
+                .to_string(),
+            "port name \"http\"",
+        ),
+        (
+            "  pod:\n    volumes: [{name: infergate-x, emptyDir: {}}]\n".to_string(),
+            "are reserved",
+        ),
+        (
+            "  extensions:\n    systemSharedMemory: {enabled: true, size: 1Gi}\n  pod:\n    containers: [{name: c, image: x, volumeMounts: [{name: v, mountPath: /dev/shm}]}]\n"
+                .to_string(),
+            "mounts /dev/shm",
+        ),
+    ];
+    for (extra, want) in cases {
+        let isvc = with_spec("bad", &format!("{MINIMAL}{extra}"));
+        match render::build_children(&isvc, &OperatorSettings::default()) {
+            Err(RenderError::Invalid { problems, .. }) => {
+                let text = problems.join("\n");
+                assert!(text.contains(want), "wanted {want:?} in {text}");
+            }
+            other => panic!("{extra}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn every_example_renders() {
+    for (name, text) in common::example_files() {
+        let docs = infergate_operator::input::parse(&text)
+            .unwrap_or_else(|e| panic!("examples/{name}: {}", e.join("\n")));
+        for doc in docs {
+            if let infergate_operator::input::Document::InferenceService(mut isvc) = doc {
+                isvc.metadata.uid = Some(UID.into());
+                let children = render::build_children(&isvc, &OperatorSettings::default())
+                    .unwrap_or_else(|e| panic!("examples/{name}: {e}"));
+                sidecar_config(&children);
+                let values = children.to_values().unwrap();
+                assert!(values.len() >= 3);
+                for v in &values {
+                    assert!(
+                        v["apiVersion"].is_string() && v["kind"].is_string(),
+                        "{name}"
+                    );
+                }
+                // Rendering is deterministic.
+                assert_eq!(
+                    render::build_children(&isvc, &OperatorSettings::default()).unwrap(),
+                    children
+                );
+            }
+        }
+    }
+}
