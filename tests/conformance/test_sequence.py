@@ -647,6 +647,10 @@ def test_perf_analyzer_sequence_mode(http_url, grpc_url, protocol):
     cmd = [
         pa, "-m", "sequence_accumulator", "-u", http_url if protocol == "http" else grpc_url, "-i", protocol,
         "--sequence-length", "5", "--concurrency-range", "4",
+        # Synchronous calls: each client thread has one request of a sequence in flight at a
+        # time. In asynchronous mode perf_analyzer can have a sequence's last requests in flight
+        # together, and their order on arrival is not guaranteed by the protocol (TRITON.md §7.4).
+        "--sync",
         "--measurement-mode", "time_windows", "--measurement-interval", "1000",
         "--max-trials", "4", "--stability-percentage", "999",
     ]

@@ -89,7 +89,23 @@ struct Sequence {
     /// When the sequence last had a request arrive or finish: the idle clock starts from the
     /// later of the two, so time spent waiting for a slot never counts as idleness.
     last_seen: Arc<Mutex<Instant>>,
+    /// An END of this sequence is queued or running: requests that arrive meanwhile (calls that
+    /// overtook one another on the way in) run behind it instead of being refused.
+    ending: bool,
+    /// Bumped by every START, so an END only forgets the sequence it ended.
+    generation: u64,
 }
+
+/// How long a request for a sequence that is not active waits for its START to arrive.
+const START_GRACE: Duration = Duration::from_millis(100);
+
+/// A sequence's lane, slot and idle clock, and for an END request the generation it ends.
+type Handles = (
+    Arc<tokio::sync::Mutex<()>>,
+    Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+    Arc<Mutex<Instant>>,
+    Option<u64>,
+);
 
 /// Counters exported as metrics.
 #[derive(Clone, Copy, Debug, Default)]
@@ -106,7 +122,7 @@ pub struct Scheduler {
     idle: Duration,
     slots: Arc<Semaphore>,
     total_slots: usize,
-    sequences: Mutex<HashMap<CorrelationId, Sequence>>,
+    sequences: Arc<Mutex<HashMap<CorrelationId, Sequence>>>,
     waiting: std::sync::atomic::AtomicU64,
     timeouts: std::sync::atomic::AtomicU64,
 }
@@ -116,7 +132,9 @@ pub struct Admission {
     _lane: tokio::sync::OwnedMutexGuard<()>,
     slot: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
     last_seen: Arc<Mutex<Instant>>,
-    end: bool,
+    /// For an END request: the sequence's generation, to forget once the END has run.
+    ends: Option<u64>,
+    sequences: Arc<Mutex<HashMap<CorrelationId, Sequence>>>,
     pub controls: Vec<Tensor>,
     pub id: CorrelationId,
 }
@@ -124,8 +142,16 @@ pub struct Admission {
 impl Drop for Admission {
     fn drop(&mut self) {
         *self.last_seen.lock() = Instant::now();
-        if self.end {
-            self.slot.lock().take();
+        if let Some(generation) = self.ends {
+            // Forget the sequence and free its slot, unless a START restarted it meanwhile.
+            let mut sequences = self.sequences.lock();
+            if sequences
+                .get(&self.id)
+                .is_some_and(|s| s.ending && s.generation == generation)
+            {
+                sequences.remove(&self.id);
+                self.slot.lock().take();
+            }
         }
     }
 }
@@ -165,7 +191,7 @@ impl Scheduler {
             idle,
             slots: Arc::new(Semaphore::new(total_slots)),
             total_slots,
-            sequences: Mutex::new(HashMap::new()),
+            sequences: Arc::new(Mutex::new(HashMap::new())),
             waiting: Default::default(),
             timeouts: Default::default(),
         });
@@ -213,30 +239,22 @@ impl Scheduler {
                 "inference request to model '{m}' must specify batch-size 1 due to requirements of sequence batcher"
             )));
         }
-        let (lane, slot, last_seen) = {
-            let mut sequences = self.sequences.lock();
-            if params.start && !sequences.contains_key(&id) {
-                sequences.insert(
-                    id.clone(),
-                    Sequence {
-                        lane: Arc::default(),
-                        slot: Arc::default(),
-                        last_seen: Arc::new(Mutex::new(Instant::now())),
-                    },
-                );
+        // Separate calls of one sequence can overtake each other on their way here (a client
+        // that pipelines a sequence's requests): a request for a sequence not started yet waits a
+        // moment for its START before it is refused. Only the error path pays for this.
+        let deadline = Instant::now() + START_GRACE;
+        let (lane, slot, last_seen, ends) = loop {
+            match self.enter(params, &id) {
+                Some(handles) => break handles,
+                None if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(1)).await
+                }
+                None => {
+                    return Err(Error::invalid_arg(format!(
+                        "inference request for sequence {id} to model '{m}' must specify the START flag on the first request of the sequence"
+                    )));
+                }
             }
-            let Some(seq) = sequences.get_mut(&id) else {
-                return Err(Error::invalid_arg(format!(
-                    "inference request for sequence {id} to model '{m}' must specify the START flag on the first request of the sequence"
-                )));
-            };
-            *seq.last_seen.lock() = Instant::now();
-            let handles = (seq.lane.clone(), seq.slot.clone(), seq.last_seen.clone());
-            if params.end {
-                // Forgotten once END is enqueued: later requests need START again.
-                sequences.remove(&id);
-            }
-            handles
         };
         let lane = lane.lock_owned().await;
         let needs_slot = slot.lock().is_none();
@@ -254,10 +272,50 @@ impl Scheduler {
             _lane: lane,
             slot,
             last_seen,
-            end: params.end,
+            ends,
+            sequences: self.sequences.clone(),
             controls,
             id,
         })
+    }
+
+    /// Finds (or, for START, creates) the sequence and takes its handles; `None` when a
+    /// non-START request names a sequence that is not active.
+    fn enter(&self, params: &SequenceParams, id: &CorrelationId) -> Option<Handles> {
+        let mut sequences = self.sequences.lock();
+        match sequences.get_mut(id) {
+            Some(seq) if params.start => {
+                // A new START restarts an active (or ending) sequence.
+                seq.generation += 1;
+                seq.ending = false;
+            }
+            Some(_) => {}
+            None if params.start => {
+                sequences.insert(
+                    id.clone(),
+                    Sequence {
+                        lane: Arc::default(),
+                        slot: Arc::default(),
+                        last_seen: Arc::new(Mutex::new(Instant::now())),
+                        ending: false,
+                        generation: 0,
+                    },
+                );
+            }
+            None => return None,
+        }
+        let seq = sequences.get_mut(id)?;
+        *seq.last_seen.lock() = Instant::now();
+        if params.end {
+            seq.ending = true;
+        }
+        let ends = params.end.then_some(seq.generation);
+        Some((
+            seq.lane.clone(),
+            seq.slot.clone(),
+            seq.last_seen.clone(),
+            ends,
+        ))
     }
 
     fn control_tensors(
@@ -481,5 +539,62 @@ mod tests {
         let next = s.admit(&params(2, false, false), 1, true, "").await;
         assert!(next.is_ok(), "{:?}", next.err());
         assert!(s.counters().timeouts >= 1);
+    }
+
+    /// A request that overtakes its sequence's START on the way in still runs, after it.
+    #[tokio::test]
+    async fn a_start_overtaken_by_the_next_request_still_comes_first() {
+        let s = scheduler(1_000_000);
+        let early = tokio::spawn({
+            let s = s.clone();
+            async move {
+                s.admit(&params(9, false, false), 1, true, "")
+                    .await
+                    .map(|a| a.controls[0].data.clone())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let start = s.admit(&params(9, true, false), 1, true, "").await.unwrap();
+        assert_eq!(&start.controls[0].data[..], &1i32.to_le_bytes());
+        drop(start);
+        let early = early.await.unwrap().unwrap();
+        assert_eq!(
+            &early[..],
+            &0i32.to_le_bytes(),
+            "the overtaking request runs as a middle request"
+        );
+    }
+
+    /// A request that arrives while the END of its sequence is queued or running runs behind
+    /// the END instead of being refused; once the END has run, START is required again.
+    #[tokio::test]
+    async fn an_end_overtaking_the_previous_request_does_not_refuse_it() {
+        let s = scheduler(1_000_000);
+        drop(
+            s.admit(&params(11, true, false), 1, true, "")
+                .await
+                .unwrap(),
+        );
+        let end = s
+            .admit(&params(11, false, true), 1, true, "")
+            .await
+            .unwrap();
+        let late = tokio::spawn({
+            let s = s.clone();
+            async move {
+                s.admit(&params(11, false, false), 1, true, "")
+                    .await
+                    .is_ok()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        drop(end);
+        assert!(late.await.unwrap(), "the overtaken request runs");
+        let after = s.admit(&params(11, false, false), 1, true, "").await;
+        assert!(
+            after.err().unwrap().message.contains("START"),
+            "after the END, START is required"
+        );
+        assert_eq!(s.counters().active, 0, "the slot is free again");
     }
 }
