@@ -18,6 +18,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 VENV="${INFERGATE_VENV:-$PWD/.venv}"
 KV_VERSION="1.37.0"
+PIP_FLAGS="${PIP_FLAGS:-}"
 OLDEST_K8S="1.29.0"
 BIN="${INFERGATE_OPERATOR_BIN:-$PWD/target/debug/infergate-operator}"
 CRD="crds/inferenceservices.infergate.dev.yaml"
