@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::{all_containers, pod};
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use infergate_operator::admission;
@@ -12,9 +14,9 @@ use infergate_operator::crd::{
     ModelContainer, ModelSettings, PodOverrides, Sequence, SequenceRouting, SidecarMode,
     SidecarSpec, SystemSharedMemory, Upstream,
 };
-use infergate_operator::render::{self, CONFIG_HASH_ANNOTATION, Children, OperatorSettings};
+use infergate_operator::render::{self, CONFIG_HASH_ANNOTATION, OperatorSettings};
 use infergate_operator::validate::is_dns1035_label;
-use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use proptest::prelude::*;
@@ -187,26 +189,6 @@ fn build_isvc(k: &Knobs) -> InferenceService {
     isvc.metadata.uid = Some(common::UID.into());
     isvc.metadata.namespace = k.namespace.clone();
     isvc
-}
-
-fn pod(children: &Children) -> &PodSpec {
-    children
-        .deployment
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-}
-
-fn all_containers(pod: &PodSpec) -> Vec<&Container> {
-    pod.init_containers
-        .iter()
-        .flatten()
-        .chain(pod.containers.iter())
-        .collect()
 }
 
 fn is_dns1123_label(s: &str) -> bool {

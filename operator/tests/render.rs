@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{MINIMAL, UID, with_spec};
+use common::{MINIMAL, UID, all_containers, pod, volume, with_spec};
 use infergate_operator::crd::InferenceService;
 use infergate_operator::render::{
     self, CONFIG_HASH_ANNOTATION, Children, DEFAULT_SIDECAR_IMAGE, KubernetesVersion,
@@ -17,26 +17,6 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 fn build(isvc: &InferenceService) -> Children {
     render::build_children(isvc, &OperatorSettings::default())
         .unwrap_or_else(|e| panic!("render failed: {e}"))
-}
-
-fn pod(children: &Children) -> &PodSpec {
-    children
-        .deployment
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap()
-}
-
-fn all_containers(pod: &PodSpec) -> Vec<&Container> {
-    pod.init_containers
-        .iter()
-        .flatten()
-        .chain(pod.containers.iter())
-        .collect()
 }
 
 fn container<'a>(pod: &'a PodSpec, name: &str) -> &'a Container {
@@ -345,12 +325,7 @@ fn system_shared_memory() {
     );
     let children = build(&isvc);
     let pod = pod(&children);
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "infergate-shm")
-        .expect("shm volume");
+    let volume = volume(pod, "infergate-shm");
     let empty_dir = volume.empty_dir.as_ref().unwrap();
     assert_eq!(empty_dir.medium.as_deref(), Some("Memory"));
     assert_eq!(empty_dir.size_limit.as_ref().unwrap().0, "2Gi");
@@ -459,12 +434,7 @@ fn classification_labels_from_a_config_map() {
     );
     let children = build(&isvc);
     let pod = pod(&children);
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "infergate-labels-0")
-        .unwrap();
+    let volume = volume(pod, "infergate-labels-0");
     let cm = volume.config_map.as_ref().unwrap();
     assert_eq!(cm.name, "densenet-labels");
     let items = cm.items.as_ref().unwrap();

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use infergate_operator::crd::InferenceService;
 use infergate_operator::input::{self, Document};
+use infergate_operator::render::Children;
+use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
 
 /// The uid test resources carry (a resource stored by an API server always has one).
 pub const UID: &str = "3f6c1c9e-4a8e-4d6b-9a57-2f1d0c4b7e21";
@@ -58,4 +60,35 @@ pub fn example_files() -> Vec<(String, String)> {
     }
     out.sort();
     out
+}
+
+/// The pod template of the rendered Deployment.
+pub fn pod(children: &Children) -> &PodSpec {
+    children
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+}
+
+/// Every container of the pod, init (native sidecar) containers first.
+pub fn all_containers(pod: &PodSpec) -> Vec<&Container> {
+    pod.init_containers
+        .iter()
+        .flatten()
+        .chain(pod.containers.iter())
+        .collect()
+}
+
+/// The pod volume called `name`.
+pub fn volume<'a>(pod: &'a PodSpec, name: &str) -> &'a Volume {
+    pod.volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("no volume {name}"))
 }
