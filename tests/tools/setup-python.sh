@@ -32,6 +32,8 @@ TRITONCLIENT_VERSION="2.71.0"
 PERF_ANALYZER_WHEEL_VERSION="2.45.0"
 
 log() { printf '[setup-python] %s\n' "$*" >&2; }
+# shellcheck source=lib.sh
+source "$REPO_ROOT/tests/tools/lib.sh"
 
 # ------------------------------------------------------------------ venv
 if [ ! -x "$VENV/bin/python" ]; then
@@ -82,30 +84,6 @@ PA_WRAPPER="$VENV/bin/perf_analyzer"
 PA_DIR="$VENV/libexec/perf_analyzer-$PERF_ANALYZER_WHEEL_VERSION"
 PA_BIN="$PA_DIR/perf_analyzer"
 
-install_apt() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  command -v apt-get >/dev/null 2>&1 || { log "apt-get not found; install ${missing[*]} by hand"; return 1; }
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || { log "need root (or sudo) to apt-get install ${missing[*]}"; return 1; }
-    sudo="sudo"
-  fi
-  log "apt-get install ${missing[*]}"
-  # Refresh the package lists only when the candidate is unknown.
-  local p2 need_update=0
-  for p2 in "${missing[@]}"; do
-    if ! apt-cache policy "$p2" 2>/dev/null | grep -q 'Candidate: [0-9]'; then need_update=1; fi
-  done
-  if [ "$need_update" -eq 1 ]; then
-    $sudo apt-get update -qq >/dev/null
-  fi
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
-
 if [ "${SKIP_PERF_ANALYZER:-0}" != "1" ]; then
   case "$(uname -m)" in
     x86_64) PA_PLATFORM=manylinux1_x86_64 ;;
@@ -115,7 +93,7 @@ if [ "${SKIP_PERF_ANALYZER:-0}" != "1" ]; then
   if [ -z "$PA_PLATFORM" ]; then
     log "no perf_analyzer build for $(uname -m); skipping it"
   else
-    install_apt libb64-0d
+    apt_install libb64-0d
     if [ ! -x "$PA_BIN" ]; then
       dl="$(mktemp -d)"
       trap 'rm -rf "$dl"' EXIT

@@ -39,22 +39,8 @@ PIP_FLAGS="${PIP_FLAGS:-}"
 log() { printf '[run-triton] %s\n' "$*" >&2; }
 
 # ------------------------------------------------------------------ install
-apt_install() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  command -v apt-get >/dev/null 2>&1 || { log "apt-get not found; install ${missing[*]} by hand"; return 1; }
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || { log "need root (or sudo) to apt-get install ${missing[*]}"; return 1; }
-    sudo="sudo"
-  fi
-  log "apt-get install ${missing[*]}"
-  $sudo apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
+# shellcheck source=../tools/lib.sh
+source "$REPO_ROOT/tests/tools/lib.sh"
 
 dist_version() { # venv, distribution
   "$1/bin/python" - "$2" <<'PY' 2>/dev/null || true

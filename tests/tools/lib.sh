@@ -1,0 +1,27 @@
+# Shell helpers shared by the test scripts. Source it after defining `log`.
+
+# apt_install PACKAGE...: installs the Debian packages that are missing (as root, or with sudo),
+# refreshing the package lists only when a package has no install candidate yet.
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  command -v apt-get >/dev/null 2>&1 || { log "apt-get not found; install ${missing[*]} by hand"; return 1; }
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { log "need root (or sudo) to apt-get install ${missing[*]}"; return 1; }
+    sudo="sudo"
+  fi
+  log "apt-get install ${missing[*]}"
+  # Refresh the package lists only when the candidate is unknown.
+  local p2 need_update=0
+  for p2 in "${missing[@]}"; do
+    if ! apt-cache policy "$p2" 2>/dev/null | grep -q 'Candidate: [0-9]'; then need_update=1; fi
+  done
+  if [ "$need_update" -eq 1 ]; then
+    $sudo apt-get update -qq >/dev/null
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
