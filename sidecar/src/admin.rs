@@ -12,6 +12,7 @@ use axum::routing::get;
 use serde_json::{Value as J, json};
 
 use crate::http::json_ok;
+use crate::shm::cuda::Cuda;
 use crate::state::SharedState;
 
 pub fn router(state: SharedState) -> Router {
@@ -75,12 +76,18 @@ pub fn report(st: &SharedState) -> J {
             "client shared memory is off; start with --allow-client-shm",
         )
     });
-    extensions.push(extension(
-        "cuda_shared_memory",
-        "Unsupported",
-        "sidecar",
-        "CUDA shared memory is not built into this sidecar yet",
-    ));
+    extensions.push(match (st.shm.cuda(), st.shm.allowed()) {
+        (Cuda::Unavailable(reason), _) => {
+            extension("cuda_shared_memory", "Unsupported", "sidecar", reason)
+        }
+        (Cuda::Usable(_), true) => extension("cuda_shared_memory", "Active", "sidecar", ""),
+        (Cuda::Usable(_), false) => extension(
+            "cuda_shared_memory",
+            "Disabled",
+            "sidecar",
+            "client shared memory is off; start with --allow-client-shm",
+        ),
+    });
     json!({
         "server": {"name": st.server.name, "version": st.server.version},
         "ready": st.health.is_ready(),
@@ -97,7 +104,7 @@ pub fn report(st: &SharedState) -> J {
         },
         "extensions": extensions,
         "shm": dev_shm(),
-        "gpu": gpu(),
+        "gpu": gpu(st.shm.cuda()),
     })
 }
 
@@ -121,8 +128,8 @@ fn dev_shm() -> J {
 }
 
 /// NVIDIA devices visible to this container.
-fn gpu() -> J {
-    let devices: Vec<String> = std::fs::read_dir("/dev")
+fn gpu(cuda: &Cuda) -> J {
+    let nodes: Vec<String> = std::fs::read_dir("/dev")
         .map(|dir| {
             dir.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -134,9 +141,19 @@ fn gpu() -> J {
                 .collect()
         })
         .unwrap_or_default();
-    if devices.is_empty() {
-        json!({"visible": false, "devices": [], "reason": "no /dev/nvidiaN device in this container"})
-    } else {
-        json!({"visible": true, "devices": devices, "reason": ""})
+    match cuda {
+        Cuda::Usable(driver) => json!({
+            "visible": true,
+            "driver_version": driver.version,
+            "devices": driver.devices.iter().map(|d| json!({"id": d.id, "name": d.name})).collect::<Vec<_>>(),
+            "device_nodes": nodes,
+            "reason": "",
+        }),
+        Cuda::Unavailable(reason) => json!({
+            "visible": !nodes.is_empty(),
+            "devices": [],
+            "device_nodes": nodes,
+            "reason": reason,
+        }),
     }
 }

@@ -110,7 +110,26 @@ impl AppState {
             max_regions: limits.max_shm_regions as usize,
             max_total_bytes: limits.max_shm_bytes,
         };
-        let extensions = EXTENSIONS.iter().map(|e| (*e).to_string()).collect();
+        let cuda = crate::shm::cuda::probe();
+        match &cuda {
+            crate::shm::cuda::Cuda::Usable(d) => tracing::info!(
+                devices = d.devices.len(),
+                driver_version = d.version,
+                "CUDA shared memory available"
+            ),
+            crate::shm::cuda::Cuda::Unavailable(reason) => {
+                tracing::info!(%reason, "CUDA shared memory unavailable")
+            }
+        }
+        // `cuda_shared_memory` is listed only where a driver and a device can serve it, right
+        // after `system_shared_memory` as Triton orders them.
+        let mut extensions: Vec<String> = Vec::with_capacity(EXTENSIONS.len() + 1);
+        for e in EXTENSIONS {
+            extensions.push((*e).to_string());
+            if *e == "system_shared_memory" && cuda.driver().is_some() {
+                extensions.push("cuda_shared_memory".to_string());
+            }
+        }
         Arc::new(AppState {
             repository,
             server: ServerInfo {
@@ -121,7 +140,7 @@ impl AppState {
             limits,
             health: Health::default(),
             log,
-            shm: crate::shm::Registry::new(allow_client_shm, shm_limits),
+            shm: crate::shm::Registry::new(allow_client_shm, shm_limits, cuda),
             upstream: None,
         })
     }

@@ -161,3 +161,42 @@ async fn statistics_count_requests() {
     assert_eq!(s["inference_stats"]["success"]["count"], 3);
     assert_eq!(s["inference_stats"]["queue"]["count"], 3);
 }
+
+/// The admin status and `/v2` agree on CUDA shared memory: without a usable driver the
+/// extension is not advertised and the admin endpoint says why; with one it is listed.
+#[tokio::test]
+async fn cuda_shared_memory_is_advertised_only_where_usable() {
+    let state =
+        server::build_state(&SidecarConfig::default(), LogControl::detached("info")).unwrap();
+    let admin = infergate_sidecar::admin::router(state.clone());
+    let response = admin
+        .oneshot(Request::get("/status").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let status = json(&response.into_body().collect().await.unwrap().to_bytes());
+    let cuda = status["extensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "cuda_shared_memory")
+        .unwrap()
+        .clone();
+    let (_, _, body) = call("GET", "/v2", "").await;
+    let listed = json(&body)["extensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e == "cuda_shared_memory");
+    if cuda["state"] == "Unsupported" {
+        assert!(!listed);
+        assert!(!cuda["reason"].as_str().unwrap().is_empty());
+        assert_eq!(status["gpu"]["devices"], serde_json::json!([]));
+        assert_eq!(status["gpu"]["reason"], cuda["reason"]);
+    } else {
+        // Client shm is off by default, so a usable driver reports "Disabled" here.
+        assert_eq!(cuda["state"], "Disabled");
+        assert!(listed);
+        assert!(!status["gpu"]["devices"].as_array().unwrap().is_empty());
+    }
+}

@@ -361,33 +361,45 @@ impl GrpcInferenceService for Inference {
         request: Request<CudaSharedMemoryStatusRequest>,
     ) -> Reply<CudaSharedMemoryStatusResponse> {
         let r = request.into_inner();
-        if !r.name.is_empty() {
-            return Err(self.state.shm.cuda_status_error(&r.name).into());
-        }
-        Ok(Response::new(CudaSharedMemoryStatusResponse {
-            regions: HashMap::new(),
-        }))
+        let name = (!r.name.is_empty()).then_some(r.name.as_str());
+        let regions = self
+            .state
+            .shm
+            .cuda_status(name)?
+            .into_iter()
+            .map(|s| {
+                let status = cuda_shared_memory_status_response::RegionStatus {
+                    name: s.name.clone(),
+                    device_id: s.device_id,
+                    byte_size: s.byte_size,
+                };
+                (s.name, status)
+            })
+            .collect();
+        Ok(Response::new(CudaSharedMemoryStatusResponse { regions }))
     }
 
+    /// `raw_handle` carries the 64 raw bytes of the `cudaIpcMemHandle_t` (no base64 on gRPC).
     async fn cuda_shared_memory_register(
         &self,
         request: Request<CudaSharedMemoryRegisterRequest>,
     ) -> Reply<CudaSharedMemoryRegisterResponse> {
         let r = request.into_inner();
-        Err(Error::invalid_arg(format!(
-            "failed to register CUDA shared memory region: '{}', GPUs not supported",
-            r.name
-        ))
-        .into())
+        let device_id = u64::try_from(r.device_id).unwrap_or(u64::MAX);
+        self.state
+            .shm
+            .register_cuda(&r.name, &r.raw_handle, device_id, r.byte_size)?;
+        Ok(Response::new(CudaSharedMemoryRegisterResponse {}))
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<CudaSharedMemoryUnregisterRequest>,
+        request: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> Reply<CudaSharedMemoryUnregisterResponse> {
-        if !self.state.shm.allowed() {
-            return Err(Error::unsupported(crate::shm::registry::DISABLED).into());
-        }
+        let r = request.into_inner();
+        self.state
+            .shm
+            .unregister_cuda((!r.name.is_empty()).then_some(r.name.as_str()))?;
         Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 

@@ -5,6 +5,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use base64::Engine as _;
 use http::{HeaderMap, StatusCode, header};
 use serde_json::{Value as J, json};
 
@@ -102,9 +103,12 @@ pub fn router() -> Router<SharedState> {
         )
         .route(
             "/v2/cudasharedmemory/region/{name}/unregister",
-            post(cuda_shm_unregister),
+            post(cuda_shm_unregister_one),
         )
-        .route("/v2/cudasharedmemory/unregister", post(cuda_shm_unregister))
+        .route(
+            "/v2/cudasharedmemory/unregister",
+            post(cuda_shm_unregister_all),
+        )
         .fallback(|| async { json_error(StatusCode::NOT_FOUND, "Not Found") })
         .method_not_allowed_fallback(|| async {
             json_error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
@@ -650,25 +654,83 @@ async fn system_shm_unregister_all(State(st): State<SharedState>) -> Response {
     respond(st.shm.unregister_system(None).map(|()| empty_json_ok()))
 }
 
-async fn cuda_shm_status_all() -> Response {
-    json_ok(&json!([]))
+async fn cuda_shm_status_all(State(st): State<SharedState>) -> Response {
+    cuda_status(&st, None)
 }
 
 async fn cuda_shm_status_one(State(st): State<SharedState>, Path(name): Path<String>) -> Response {
-    error_response(&st.shm.cuda_status_error(&name))
+    cuda_status(&st, Some(&name))
 }
 
-async fn cuda_shm_register(Path(name): Path<String>) -> Response {
-    error_response(&Error::invalid_arg(format!(
-        "failed to register CUDA shared memory region: '{name}', GPUs not supported"
-    )))
+fn cuda_status(st: &SharedState, name: Option<&str>) -> Response {
+    respond(st.shm.cuda_status(name).map(|regions| {
+        let list: Vec<J> = regions
+            .into_iter()
+            .map(|r| json!({"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}))
+            .collect();
+        json_ok(&J::Array(list))
+    }))
 }
 
-/// No CUDA region can exist without a GPU: unregistering is a no-op once shm is allowed.
-async fn cuda_shm_unregister(State(st): State<SharedState>) -> Response {
-    if st.shm.allowed() {
-        empty_json_ok()
-    } else {
-        error_response(&Error::unsupported(crate::shm::registry::DISABLED))
+/// Body: `{"raw_handle":{"b64":"<base64 cudaIpcMemHandle_t>"},"device_id":0,"byte_size":64}`.
+async fn cuda_shm_register(
+    State(st): State<SharedState>,
+    Path(name): Path<String>,
+    body: Body,
+) -> Response {
+    let result = async {
+        if st.shm.cuda().driver().is_none() {
+            return Err(crate::shm::registry::gpus_not_supported(&name));
+        }
+        if !st.shm.allowed() {
+            return Err(Error::unsupported(crate::shm::registry::DISABLED));
+        }
+        let doc = optional_json(body).await?.unwrap_or(J::Null);
+        let handle = match doc.get("raw_handle") {
+            None => {
+                return Err(Error::invalid_arg(
+                    "Shared memory register request has no 'raw_handle' field",
+                ));
+            }
+            Some(h) => h,
+        };
+        let invalid_handle =
+            || Error::invalid_arg("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t");
+        let b64 = match handle.get("b64") {
+            Some(J::String(b)) => b,
+            _ => return Err(invalid_handle()),
+        };
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|_| invalid_handle())?;
+        let uint = |field: &str| match doc.get(field) {
+            None => Err(Error::internal(format!(
+                "attempt to find non-existing object member '{field}'"
+            ))),
+            Some(v) => v.as_u64().ok_or_else(|| {
+                Error::internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
+            }),
+        };
+        let device_id = uint("device_id")?;
+        let byte_size = uint("byte_size")?;
+        st.shm.register_cuda(&name, &raw, device_id, byte_size)?;
+        Ok(empty_json_ok())
     }
+    .await;
+    respond(result)
+}
+
+async fn cuda_shm_unregister_one(
+    State(st): State<SharedState>,
+    Path(name): Path<String>,
+) -> Response {
+    respond(
+        st.shm
+            .unregister_cuda(Some(&name))
+            .map(|()| empty_json_ok()),
+    )
+}
+
+async fn cuda_shm_unregister_all(State(st): State<SharedState>) -> Response {
+    respond(st.shm.unregister_cuda(None).map(|()| empty_json_ok()))
 }

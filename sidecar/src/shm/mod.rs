@@ -2,10 +2,11 @@
 //! register by name, then name in inference requests instead of sending tensor bytes.
 //!
 //! The mapping is memory another process can write, shrink or unlink at any time. All access
-//! goes through [`region::SystemRegion`]: mapped once at registration, every access
-//! bounds-checked with checked arithmetic, bytes copied at the trust boundary. This module
-//! holds the only `unsafe` code of the crate.
+//! goes through [`region::SystemRegion`] (POSIX shm) or [`cuda::CudaRegion`] (CUDA IPC):
+//! opened once at registration, every access bounds-checked with checked arithmetic, bytes
+//! copied at the trust boundary. This module holds the only `unsafe` code of the crate.
 
+pub mod cuda;
 pub mod region;
 pub mod registry;
 

@@ -5,8 +5,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 
+use super::cuda::{Cuda, CudaRegion};
 use super::region::SystemRegion;
 use crate::error::{Error, Result};
 
@@ -29,6 +31,51 @@ impl Default for ShmLimits {
 pub const DISABLED: &str =
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
 
+/// A registered region of either kind.
+#[derive(Debug)]
+pub enum Region {
+    System(SystemRegion),
+    Cuda(CudaRegion),
+}
+
+impl Region {
+    pub fn byte_size(&self) -> u64 {
+        match self {
+            Region::System(r) => r.byte_size,
+            Region::Cuda(r) => r.byte_size,
+        }
+    }
+
+    fn kind(&self) -> Kind {
+        match self {
+            Region::System(_) => Kind::System,
+            Region::Cuda(_) => Kind::Cuda,
+        }
+    }
+
+    /// Copies `len` bytes at `offset` (inside the region) out of it.
+    pub fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
+        match self {
+            Region::System(r) => r.read(offset, len),
+            Region::Cuda(r) => r.read(offset, len),
+        }
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        match self {
+            Region::System(r) => r.write(offset, data),
+            Region::Cuda(r) => r.write(offset, data),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    System,
+    Cuda,
+}
+
 /// Status of one system region.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SystemStatus {
@@ -38,23 +85,82 @@ pub struct SystemStatus {
     pub byte_size: u64,
 }
 
+/// Status of one CUDA region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaStatus {
+    pub name: String,
+    pub device_id: u64,
+    pub byte_size: u64,
+}
+
 pub struct Registry {
     allowed: bool,
     limits: ShmLimits,
-    system: Mutex<BTreeMap<String, Arc<SystemRegion>>>,
+    cuda: Cuda,
+    regions: Mutex<BTreeMap<String, Arc<Region>>>,
 }
 
 impl Registry {
-    pub fn new(allowed: bool, limits: ShmLimits) -> Self {
+    pub fn new(allowed: bool, limits: ShmLimits, cuda: Cuda) -> Self {
         Registry {
             allowed,
             limits,
-            system: Mutex::new(BTreeMap::new()),
+            cuda,
+            regions: Mutex::new(BTreeMap::new()),
         }
     }
 
     pub fn allowed(&self) -> bool {
         self.allowed
+    }
+
+    /// What the CUDA probe found at start.
+    pub fn cuda(&self) -> &Cuda {
+        &self.cuda
+    }
+
+    /// Refuses a name already taken (by either kind) or a registration beyond the limits.
+    fn check_room(
+        &self,
+        regions: &BTreeMap<String, Arc<Region>>,
+        name: &str,
+        byte_size: u64,
+    ) -> Result<()> {
+        if regions.contains_key(name) {
+            return Err(Error::already_exists(format!(
+                "shared memory region '{name}' already in manager"
+            )));
+        }
+        if regions.len() >= self.limits.max_regions {
+            return Err(Error::invalid_arg(format!(
+                "cannot register shared memory region '{name}': the limit of {} regions is reached",
+                self.limits.max_regions
+            )));
+        }
+        let mapped: u64 = regions.values().map(|r| r.byte_size()).sum();
+        if mapped.saturating_add(byte_size) > self.limits.max_total_bytes {
+            return Err(Error::invalid_arg(format!(
+                "cannot register shared memory region '{name}': registered regions would exceed the limit of {} bytes",
+                self.limits.max_total_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks room, opens the region outside the lock (opening may be slow and other requests
+    /// must go on), then inserts it unless another registration took the name meanwhile.
+    fn insert(
+        &self,
+        name: &str,
+        byte_size: u64,
+        open: impl FnOnce() -> Result<Region>,
+    ) -> Result<()> {
+        self.check_room(&self.regions.lock(), name, byte_size)?;
+        let region = Arc::new(open()?);
+        let mut regions = self.regions.lock();
+        self.check_room(&regions, name, byte_size)?;
+        regions.insert(name.to_string(), region);
+        Ok(())
     }
 
     pub fn register_system(
@@ -72,36 +178,9 @@ impl Registry {
                 "'region name' is necessary to register system shared memory region",
             ));
         }
-        {
-            let regions = self.system.lock();
-            if regions.contains_key(name) {
-                return Err(Error::already_exists(format!(
-                    "shared memory region '{name}' already in manager"
-                )));
-            }
-            if regions.len() >= self.limits.max_regions {
-                return Err(Error::invalid_arg(format!(
-                    "cannot register shared memory region '{name}': the limit of {} regions is reached",
-                    self.limits.max_regions
-                )));
-            }
-            let mapped: u64 = regions.values().map(|r| r.byte_size).sum();
-            if mapped.saturating_add(byte_size) > self.limits.max_total_bytes {
-                return Err(Error::invalid_arg(format!(
-                    "cannot register shared memory region '{name}': registered regions would exceed the limit of {} bytes",
-                    self.limits.max_total_bytes
-                )));
-            }
-        }
-        // Map outside the lock: opening may be slow and other requests must go on.
-        let region = Arc::new(SystemRegion::open(name, key, offset, byte_size)?);
-        let mut regions = self.system.lock();
-        if regions.contains_key(name) {
-            return Err(Error::already_exists(format!(
-                "shared memory region '{name}' already in manager"
-            )));
-        }
-        regions.insert(name.to_string(), region);
+        self.insert(name, byte_size, || {
+            SystemRegion::open(name, key, offset, byte_size).map(Region::System)
+        })?;
         tracing::info!(
             region = name,
             key,
@@ -112,61 +191,132 @@ impl Registry {
         Ok(())
     }
 
-    /// Unregisters `name`, or every system region when `None`. Unknown names are no-ops.
-    pub fn unregister_system(&self, name: Option<&str>) -> Result<()> {
+    /// Registers a client's CUDA buffer from its 64-byte IPC handle.
+    pub fn register_cuda(
+        &self,
+        name: &str,
+        raw_handle: &[u8],
+        device_id: u64,
+        byte_size: u64,
+    ) -> Result<()> {
+        let Cuda::Usable(driver) = &self.cuda else {
+            return Err(gpus_not_supported(name));
+        };
         if !self.allowed {
             return Err(Error::unsupported(DISABLED));
         }
-        let mut regions = self.system.lock();
+        if name.is_empty() {
+            return Err(Error::invalid_arg(
+                "'region name' is necessary to register cuda shared memory region",
+            ));
+        }
+        if raw_handle.len() != super::cuda::HANDLE_BYTES {
+            return Err(Error::invalid_arg(
+                "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+            ));
+        }
+        let device = usize::try_from(device_id).unwrap_or(usize::MAX);
+        self.insert(name, byte_size, || {
+            driver
+                .open(name, raw_handle, device, byte_size)
+                .map(Region::Cuda)
+        })?;
+        tracing::info!(
+            region = name,
+            device_id,
+            byte_size,
+            "CUDA shared memory registered"
+        );
+        Ok(())
+    }
+
+    /// Unregisters `name`, or every system region when `None`. Unknown names, and names of
+    /// CUDA regions, are no-ops.
+    pub fn unregister_system(&self, name: Option<&str>) -> Result<()> {
+        self.unregister(Kind::System, name)
+    }
+
+    /// Unregisters `name`, or every CUDA region when `None`.
+    pub fn unregister_cuda(&self, name: Option<&str>) -> Result<()> {
+        self.unregister(Kind::Cuda, name)
+    }
+
+    fn unregister(&self, kind: Kind, name: Option<&str>) -> Result<()> {
+        if !self.allowed {
+            return Err(Error::unsupported(DISABLED));
+        }
+        let mut regions = self.regions.lock();
         match name {
             Some(n) => {
-                regions.remove(n);
+                if regions.get(n).is_some_and(|r| r.kind() == kind) {
+                    regions.remove(n);
+                }
             }
-            None => regions.clear(),
+            None => regions.retain(|_, r| r.kind() != kind),
         }
         Ok(())
     }
 
     pub fn system_status(&self, name: Option<&str>) -> Result<Vec<SystemStatus>> {
-        let regions = self.system.lock();
-        let status = |r: &SystemRegion| SystemStatus {
-            name: r.name.clone(),
-            key: r.key.clone(),
-            offset: r.offset,
-            byte_size: r.byte_size,
-        };
-        match name {
-            None => Ok(regions.values().map(|r| status(r)).collect()),
-            Some(n) => regions.get(n).map(|r| vec![status(r)]).ok_or_else(|| {
-                Error::not_found(format!("Unable to find system shared memory region: '{n}'"))
+        let status = |r: &Region| match r {
+            Region::System(r) => Some(SystemStatus {
+                name: r.name.clone(),
+                key: r.key.clone(),
+                offset: r.offset,
+                byte_size: r.byte_size,
             }),
-        }
+            Region::Cuda(_) => None,
+        };
+        self.status(name, status, |n| {
+            format!("Unable to find system shared memory region: '{n}'")
+        }, |n| {
+            format!("The region named '{n}' is registered as CUDA shared memory, not system shared memory")
+        })
     }
 
-    /// Whether `name` is a registered system region (CUDA status names it that way).
-    pub fn is_system(&self, name: &str) -> bool {
-        self.system.lock().contains_key(name)
+    pub fn cuda_status(&self, name: Option<&str>) -> Result<Vec<CudaStatus>> {
+        let status = |r: &Region| match r {
+            Region::Cuda(r) => Some(CudaStatus {
+                name: r.name.clone(),
+                device_id: r.device as u64,
+                byte_size: r.byte_size,
+            }),
+            Region::System(_) => None,
+        };
+        self.status(name, status, |n| {
+            format!("Unable to find cuda shared memory region: '{n}'")
+        }, |n| {
+            format!("The region named '{n}' is registered as system shared memory, not CUDA shared memory")
+        })
     }
 
-    /// The answer to a CUDA status request for `name`: no CUDA region can exist without a GPU.
-    pub fn cuda_status_error(&self, name: &str) -> Error {
-        if self.is_system(name) {
-            Error::not_found(format!(
-                "The region named '{name}' is registered as system shared memory, not CUDA shared memory"
-            ))
-        } else {
-            Error::not_found(format!(
-                "Unable to find cuda shared memory region: '{name}'"
-            ))
+    /// Status of every region of one kind, or of the one named (with Triton's two not-found texts).
+    fn status<S>(
+        &self,
+        name: Option<&str>,
+        of_kind: impl Fn(&Region) -> Option<S>,
+        missing: impl Fn(&str) -> String,
+        other_kind: impl Fn(&str) -> String,
+    ) -> Result<Vec<S>> {
+        let regions = self.regions.lock();
+        match name {
+            None => Ok(regions.values().filter_map(|r| of_kind(r)).collect()),
+            Some(n) => match regions.get(n) {
+                None => Err(Error::not_found(missing(n))),
+                Some(r) => of_kind(r)
+                    .map(|s| vec![s])
+                    .ok_or_else(|| Error::not_found(other_kind(n))),
+            },
         }
     }
 
     /// The region an inference request names, with its offset and size checked.
-    pub fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<Arc<SystemRegion>> {
-        let region = self.system.lock().get(name).cloned().ok_or_else(|| {
+    pub fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<Arc<Region>> {
+        let region = self.regions.lock().get(name).cloned().ok_or_else(|| {
             Error::not_found(format!("Unable to find shared memory region: '{name}'"))
         })?;
-        if offset >= region.byte_size {
+        let size = region.byte_size();
+        if offset >= size {
             return Err(Error::invalid_arg(format!(
                 "Invalid offset for shared memory region: '{name}'"
             )));
@@ -177,7 +327,7 @@ impl Registry {
                 u64::MAX
             ))
         })?;
-        if end > region.byte_size {
+        if end > size {
             return Err(Error::invalid_arg(format!(
                 "Invalid offset + byte size for shared memory region: '{name}'"
             )));
@@ -186,10 +336,17 @@ impl Registry {
     }
 }
 
+/// Triton's answer to a CUDA registration where no GPU can be used.
+pub fn gpus_not_supported(name: &str) -> Error {
+    Error::invalid_arg(format!(
+        "failed to register CUDA shared memory region: '{name}', GPUs not supported"
+    ))
+}
+
 /// Where an output goes when the client asked for it in shared memory.
 #[derive(Clone, Debug)]
 pub struct ShmTarget {
-    pub region: Arc<SystemRegion>,
+    pub region: Arc<Region>,
     pub offset: u64,
     pub byte_size: u64,
 }
@@ -226,6 +383,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    fn no_gpu() -> Cuda {
+        Cuda::unavailable("no GPU in unit tests")
+    }
 
     const OBJECT_SIZE: u64 = 3 * 4096 + 100;
 
@@ -301,7 +462,7 @@ mod tests {
         #[test]
         fn registry_matches_model(ops in proptest::collection::vec(op(), 1..40)) {
             let obj = object("prop");
-            let registry = Registry::new(true, ShmLimits { max_regions: 3, max_total_bytes: 3 * OBJECT_SIZE });
+            let registry = Registry::new(true, ShmLimits { max_regions: 3, max_total_bytes: 3 * OBJECT_SIZE }, no_gpu());
             let mut model: HashMap<u8, (u64, u64)> = HashMap::new();
             for op in ops {
                 match op {
@@ -349,7 +510,7 @@ mod tests {
 
     #[test]
     fn disabled_registry_refuses_registration() {
-        let registry = Registry::new(false, ShmLimits::default());
+        let registry = Registry::new(false, ShmLimits::default(), no_gpu());
         let err = registry.register_system("a", "/x", 0, 1).unwrap_err();
         assert_eq!(err.message, DISABLED);
         assert!(registry.system_status(None).unwrap().is_empty());
@@ -358,12 +519,36 @@ mod tests {
     #[test]
     fn in_flight_requests_keep_an_unregistered_region_mapped() {
         let obj = object("inflight");
-        let registry = Registry::new(true, ShmLimits::default());
+        let registry = Registry::new(true, ShmLimits::default(), no_gpu());
         registry.register_system("a", &obj.0, 0, 64).unwrap();
         let held = registry.resolve("a", 0, 64).unwrap();
         registry.unregister_system(Some("a")).unwrap();
         assert!(registry.resolve("a", 0, 1).is_err());
         held.write(0, &[1, 2, 3]).unwrap();
         assert_eq!(&held.read(0, 3).unwrap()[..], &[1, 2, 3]);
+    }
+
+    #[test]
+    fn cuda_without_a_gpu_is_refused_and_kinds_stay_apart() {
+        let obj = object("kinds");
+        let registry = Registry::new(true, ShmLimits::default(), no_gpu());
+        let err = registry.register_cuda("c", &[0; 64], 0, 64).unwrap_err();
+        assert_eq!(
+            err.message,
+            "failed to register CUDA shared memory region: 'c', GPUs not supported"
+        );
+        registry.register_system("s", &obj.0, 0, 64).unwrap();
+        let err = registry.cuda_status(Some("s")).unwrap_err();
+        assert_eq!(
+            err.message,
+            "The region named 's' is registered as system shared memory, not CUDA shared memory"
+        );
+        assert!(registry.cuda_status(None).unwrap().is_empty());
+        // Unregistering CUDA regions never touches system ones, by name or all at once.
+        registry.unregister_cuda(Some("s")).unwrap();
+        registry.unregister_cuda(None).unwrap();
+        assert_eq!(registry.system_status(None).unwrap().len(), 1);
+        let err = registry.register_cuda("s", &[0; 64], 0, 64).unwrap_err();
+        assert!(err.message.contains("GPUs not supported"));
     }
 }
