@@ -14,12 +14,13 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "cargo test"
-cargo test --workspace --locked
-
 step "build the sidecar binary"
 cargo build --locked -p infergate-sidecar
+# The operator's probe tests and the conformance suite run this binary.
 export INFERGATE_SIDECAR_BIN="$PWD/target/debug/infergate-sidecar"
+
+step "cargo test"
+cargo test --workspace --locked
 
 step "python environment (tritonclient, perf_analyzer)"
 tests/tools/setup-python.sh

@@ -1,7 +1,8 @@
-//! The Infergate operator: the `InferenceService` custom resource and the pure functions that turn
+//! The Infergate operator: the `InferenceService` custom resource, the pure functions that turn
 //! one into the Kubernetes objects that run it (the sidecar's ConfigMap, a Deployment, a Service and
-//! a PodDisruptionBudget). No I/O lives here; `main.rs` reads files and prints.
+//! a PodDisruptionBudget), and the controller that applies them and reports status.
 //!
+//! - [`controller`]: `infergate-operator run` (the only module that talks to the API server).
 //! - [`crd`]: the resource's types; the CRD is generated from them.
 //! - [`admission`]: what the API server checks before storing a resource (defaults, schema, CEL
 //!   rules), done offline.
@@ -14,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod controller;
 pub mod crd;
 pub mod input;
 pub mod reference;

@@ -1,5 +1,5 @@
-//! `infergate-operator`: print the CRD, render the objects of an InferenceService offline, and
-//! (in a later release) run the controller.
+//! `infergate-operator`: run the controller, print the CRD, or render the objects of an
+//! InferenceService offline.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use infergate_operator::input::{self, Document};
 use infergate_operator::render::{
     self, DEFAULT_SIDECAR_IMAGE, KubernetesVersion, OperatorSettings,
 };
-use infergate_operator::{crd, yaml};
+use infergate_operator::{controller, crd, yaml};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -48,9 +48,112 @@ enum Command {
         #[arg(long, value_name = "UID")]
         uid: Option<String>,
     },
-    /// Run the controller. NOT IMPLEMENTED YET: the controller comes in a later release; this
-    /// exits with status 2.
-    Run,
+    /// Run the controller: watch InferenceServices and reconcile them into their objects and
+    /// status. Uses the in-cluster service account, or KUBECONFIG / ~/.kube/config outside a
+    /// cluster.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Sidecar image for resources that do not set spec.sidecar.image.
+    #[arg(long, value_name = "IMAGE", env = "INFERGATE_SIDECAR_IMAGE", default_value = DEFAULT_SIDECAR_IMAGE)]
+    sidecar_image: String,
+    /// Kubernetes version of the cluster (features it lacks are left out of the pods).
+    #[arg(long, value_name = "VERSION", env = "INFERGATE_KUBERNETES_VERSION", default_value = "1.33", value_parser = KubernetesVersion::parse)]
+    kubernetes_version: KubernetesVersion,
+    /// Watch only this namespace (default: every namespace).
+    #[arg(long, value_name = "NAMESPACE", env = "INFERGATE_WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Reconciles running at once.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    concurrency: u16,
+    /// Address of the metrics (/metrics) and health (/healthz, /readyz) endpoints.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    metrics_bind_address: std::net::SocketAddr,
+    /// Elect a leader through a Lease so that only one replica reconciles. Needed when more than
+    /// one replica runs.
+    #[arg(long, env = "INFERGATE_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease (default: the pod's namespace, from
+    /// POD_NAMESPACE).
+    #[arg(long, value_name = "NAMESPACE", env = "POD_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, value_name = "NAME", default_value = "infergate-operator")]
+    lease_name: String,
+    /// This replica's identity in the Lease and in Events (default: the host name).
+    #[arg(long, value_name = "ID", env = "POD_NAME")]
+    identity: Option<String>,
+    /// Time limit of one sidecar admin probe, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    probe_timeout_ms: u64,
+    /// How often a service that is not Ready is looked at again, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    requeue_seconds: u64,
+    /// Test only: probe POD_IP:PORT at HOST:PORT instead (repeatable). For clusters whose pods are
+    /// not real processes.
+    #[arg(long, value_name = "FROM=TO", hide = true)]
+    probe_address_map: Vec<String>,
+    /// Log level (error, warn, info, debug, trace) or a tracing filter; RUST_LOG overrides.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    log_level: String,
+    /// Log format.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+fn run_controller(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(&args.log_level, &args.log_format);
+    let identity = args
+        .identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("infergate-operator-{}", std::process::id()));
+    let leader_election_namespace = match (args.leader_elect, args.leader_election_namespace) {
+        (false, _) => None,
+        (true, Some(ns)) => Some(ns),
+        (true, None) => {
+            bail!("--leader-elect needs --leader-election-namespace (or POD_NAMESPACE)")
+        }
+    };
+    let config = controller::RunConfig {
+        settings: OperatorSettings {
+            sidecar_image: args.sidecar_image,
+            kubernetes_version: args.kubernetes_version,
+        },
+        namespace: args.namespace,
+        concurrency: args.concurrency,
+        metrics_addr: args.metrics_bind_address,
+        leader_election_namespace,
+        lease_name: args.lease_name,
+        identity,
+        probe_timeout: std::time::Duration::from_millis(args.probe_timeout_ms),
+        probe_address_map: controller::probe::parse_address_map(&args.probe_address_map)
+            .map_err(anyhow::Error::msg)?,
+        requeue_not_ready: std::time::Duration::from_secs(args.requeue_seconds.max(1)),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(controller::run(config))
+}
+
+fn init_logging(level: &str, format: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }
 
 /// Owner-reference uid used by `render` when neither the input nor --uid gives one.
@@ -74,13 +177,7 @@ fn main() -> ExitCode {
             };
             render_file(&file, &settings, uid).map(|text| print!("{text}"))
         }
-        Command::Run => {
-            eprintln!(
-                "error: `infergate-operator run` is not implemented yet: the controller comes in a later release. \
-                 Use `infergate-operator render -f FILE` to see the objects it will create."
-            );
-            return ExitCode::from(2);
-        }
+        Command::Run(args) => run_controller(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

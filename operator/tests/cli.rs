@@ -111,10 +111,21 @@ fn render_rejects_what_the_api_server_would() {
 }
 
 #[test]
-fn run_is_not_implemented_yet() {
-    let out = operator(&["run"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("not implemented yet"));
-    let help = operator(&["--help"]);
-    assert!(text(&help.stdout).contains("NOT IMPLEMENTED YET"));
+fn run_without_a_cluster_fails_clearly() {
+    let home = std::env::temp_dir().join(format!("infergate-no-kube-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_infergate-operator"))
+        .args(["run", "--metrics-bind-address", "127.0.0.1:0"])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", &home)
+        .env("KUBECONFIG", home.join("missing"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("Kubernetes API"), "{stderr}");
+    assert!(stderr.contains("kubeconfig"), "{stderr}");
+
+    let out = operator(&["run", "--leader-elect"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--leader-election-namespace"));
 }

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
+pub mod mock;
+
 use std::path::PathBuf;
 
 use infergate_operator::crd::InferenceService;

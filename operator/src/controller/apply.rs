@@ -1,0 +1,123 @@
+//! Server-side apply of the children, with one field manager, skipped when the stored object
+//! already holds every field we would set (so an unchanged resource causes no write at all).
+
+use std::fmt::Debug;
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// The one field manager of everything the operator writes.
+pub const FIELD_MANAGER: &str = "infergate-operator";
+
+/// What happened to one child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Created or changed.
+    Written,
+    /// Already as desired: no request sent beyond the read.
+    Unchanged,
+    /// Deleted (an object the spec no longer asks for).
+    Deleted,
+    /// Nothing to delete.
+    Absent,
+}
+
+/// Whether `actual` holds every field of `desired` with the same value. Fields the server adds
+/// (defaults, status, metadata) are ignored; an empty list, map or null in `desired` matches a
+/// missing field, because the server drops those.
+pub fn contains(actual: Option<&Value>, desired: &Value) -> bool {
+    match (actual, desired) {
+        (None | Some(Value::Null), Value::Null) => true,
+        (None, Value::Array(a)) => a.is_empty(),
+        (None, Value::Object(o)) => o.is_empty(),
+        (None, _) => false,
+        (Some(Value::Object(a)), Value::Object(d)) => d.iter().all(|(k, v)| contains(a.get(k), v)),
+        (Some(Value::Array(a)), Value::Array(d)) => {
+            a.len() == d.len() && a.iter().zip(d).all(|(x, y)| contains(Some(x), y))
+        }
+        (Some(a), d) => a == d,
+    }
+}
+
+/// Applies `desired` unless the stored object already matches it.
+pub async fn apply<K>(api: &Api<K>, desired: &K) -> Result<Outcome, kube::Error>
+where
+    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+    <K as Resource>::DynamicType: Default,
+{
+    let name = desired.name_any();
+    let wanted = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
+    if let Some(current) = api.get_opt(&name).await? {
+        let stored = serde_json::to_value(&current).map_err(kube::Error::SerdeError)?;
+        if contains(Some(&stored), &wanted) {
+            return Ok(Outcome::Unchanged);
+        }
+    }
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    api.patch(&name, &params, &Patch::Apply(&wanted)).await?;
+    Ok(Outcome::Written)
+}
+
+/// Deletes `name` if it exists and the resource with `owner_uid` controls it (never an object
+/// someone else made with the same name).
+pub async fn delete_owned<K>(
+    api: &Api<K>,
+    name: &str,
+    owner_uid: &str,
+) -> Result<Outcome, kube::Error>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+    <K as Resource>::DynamicType: Default,
+{
+    let Some(current) = api.get_opt(name).await? else {
+        return Ok(Outcome::Absent);
+    };
+    let ours = current
+        .owner_references()
+        .iter()
+        .any(|o| o.uid == owner_uid && o.controller == Some(true));
+    if !ours {
+        return Ok(Outcome::Absent);
+    }
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(Outcome::Deleted),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Outcome::Absent),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn server_additions_are_ignored_and_changes_are_seen() {
+        let desired =
+            json!({"spec": {"replicas": 2, "args": [], "template": {"labels": {"a": "1"}}}});
+        let stored = json!({"spec": {"replicas": 2, "paused": false, "template": {"labels": {"a": "1", "b": "2"}}}, "status": {}});
+        assert!(contains(Some(&stored), &desired));
+        let scaled = json!({"spec": {"replicas": 3, "template": {"labels": {"a": "1"}}}});
+        assert!(!contains(Some(&scaled), &desired));
+        let relabelled = json!({"spec": {"replicas": 2, "template": {"labels": {"a": "2"}}}});
+        assert!(!contains(Some(&relabelled), &desired));
+    }
+
+    #[test]
+    fn lists_compare_item_by_item() {
+        let desired = json!([{"name": "a", "port": 1}]);
+        assert!(contains(
+            Some(&json!([{"name": "a", "port": 1, "protocol": "TCP"}])),
+            &desired
+        ));
+        assert!(!contains(
+            Some(&json!([{"name": "a", "port": 1}, {"name": "b"}])),
+            &desired
+        ));
+        assert!(!contains(None, &desired));
+    }
+}

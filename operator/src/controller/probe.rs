@@ -1,0 +1,123 @@
+//! Asks each ready pod's sidecar what is live: `GET /status` on its admin port, with a time
+//! limit, a size limit and bounded parallelism, so a pod that hangs cannot stall a reconcile.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use super::status::{AdminStatus, PodReport};
+
+/// Largest admin status accepted (a sidecar's is a few KiB).
+const MAX_STATUS_BYTES: usize = 1 << 20;
+/// Pods probed at once.
+const PARALLEL_PROBES: usize = 16;
+
+/// Probes sidecars' admin endpoints.
+#[derive(Clone)]
+pub struct Prober {
+    client: Client<HttpConnector, Empty<Bytes>>,
+    timeout: Duration,
+    /// `pod-ip:port` → `host:port`: where to reach a pod instead (tests whose pods are not real
+    /// processes point this at sidecars on loopback). Empty in production.
+    address_map: HashMap<String, String>,
+}
+
+impl Prober {
+    pub fn new(timeout: Duration, address_map: HashMap<String, String>) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Prober {
+            client,
+            timeout,
+            address_map,
+        }
+    }
+
+    /// Probes every pod that is ready and has an address; the others are not asked.
+    pub async fn probe_ready_pods(&self, pods: &[Pod], admin_port: i32) -> Vec<PodReport> {
+        let targets: Vec<(String, String)> = pods
+            .iter()
+            .filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| {
+                let ip = p.status.as_ref()?.pod_ip.clone()?;
+                Some((p.name_any(), format!("{ip}:{admin_port}")))
+            })
+            .collect();
+        let mut reports: Vec<PodReport> = futures::stream::iter(targets)
+            .map(|(pod, addr)| async move {
+                let outcome = self.probe(&addr).await;
+                PodReport { pod, outcome }
+            })
+            .buffer_unordered(PARALLEL_PROBES)
+            .collect()
+            .await;
+        reports.sort_by(|a, b| a.pod.cmp(&b.pod));
+        reports
+    }
+
+    /// `GET http://addr/status`, parsed.
+    pub async fn probe(&self, addr: &str) -> Result<AdminStatus, String> {
+        let target = self.address_map.get(addr).map_or(addr, String::as_str);
+        let uri: http::Uri = format!("http://{target}/status")
+            .parse()
+            .map_err(|e| format!("bad address {target}: {e}"))?;
+        let call = async {
+            let response = self
+                .client
+                .get(uri)
+                .await
+                .map_err(|e| format!("admin endpoint {target} unreachable: {e}"))?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_STATUS_BYTES)
+                .collect()
+                .await
+                .map_err(|e| format!("admin status from {target} unreadable: {e}"))?
+                .to_bytes();
+            if !status.is_success() {
+                return Err(format!("admin endpoint {target} answered {status}"));
+            }
+            serde_json::from_slice::<AdminStatus>(&body)
+                .map_err(|e| format!("admin status from {target} is not valid: {e}"))
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(format!(
+                "admin endpoint {target} did not answer within {} ms",
+                self.timeout.as_millis()
+            )),
+        }
+    }
+}
+
+/// Whether the pod's `Ready` condition is true.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Parses `FROM=TO` pairs (`10.0.0.5:8003=127.0.0.1:41234`).
+pub fn parse_address_map(pairs: &[String]) -> Result<HashMap<String, String>, String> {
+    pairs
+        .iter()
+        .map(|p| {
+            p.split_once('=')
+                .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| format!("{p:?} is not FROM=TO"))
+        })
+        .collect()
+}

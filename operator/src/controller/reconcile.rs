@@ -1,0 +1,336 @@
+//! One reconcile of one InferenceService: apply its children, probe its ready pods, write its
+//! status, and tell the user about transitions with Events.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, Resource, ResourceExt};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use super::apply::{self, FIELD_MANAGER, Outcome};
+use super::metrics::Metrics;
+use super::probe::Prober;
+use super::status::{self, Observed};
+use crate::crd::{InferenceService, InferenceServiceStatus};
+use crate::render::{self, OperatorSettings, RenderError};
+
+/// Why a reconcile failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Render(#[from] RenderError),
+    #[error("the InferenceService has no namespace")]
+    NoNamespace,
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub settings: OperatorSettings,
+    pub prober: Prober,
+    pub metrics: Arc<Metrics>,
+    /// Publishes Events; `None` where no events should be sent (unit tests).
+    pub recorder: Option<Recorder>,
+    /// Consecutive failures per resource, for the backoff.
+    failures: Mutex<HashMap<String, u32>>,
+    /// Requeue interval while the service is not Ready (pods starting, probes pending).
+    pub requeue_not_ready: Duration,
+    /// Requeue interval once Ready (to notice changes that no watch event reports).
+    pub requeue_ready: Duration,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        settings: OperatorSettings,
+        prober: Prober,
+        metrics: Arc<Metrics>,
+        recorder: Option<Recorder>,
+    ) -> Self {
+        Context {
+            client,
+            settings,
+            prober,
+            metrics,
+            recorder,
+            failures: Mutex::new(HashMap::new()),
+            requeue_not_ready: Duration::from_secs(10),
+            requeue_ready: Duration::from_secs(120),
+        }
+    }
+
+    fn count(&self, outcome: Outcome) {
+        let counter = match outcome {
+            Outcome::Written => &self.metrics.writes,
+            Outcome::Unchanged => &self.metrics.unchanged,
+            Outcome::Deleted => &self.metrics.deletes,
+            Outcome::Absent => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn event(
+        &self,
+        isvc: &InferenceService,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &isvc.object_ref(&())).await {
+            tracing::warn!(resource = %status::object_name(isvc), error = %e, "could not publish an event");
+        }
+    }
+}
+
+/// The reconcile function the controller runs.
+pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_inner(&isvc, &ctx).await;
+    ctx.metrics
+        .observe_reconcile(started.elapsed(), result.is_ok());
+    if result.is_ok() {
+        ctx.failures.lock().remove(&status::object_name(&isvc));
+    }
+    result
+}
+
+/// Backoff for failed reconciles: 1 s doubling per consecutive failure up to 5 minutes.
+pub fn error_policy(isvc: Arc<InferenceService>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = status::object_name(&isvc);
+    let failures = {
+        let mut map = ctx.failures.lock();
+        let n = map.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay = backoff(failures);
+    tracing::warn!(resource = %key, error = %error, failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
+    let note = error.to_string();
+    let ctx2 = ctx.clone();
+    tokio::spawn(async move {
+        ctx2.event(
+            &isvc,
+            EventType::Warning,
+            "ReconcileFailed",
+            "Reconcile",
+            truncate(note, 1000),
+        )
+        .await;
+    });
+    Action::requeue(delay)
+}
+
+/// 1 s × 2^(n-1), at most 5 minutes.
+pub fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(9);
+    Duration::from_secs(1u64 << exp).min(Duration::from_secs(300))
+}
+
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    text
+}
+
+async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Action, Error> {
+    if isvc.metadata.deletion_timestamp.is_some() {
+        // Owner references let the garbage collector remove the children.
+        return Ok(Action::await_change());
+    }
+    let ns = isvc.namespace().ok_or(Error::NoNamespace)?;
+    let client = ctx.client.clone();
+    let children = match render::build_children(isvc, &ctx.settings) {
+        Ok(children) => children,
+        Err(e @ RenderError::Invalid { .. }) => {
+            // A spec the schema let through but that cannot run: tell the user, do not retry
+            // until the spec changes.
+            write_invalid_status(isvc, ctx, &e).await?;
+            return Ok(Action::await_change());
+        }
+        Err(e) => return Err(e.into()),
+    };
+
+    let outcome = apply::apply(
+        &Api::<ConfigMap>::namespaced(client.clone(), &ns),
+        &children.config_map,
+    )
+    .await?;
+    ctx.count(outcome);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    let outcome = apply::apply(&deployments, &children.deployment).await?;
+    ctx.count(outcome);
+    let outcome = apply::apply(
+        &Api::<Service>::namespaced(client.clone(), &ns),
+        &children.service,
+    )
+    .await?;
+    ctx.count(outcome);
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
+    let outcome = match &children.pdb {
+        Some(pdb) => apply::apply(&pdbs, pdb).await?,
+        None => {
+            let uid = isvc.uid().unwrap_or_default();
+            apply::delete_owned(&pdbs, &isvc.name_any(), &uid).await?
+        }
+    };
+    ctx.count(outcome);
+
+    let deployment = deployments.get_opt(&isvc.name_any()).await?;
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+        .list(&ListParams::default().labels(&render::selector_string(isvc)))
+        .await?
+        .items;
+    let reports = ctx
+        .prober
+        .probe_ready_pods(&pods, isvc.spec.sidecar.ports.admin)
+        .await;
+    let failed = reports.iter().filter(|r| r.outcome.is_err()).count() as u64;
+    ctx.metrics
+        .probe_failures
+        .fetch_add(failed, Ordering::Relaxed);
+    let observed = Observed {
+        deployment: deployment.as_ref(),
+        reports: &reports,
+        now: now(),
+    };
+    let new_status = status::compute(isvc, &observed, isvc.status.as_ref());
+    write_status(isvc, ctx, &new_status).await?;
+    announce_transition(isvc, ctx, isvc.status.as_ref(), &new_status).await;
+
+    Ok(Action::requeue(
+        if status::is_ready(Some(&new_status)) == Some(true) {
+            ctx.requeue_ready
+        } else {
+            ctx.requeue_not_ready
+        },
+    ))
+}
+
+/// The clock at the precision the API server keeps for `metav1.Time` (whole seconds), so that a
+/// condition read back compares equal to the one written.
+fn now() -> Time {
+    Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+/// Writes `status` through the status subresource (server-side apply, same field manager),
+/// unless it is what the server already holds.
+async fn write_status(
+    isvc: &InferenceService,
+    ctx: &Context,
+    new: &InferenceServiceStatus,
+) -> Result<(), Error> {
+    if isvc.status.as_ref() == Some(new) {
+        return Ok(());
+    }
+    let ns = isvc.namespace().ok_or(Error::NoNamespace)?;
+    let api = Api::<InferenceService>::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({
+        "apiVersion": InferenceService::api_version(&()),
+        "kind": InferenceService::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        &isvc.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    ctx.metrics.status_writes.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+async fn write_invalid_status(
+    isvc: &InferenceService,
+    ctx: &Context,
+    error: &RenderError,
+) -> Result<(), Error> {
+    let observed = Observed {
+        deployment: None,
+        reports: &[],
+        now: now(),
+    };
+    let mut new = status::compute(isvc, &observed, isvc.status.as_ref());
+    if let Some(ready) = new.conditions.iter_mut().find(|c| c.type_ == "Ready") {
+        if ready.reason != "InvalidSpec" {
+            ready.last_transition_time = observed.now.clone();
+        }
+        ready.reason = "InvalidSpec".to_string();
+        ready.message = truncate(error.to_string(), 1000);
+    }
+    let changed = isvc.status.as_ref() != Some(&new);
+    write_status(isvc, ctx, &new).await?;
+    if changed {
+        ctx.event(
+            isvc,
+            EventType::Warning,
+            "InvalidSpec",
+            "Render",
+            truncate(error.to_string(), 1000),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// An Event when `Ready` changes, or when the first status is written.
+async fn announce_transition(
+    isvc: &InferenceService,
+    ctx: &Context,
+    old: Option<&InferenceServiceStatus>,
+    new: &InferenceServiceStatus,
+) {
+    let before = status::is_ready(old);
+    let after = status::is_ready(Some(new));
+    if before == after {
+        return;
+    }
+    let message = new
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    match after {
+        Some(true) => {
+            ctx.event(isvc, EventType::Normal, "Ready", "Reconcile", message)
+                .await
+        }
+        _ if before == Some(true) => {
+            ctx.event(isvc, EventType::Warning, "NotReady", "Reconcile", message)
+                .await
+        }
+        _ => {
+            ctx.event(isvc, EventType::Normal, "Reconciling", "Reconcile", message)
+                .await
+        }
+    }
+}

@@ -1,0 +1,453 @@
+//! `status` from what the cluster and the sidecars report. Pure: the caller passes the
+//! Deployment, the probe results of the ready pods, the previous status and the clock, so every
+//! rule here is tested without a cluster.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+use serde::Deserialize;
+
+use crate::crd::{
+    ConditionType, ExtensionState, ExtensionStatus, Implementation, InferenceService,
+    InferenceServiceStatus, ModelStatus,
+};
+use crate::render;
+
+/// Extensions every sidecar serves whatever the spec says: they count as requested.
+pub const ALWAYS_ON: [&str; 4] = [
+    "binary_tensor_data",
+    "classification",
+    "model_repository",
+    "statistics",
+];
+
+/// What `GET /status` on a sidecar's admin port answers (the fields the operator reads).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct AdminStatus {
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default)]
+    pub extensions: Vec<AdminExtension>,
+    #[serde(default)]
+    pub backend: AdminBackend,
+}
+
+/// One extension as a sidecar reports it.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct AdminExtension {
+    pub name: String,
+    pub state: String,
+    #[serde(default)]
+    pub implementation: String,
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// The sidecar's backend: built-in models, or a model server it discovered.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct AdminBackend {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub models: Vec<String>,
+}
+
+/// The probe of one ready pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodReport {
+    pub pod: String,
+    pub outcome: Result<AdminStatus, String>,
+}
+
+/// Everything the status is computed from.
+pub struct Observed<'a> {
+    pub deployment: Option<&'a Deployment>,
+    pub reports: &'a [PodReport],
+    pub now: Time,
+}
+
+/// The extensions the spec asks for (always-on ones included), by protocol name.
+pub fn requested_extensions(isvc: &InferenceService) -> Vec<&'static str> {
+    let ext = &isvc.spec.extensions;
+    let mut out: Vec<&'static str> = ALWAYS_ON.to_vec();
+    if ext.system_shared_memory.enabled {
+        out.push("system_shared_memory");
+    }
+    if ext.cuda_shared_memory.enabled {
+        out.push("cuda_shared_memory");
+    }
+    if ext.sequence.enabled {
+        out.push("sequence");
+    }
+    out.sort_unstable();
+    out
+}
+
+/// The whole status for `isvc`.
+pub fn compute(
+    isvc: &InferenceService,
+    observed: &Observed<'_>,
+    previous: Option<&InferenceServiceStatus>,
+) -> InferenceServiceStatus {
+    let generation = isvc.metadata.generation;
+    let deployment_status = observed.deployment.and_then(|d| d.status.as_ref());
+    let answered: Vec<&AdminStatus> = observed
+        .reports
+        .iter()
+        .filter_map(|r| r.outcome.as_ref().ok())
+        .collect();
+    let silent: Vec<&PodReport> = observed
+        .reports
+        .iter()
+        .filter(|r| r.outcome.is_err())
+        .collect();
+    let requested = requested_extensions(isvc);
+    let extensions = aggregate_extensions(&requested, &answered);
+
+    let available = available_condition(isvc, observed.deployment);
+    let model_ready = model_ready_condition(observed.reports, &answered);
+    let not_ready: Vec<&str> = extensions
+        .iter()
+        .filter(|e| {
+            e.requested && !matches!(e.state, ExtensionState::Active | ExtensionState::Degraded)
+        })
+        .map(|e| e.name.as_str())
+        .collect();
+    let extensions_ready = if not_ready.is_empty() {
+        (
+            true,
+            "ExtensionsActive",
+            "every requested extension is active".to_string(),
+        )
+    } else {
+        (
+            false,
+            "ExtensionsNotActive",
+            format!("not active: {}", not_ready.join(", ")),
+        )
+    };
+    let degraded_ext: Vec<&str> = extensions
+        .iter()
+        .filter(|e| e.requested && e.state == ExtensionState::Degraded)
+        .map(|e| e.name.as_str())
+        .collect();
+    let degraded = if !silent.is_empty() {
+        let pods: Vec<&str> = silent.iter().map(|r| r.pod.as_str()).collect();
+        (
+            true,
+            "PodsNotReporting",
+            format!("no admin status from ready pods: {}", pods.join(", ")),
+        )
+    } else if !degraded_ext.is_empty() {
+        (
+            true,
+            "ExtensionsDegraded",
+            format!("degraded: {}", degraded_ext.join(", ")),
+        )
+    } else {
+        (false, "AsExpected", "nothing is degraded".to_string())
+    };
+    let ready = if available.0 && model_ready.0 && extensions_ready.0 {
+        (
+            true,
+            "Ready",
+            "the service is available with its models and extensions".to_string(),
+        )
+    } else {
+        let failing: Vec<&str> = [
+            (available.0, "Available"),
+            (model_ready.0, "ModelReady"),
+            (extensions_ready.0, "ExtensionsReady"),
+        ]
+        .iter()
+        .filter(|(ok, _)| !ok)
+        .map(|(_, name)| *name)
+        .collect();
+        (
+            false,
+            "NotReady",
+            format!("not yet: {}", failing.join(", ")),
+        )
+    };
+
+    let models_ready = model_ready.0;
+    let conditions = [
+        (ConditionType::Ready, ready),
+        (ConditionType::Available, available),
+        (ConditionType::ModelReady, model_ready),
+        (ConditionType::ExtensionsReady, extensions_ready),
+        (ConditionType::Degraded, degraded),
+    ]
+    .into_iter()
+    .map(|(kind, (ok, reason, message))| {
+        condition(
+            kind,
+            ok,
+            reason,
+            message,
+            generation,
+            &observed.now,
+            previous,
+        )
+    })
+    .collect();
+
+    let active = extensions
+        .iter()
+        .filter(|e| e.requested && e.state == ExtensionState::Active)
+        .count();
+    InferenceServiceStatus {
+        observed_generation: generation,
+        replicas: deployment_status.and_then(|s| s.replicas).unwrap_or(0),
+        ready_replicas: deployment_status
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0),
+        selector: Some(render::selector_string(isvc)),
+        url: Some(render::service_urls(isvc)),
+        model: model_status(isvc, &answered, models_ready),
+        conditions,
+        extensions_summary: Some(format!("{active}/{} active", requested.len())),
+        extensions,
+    }
+}
+
+/// One entry per extension that is requested or that a pod reported, by name.
+fn aggregate_extensions(requested: &[&str], answered: &[&AdminStatus]) -> Vec<ExtensionStatus> {
+    let mut by_name: BTreeMap<&str, Vec<&AdminExtension>> = BTreeMap::new();
+    for name in requested {
+        by_name.entry(name).or_default();
+    }
+    for status in answered {
+        for ext in &status.extensions {
+            by_name.entry(ext.name.as_str()).or_default().push(ext);
+        }
+    }
+    by_name
+        .into_iter()
+        .map(|(name, reports)| {
+            let requested = requested.contains(&name);
+            extension_status(name, requested, &reports, answered.len())
+        })
+        .collect()
+}
+
+fn extension_status(
+    name: &str,
+    requested: bool,
+    reports: &[&AdminExtension],
+    pods_answering: usize,
+) -> ExtensionStatus {
+    let pods_reporting = i32::try_from(reports.len()).unwrap_or(i32::MAX);
+    let implementation = reports
+        .first()
+        .and_then(|r| match r.implementation.as_str() {
+            "sidecar" => Some(Implementation::Sidecar),
+            "upstream" => Some(Implementation::Upstream),
+            _ => None,
+        });
+    let reason_of = |r: &AdminExtension| (!r.reason.is_empty()).then(|| r.reason.clone());
+    let (state, reason) = if reports.is_empty() {
+        if pods_answering == 0 {
+            (
+                ExtensionState::Pending,
+                Some("no pod has reported yet".to_string()),
+            )
+        } else {
+            (
+                ExtensionState::Unsupported,
+                Some("the sidecar does not report this extension".to_string()),
+            )
+        }
+    } else {
+        let states: Vec<ExtensionState> = reports.iter().map(|r| parse_state(&r.state)).collect();
+        let active = states
+            .iter()
+            .filter(|s| **s == ExtensionState::Active)
+            .count();
+        if active == reports.len() && reports.len() == pods_answering {
+            (ExtensionState::Active, None)
+        } else if states.iter().all(|s| *s == states[0]) && reports.len() == pods_answering {
+            (states[0], reports.first().and_then(|r| reason_of(r)))
+        } else if active > 0 {
+            (
+                ExtensionState::Degraded,
+                Some(format!("active on {active} of {pods_answering} pods")),
+            )
+        } else {
+            let first = reports
+                .iter()
+                .find(|r| parse_state(&r.state) != ExtensionState::Active)
+                .or(reports.first());
+            (
+                first.map_or(ExtensionState::Unsupported, |r| parse_state(&r.state)),
+                first.and_then(|r| reason_of(r)),
+            )
+        }
+    };
+    ExtensionStatus {
+        name: name.to_string(),
+        state,
+        implementation,
+        requested,
+        reason,
+        pods_reporting,
+    }
+}
+
+fn parse_state(text: &str) -> ExtensionState {
+    match text {
+        "Active" => ExtensionState::Active,
+        "Degraded" => ExtensionState::Degraded,
+        "Disabled" => ExtensionState::Disabled,
+        "Pending" => ExtensionState::Pending,
+        _ => ExtensionState::Unsupported,
+    }
+}
+
+fn available_condition(
+    isvc: &InferenceService,
+    deployment: Option<&Deployment>,
+) -> (bool, &'static str, String) {
+    if isvc.spec.replicas == 0 {
+        return (false, "ScaledToZero", "spec.replicas is 0".to_string());
+    }
+    let Some(deployment) = deployment else {
+        return (
+            false,
+            "DeploymentMissing",
+            "the Deployment does not exist yet".to_string(),
+        );
+    };
+    let available = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Available"));
+    match available {
+        Some(c) if c.status == "True" => (
+            true,
+            "MinimumReplicasAvailable",
+            c.message
+                .clone()
+                .unwrap_or_else(|| "the Deployment has its minimum availability".into()),
+        ),
+        Some(c) => (
+            false,
+            "MinimumReplicasUnavailable",
+            c.message
+                .clone()
+                .unwrap_or_else(|| "the Deployment does not have minimum availability".into()),
+        ),
+        None => (
+            false,
+            "DeploymentProgressing",
+            "the Deployment reports no availability yet".to_string(),
+        ),
+    }
+}
+
+fn model_ready_condition(
+    reports: &[PodReport],
+    answered: &[&AdminStatus],
+) -> (bool, &'static str, String) {
+    if reports.is_empty() {
+        return (
+            false,
+            "NoReadyPods",
+            "no pod is ready to be asked".to_string(),
+        );
+    }
+    if answered.is_empty() {
+        return (
+            false,
+            "NoPodReporting",
+            "no ready pod answered the status probe".to_string(),
+        );
+    }
+    let ready = answered.iter().filter(|s| s.ready).count();
+    if ready == answered.len() {
+        (
+            true,
+            "ModelsReady",
+            format!(
+                "{ready} of {} ready pods report their models ready",
+                reports.len()
+            ),
+        )
+    } else {
+        (
+            false,
+            "ModelsNotReady",
+            format!(
+                "{ready} of {} reporting pods have their models ready",
+                answered.len()
+            ),
+        )
+    }
+}
+
+fn model_status(
+    isvc: &InferenceService,
+    answered: &[&AdminStatus],
+    ready: bool,
+) -> Option<ModelStatus> {
+    let reported: Vec<String> = answered
+        .iter()
+        .find(|s| !s.backend.models.is_empty())
+        .map(|s| s.backend.models.clone())
+        .unwrap_or_default();
+    let (name, count) = match isvc.spec.models.first() {
+        Some(first) => (first.name.clone(), isvc.spec.models.len()),
+        None => (reported.first()?.clone(), reported.len()),
+    };
+    Some(ModelStatus {
+        name,
+        ready,
+        count: i32::try_from(count).unwrap_or(i32::MAX),
+    })
+}
+
+/// A condition whose `lastTransitionTime` moves only when its status does.
+fn condition(
+    kind: ConditionType,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+    previous: Option<&InferenceServiceStatus>,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let last_transition_time = previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == kind.as_str()))
+        .filter(|c| c.status == status)
+        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+    Condition {
+        type_: kind.as_str().to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// The `Ready` condition's status, if any.
+pub fn is_ready(status: Option<&InferenceServiceStatus>) -> Option<bool> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::Ready.as_str())
+        .map(|c| c.status == "True")
+}
+
+/// `name` for logs and events: namespace/name.
+pub fn object_name(isvc: &InferenceService) -> String {
+    format!(
+        "{}/{}",
+        isvc.namespace().unwrap_or_default(),
+        isvc.name_any()
+    )
+}

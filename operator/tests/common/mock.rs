@@ -1,0 +1,101 @@
+//! A scripted mock API server (tower-test): it expects exactly the listed requests, in order,
+//! answers each, and fails the test on anything else.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode};
+use kube::Client;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+/// One expected request and the answer to give.
+pub struct Step {
+    method: Method,
+    path: String,
+    status: StatusCode,
+    body: Value,
+}
+
+pub fn step(method: Method, path: &str, status: StatusCode, body: Value) -> Step {
+    Step {
+        method,
+        path: path.to_string(),
+        status,
+        body,
+    }
+}
+
+pub fn not_found() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": "not found", "reason": "NotFound", "code": 404})
+}
+
+pub fn server_error() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500})
+}
+
+/// A request as the server saw it.
+#[derive(Debug)]
+pub struct Seen {
+    pub method: Method,
+    pub query: String,
+    pub body: Value,
+}
+
+/// A client whose requests go to a server expecting `steps`; the handle yields what it saw.
+pub fn serve(steps: Vec<Step>) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let server = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for expected in steps {
+            let Some((request, reply)) = handle.next_request().await else {
+                panic!(
+                    "the controller stopped before {} {}",
+                    expected.method, expected.path
+                );
+            };
+            let method = request.method().clone();
+            let path = request.uri().path().to_string();
+            let query = request.uri().query().unwrap_or_default().to_string();
+            let bytes = http_body_util::BodyExt::collect(request.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            let body = if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).unwrap()
+            };
+            assert_eq!(
+                (&method, path.as_str()),
+                (&expected.method, expected.path.as_str()),
+                "unexpected request; seen so far: {seen:#?}"
+            );
+            seen.push(Seen {
+                method,
+                query,
+                body,
+            });
+            let response = Response::builder()
+                .status(expected.status)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&expected.body).unwrap()))
+                .unwrap();
+            reply.send_response(response);
+        }
+        // Nothing more may come: a further request would be a write we did not expect.
+        let extra = tokio::time::timeout(Duration::from_millis(200), handle.next_request()).await;
+        if let Ok(Some((request, _))) = extra {
+            panic!(
+                "unexpected extra request {} {}",
+                request.method(),
+                request.uri()
+            );
+        }
+        seen
+    });
+    (client, server)
+}

@@ -1,0 +1,242 @@
+//! Status aggregation against real `infergate-sidecar` processes on loopback: one healthy, one
+//! degraded (client shared memory off while the spec asks for it), one that accepts connections
+//! but never answers. Pods are objects only; the prober's address map points them at the
+//! processes.
+//!
+//! The sidecar binary comes from `INFERGATE_SIDECAR_BIN` (the test command sets it) or from the
+//! workspace's target directory.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{MINIMAL, with_spec};
+use infergate_operator::controller::probe::Prober;
+use infergate_operator::controller::status::{Observed, compute};
+use infergate_operator::crd::ExtensionState;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+
+const ADMIN_PORT: i32 = 8003;
+
+fn sidecar_binary() -> Option<PathBuf> {
+    if let Ok(path) = std::env::var("INFERGATE_SIDECAR_BIN") {
+        let path = PathBuf::from(path);
+        assert!(
+            path.exists(),
+            "INFERGATE_SIDECAR_BIN={} does not exist",
+            path.display()
+        );
+        return Some(path);
+    }
+    let target = common::repo_root().join("target");
+    ["debug", "release"]
+        .iter()
+        .map(|p| target.join(p).join("infergate-sidecar"))
+        .find(|p| p.exists())
+}
+
+/// A sidecar process, killed on drop.
+struct Sidecar {
+    child: Child,
+    admin: String,
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_sidecar(binary: &PathBuf, extra: &[&str]) -> Sidecar {
+    let mut child = Command::new(binary)
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--admin-port",
+            "0",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start infergate-sidecar");
+    let (tx, rx) = std::sync::mpsc::channel();
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("admin_addr=").nth(1) {
+                    let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+                    let _ = tx.send(addr.trim_matches('"').to_string());
+                }
+            }
+        });
+    }
+    let admin = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the sidecar logs its admin address");
+    Sidecar { child, admin }
+}
+
+fn pod(name: &str, ip: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        status: Some(PodStatus {
+            pod_ip: Some(ip.into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        }),
+        ..Pod::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn healthy_degraded_and_silent_pods() {
+    let Some(binary) = sidecar_binary() else {
+        eprintln!("skipped: no infergate-sidecar binary (build it, or set INFERGATE_SIDECAR_BIN)");
+        return;
+    };
+    let healthy = start_sidecar(&binary, &["--allow-client-shm"]);
+    let degraded = start_sidecar(&binary, &[]);
+    // Accepts connections (the kernel completes the handshake) and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+
+    let map = HashMap::from([
+        (format!("10.0.0.1:{ADMIN_PORT}"), healthy.admin.clone()),
+        (format!("10.0.0.2:{ADMIN_PORT}"), degraded.admin.clone()),
+        (format!("10.0.0.3:{ADMIN_PORT}"), silent_addr),
+    ]);
+    let prober = Prober::new(Duration::from_millis(500), map);
+    let mut not_ready = pod("d-not-ready", "10.0.0.4");
+    not_ready
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .as_mut()
+        .unwrap()[0]
+        .status = "False".into();
+    let pods = vec![
+        pod("a-healthy", "10.0.0.1"),
+        pod("b-degraded", "10.0.0.2"),
+        pod("c-silent", "10.0.0.3"),
+        not_ready,
+    ];
+
+    let started = Instant::now();
+    let reports = prober.probe_ready_pods(&pods, ADMIN_PORT).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "probes are bounded in time"
+    );
+    let names: Vec<&str> = reports.iter().map(|r| r.pod.as_str()).collect();
+    assert_eq!(
+        names,
+        ["a-healthy", "b-degraded", "c-silent"],
+        "pods that are not ready are not asked"
+    );
+    assert!(reports[0].outcome.as_ref().unwrap().ready);
+    assert!(reports[1].outcome.as_ref().unwrap().ready);
+    let err = reports[2].outcome.as_ref().unwrap_err();
+    assert!(err.contains("did not answer within 500 ms"), "{err}");
+
+    let isvc = with_spec(
+        "svc",
+        &format!(
+            "{MINIMAL}  extensions:\n    systemSharedMemory:\n      enabled: true\n      size: 1Gi\n"
+        ),
+    );
+    let deployment = Deployment {
+        status: Some(DeploymentStatus {
+            replicas: Some(4),
+            ready_replicas: Some(3),
+            conditions: Some(vec![DeploymentCondition {
+                type_: "Available".into(),
+                status: "True".into(),
+                ..DeploymentCondition::default()
+            }]),
+            ..DeploymentStatus::default()
+        }),
+        ..Deployment::default()
+    };
+    let now = Time(Timestamp::from_second(1_700_000_000).unwrap());
+    let status = compute(
+        &isvc,
+        &Observed {
+            deployment: Some(&deployment),
+            reports: &reports,
+            now,
+        },
+        None,
+    );
+
+    let shm = status
+        .extensions
+        .iter()
+        .find(|e| e.name == "system_shared_memory")
+        .unwrap();
+    assert_eq!(shm.state, ExtensionState::Degraded, "{shm:?}");
+    assert_eq!(shm.reason.as_deref(), Some("active on 1 of 2 pods"));
+    assert_eq!(shm.pods_reporting, 2);
+    let binary_data = status
+        .extensions
+        .iter()
+        .find(|e| e.name == "binary_tensor_data")
+        .unwrap();
+    assert_eq!(binary_data.state, ExtensionState::Active);
+    let cuda = status
+        .extensions
+        .iter()
+        .find(|e| e.name == "cuda_shared_memory")
+        .unwrap();
+    assert!(!cuda.requested);
+    let condition = |kind: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == kind)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(condition("Degraded").status, "True");
+    assert_eq!(condition("Degraded").reason, "PodsNotReporting");
+    assert!(condition("Degraded").message.contains("c-silent"));
+    assert_eq!(condition("ModelReady").status, "True");
+    assert_eq!(
+        condition("ExtensionsReady").status,
+        "True",
+        "degraded still counts as serving"
+    );
+    assert_eq!(condition("Ready").status, "True");
+    // The built-in backend reports no model list; the spec names none either.
+    assert_eq!(status.model, None);
+    drop((healthy, degraded, silent));
+}

@@ -1,0 +1,447 @@
+//! Reconcile scenarios against a mock API server (tower-test): the exact requests the
+//! controller sends for create, no-op, drift, scale-down and API errors.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::mock::{self, Seen, Step, not_found, server_error, step};
+use common::{MINIMAL, with_spec};
+use http::{Method, StatusCode};
+use infergate_operator::controller::metrics::Metrics;
+use infergate_operator::controller::probe::Prober;
+use infergate_operator::controller::reconcile::{self, Context, backoff};
+use infergate_operator::controller::status::{self, Observed};
+use infergate_operator::crd::InferenceService;
+use infergate_operator::render::{self, Children, OperatorSettings};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+
+const NS: &str = "/namespaces/ml";
+
+/// Runs `reconcile` against a server that expects exactly `steps`, in order.
+async fn run(
+    isvc: InferenceService,
+    steps: Vec<Step>,
+) -> (Result<Action, reconcile::Error>, Vec<Seen>, Arc<Context>) {
+    let (client, server) = mock::serve(steps);
+    let ctx = Arc::new(Context::new(
+        client,
+        OperatorSettings::default(),
+        Prober::new(Duration::from_millis(200), HashMap::new()),
+        Arc::new(Metrics::default()),
+        None,
+    ));
+    let result = reconcile::reconcile(Arc::new(isvc), ctx.clone()).await;
+    let seen = server.await.unwrap();
+    (result, seen, ctx)
+}
+
+fn service(replicas: i32) -> InferenceService {
+    let mut isvc = with_spec("svc", &format!("  replicas: {replicas}\n{MINIMAL}"));
+    isvc.metadata.generation = Some(1);
+    isvc
+}
+
+fn children(isvc: &InferenceService) -> Children {
+    render::build_children(isvc, &OperatorSettings::default()).unwrap()
+}
+
+fn value<T: serde::Serialize>(object: &T) -> Value {
+    serde_json::to_value(object).unwrap()
+}
+
+/// What the server would hold after storing `object`: a resourceVersion and defaults added.
+fn stored<T: serde::Serialize>(object: &T) -> Value {
+    let mut v = value(object);
+    v["metadata"]["resourceVersion"] = json!("7");
+    v["metadata"]["uid"] = json!("0b9d2f8e-1111-2222-3333-444455556666");
+    v
+}
+
+fn cm_path() -> String {
+    format!("/api/v1{NS}/configmaps/svc-sidecar")
+}
+fn deploy_path() -> String {
+    format!("/apis/apps/v1{NS}/deployments/svc")
+}
+fn svc_path() -> String {
+    format!("/api/v1{NS}/services/svc")
+}
+fn pdb_path() -> String {
+    format!("/apis/policy/v1{NS}/poddisruptionbudgets/svc")
+}
+fn pods_path() -> String {
+    format!("/api/v1{NS}/pods")
+}
+fn status_path() -> String {
+    format!("/apis/infergate.dev/v1alpha1{NS}/inferenceservices/svc/status")
+}
+
+fn empty_pods() -> Value {
+    json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []})
+}
+
+#[tokio::test]
+async fn create_applies_every_child_then_writes_status() {
+    let isvc = service(2);
+    let want = children(&isvc);
+    let pdb = want.pdb.clone().unwrap();
+    let steps = vec![
+        step(Method::GET, &cm_path(), StatusCode::NOT_FOUND, not_found()),
+        step(
+            Method::PATCH,
+            &cm_path(),
+            StatusCode::CREATED,
+            stored(&want.config_map),
+        ),
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::NOT_FOUND,
+            not_found(),
+        ),
+        step(
+            Method::PATCH,
+            &deploy_path(),
+            StatusCode::CREATED,
+            stored(&want.deployment),
+        ),
+        step(Method::GET, &svc_path(), StatusCode::NOT_FOUND, not_found()),
+        step(
+            Method::PATCH,
+            &svc_path(),
+            StatusCode::CREATED,
+            stored(&want.service),
+        ),
+        step(Method::GET, &pdb_path(), StatusCode::NOT_FOUND, not_found()),
+        step(
+            Method::PATCH,
+            &pdb_path(),
+            StatusCode::CREATED,
+            stored(&pdb),
+        ),
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::OK,
+            stored(&want.deployment),
+        ),
+        step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
+        step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
+    ];
+    let (result, seen, ctx) = run(isvc.clone(), steps).await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
+    for s in seen.iter().filter(|s| s.method == Method::PATCH) {
+        assert!(s.query.contains("fieldManager=infergate-operator"), "{s:?}");
+        assert!(s.query.contains("force=true"), "{s:?}");
+    }
+    // The applied bodies are exactly the rendered objects.
+    assert_eq!(seen[3].body, value(&want.deployment));
+    assert_eq!(seen[7].body, value(&pdb));
+    let pods = &seen[9];
+    assert!(
+        pods.query
+            .contains("labelSelector=app.kubernetes.io%2Finstance%3Dsvc"),
+        "{pods:?}"
+    );
+    let status = &seen[10].body;
+    assert_eq!(status["apiVersion"], "infergate.dev/v1alpha1");
+    assert_eq!(status["kind"], "InferenceService");
+    assert_eq!(status["status"]["observedGeneration"], 1);
+    assert_eq!(status["status"]["selector"], render::selector_string(&isvc));
+    let ready = status["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["status"], "False");
+    assert_eq!(
+        ctx.metrics
+            .writes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        4
+    );
+}
+
+#[tokio::test]
+async fn unchanged_children_and_status_cause_no_write() {
+    let mut isvc = service(1);
+    let want = children(&isvc);
+    let deployment: k8s_openapi::api::apps::v1::Deployment =
+        serde_json::from_value(stored(&want.deployment)).unwrap();
+    let now = Time(Timestamp::from_second(1_700_000_000).unwrap());
+    isvc.status = Some(status::compute(
+        &isvc,
+        &Observed {
+            deployment: Some(&deployment),
+            reports: &[],
+            now,
+        },
+        None,
+    ));
+    let steps = vec![
+        step(
+            Method::GET,
+            &cm_path(),
+            StatusCode::OK,
+            stored(&want.config_map),
+        ),
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::OK,
+            stored(&want.deployment),
+        ),
+        step(
+            Method::GET,
+            &svc_path(),
+            StatusCode::OK,
+            stored(&want.service),
+        ),
+        step(Method::GET, &pdb_path(), StatusCode::NOT_FOUND, not_found()),
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::OK,
+            stored(&want.deployment),
+        ),
+        step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
+    ];
+    let (result, seen, ctx) = run(isvc, steps).await;
+    result.unwrap();
+    assert!(seen.iter().all(|s| s.method == Method::GET), "{seen:#?}");
+    assert_eq!(
+        ctx.metrics
+            .unchanged
+            .load(std::sync::atomic::Ordering::Relaxed),
+        3
+    );
+}
+
+#[tokio::test]
+async fn drifted_child_is_applied_again() {
+    let isvc = service(1);
+    let want = children(&isvc);
+    let mut drifted = stored(&want.deployment);
+    drifted["spec"]["replicas"] = json!(5); // someone scaled the Deployment by hand
+    let steps = vec![
+        step(
+            Method::GET,
+            &cm_path(),
+            StatusCode::OK,
+            stored(&want.config_map),
+        ),
+        step(Method::GET, &deploy_path(), StatusCode::OK, drifted),
+        step(
+            Method::PATCH,
+            &deploy_path(),
+            StatusCode::OK,
+            stored(&want.deployment),
+        ),
+        step(
+            Method::GET,
+            &svc_path(),
+            StatusCode::OK,
+            stored(&want.service),
+        ),
+        step(Method::GET, &pdb_path(), StatusCode::NOT_FOUND, not_found()),
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::OK,
+            stored(&want.deployment),
+        ),
+        step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
+        step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
+    ];
+    let (result, seen, _) = run(isvc, steps).await;
+    result.unwrap();
+    assert_eq!(seen[2].body["spec"]["replicas"], 1);
+}
+
+#[tokio::test]
+async fn scaling_below_two_deletes_our_pdb_only() {
+    let isvc = service(1);
+    let want = children(&isvc);
+    let pdb = children(&service(2)).pdb.unwrap(); // the PDB a 2-replica spec made, owned by us
+    let steps = vec![
+        step(
+            Method::GET,
+            &cm_path(),
+            StatusCode::OK,
+            stored(&want.config_map),
+        ),
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::OK,
+            stored(&want.deployment),
+        ),
+        step(
+            Method::GET,
+            &svc_path(),
+            StatusCode::OK,
+            stored(&want.service),
+        ),
+        step(Method::GET, &pdb_path(), StatusCode::OK, stored(&pdb)),
+        step(Method::DELETE, &pdb_path(), StatusCode::OK, stored(&pdb)),
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::OK,
+            stored(&want.deployment),
+        ),
+        step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
+        step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
+    ];
+    let (result, _, ctx) = run(isvc.clone(), steps).await;
+    result.unwrap();
+    assert_eq!(
+        ctx.metrics
+            .deletes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+
+    // A PDB of the same name that someone else owns is left alone.
+    let mut foreign = stored(&pdb);
+    foreign["metadata"]["ownerReferences"] = json!([]);
+    let steps = vec![
+        step(
+            Method::GET,
+            &cm_path(),
+            StatusCode::OK,
+            stored(&want.config_map),
+        ),
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::OK,
+            stored(&want.deployment),
+        ),
+        step(
+            Method::GET,
+            &svc_path(),
+            StatusCode::OK,
+            stored(&want.service),
+        ),
+        step(Method::GET, &pdb_path(), StatusCode::OK, foreign),
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::OK,
+            stored(&want.deployment),
+        ),
+        step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
+        step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
+    ];
+    run(isvc, steps).await.0.unwrap();
+}
+
+#[tokio::test]
+async fn api_errors_fail_the_reconcile_and_back_off() {
+    let isvc = service(1);
+    let want = children(&isvc);
+    let steps = vec![
+        step(
+            Method::GET,
+            &cm_path(),
+            StatusCode::OK,
+            stored(&want.config_map),
+        ),
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::NOT_FOUND,
+            not_found(),
+        ),
+        step(
+            Method::PATCH,
+            &deploy_path(),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            server_error(),
+        ),
+    ];
+    let (result, _, ctx) = run(isvc.clone(), steps).await;
+    let error = result.unwrap_err();
+    assert!(
+        error.to_string().contains("etcdserver: request timed out"),
+        "{error}"
+    );
+    let isvc = Arc::new(isvc);
+    assert_eq!(
+        reconcile::error_policy(isvc.clone(), &error, ctx.clone()),
+        Action::requeue(Duration::from_secs(1))
+    );
+    assert_eq!(
+        reconcile::error_policy(isvc.clone(), &error, ctx.clone()),
+        Action::requeue(Duration::from_secs(2))
+    );
+    assert_eq!(
+        reconcile::error_policy(isvc, &error, ctx.clone()),
+        Action::requeue(Duration::from_secs(4))
+    );
+    assert_eq!(
+        ctx.metrics
+            .reconcile_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(backoff(30), Duration::from_secs(300));
+}
+
+#[tokio::test]
+async fn conflicts_are_errors_too() {
+    let isvc = service(1);
+    let conflict = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "Apply failed with 1 conflict", "reason": "Conflict", "code": 409});
+    let steps = vec![
+        step(Method::GET, &cm_path(), StatusCode::NOT_FOUND, not_found()),
+        step(Method::PATCH, &cm_path(), StatusCode::CONFLICT, conflict),
+    ];
+    let (result, _, _) = run(isvc, steps).await;
+    assert!(
+        matches!(result, Err(reconcile::Error::Kube(kube::Error::Api(ref e))) if e.code == 409)
+    );
+}
+
+#[tokio::test]
+async fn invalid_spec_is_reported_in_status_without_children() {
+    // A container name the sidecar reserves: the schema lets it through, validation does not.
+    let spec =
+        format!("{MINIMAL}  pod:\n    containers:\n    - name: infergate\n      image: busybox\n");
+    let mut isvc = with_spec("svc", &spec);
+    isvc.metadata.generation = Some(3);
+    assert!(
+        render::build_children(&isvc, &OperatorSettings::default()).is_err(),
+        "the fixture must be invalid"
+    );
+    let steps = vec![step(
+        Method::PATCH,
+        &status_path(),
+        StatusCode::OK,
+        value(&isvc),
+    )];
+    let (result, seen, _) = run(isvc, steps).await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    let ready = seen[0].body["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["reason"], "InvalidSpec");
+    assert!(
+        ready["message"].as_str().unwrap().contains("infergate"),
+        "{ready}"
+    );
+}
