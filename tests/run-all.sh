@@ -35,3 +35,6 @@ tests/upstream/run-triton.sh
 step "operator manifests against Kubernetes' schemas (kubernetes-validate, 1.29 and newest)"
 cargo build --locked -p infergate-operator
 tests/manifests/validate.sh
+
+step "Helm chart (real helm: lint, template per values file, kubernetes-validate, RBAC, schema)"
+INFERGATE_OPERATOR_BIN="$PWD/target/debug/infergate-operator" tests/helm/test-chart.sh

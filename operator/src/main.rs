@@ -52,6 +52,9 @@ enum Command {
     /// status. Uses the in-cluster service account, or KUBECONFIG / ~/.kube/config outside a
     /// cluster.
     Run(RunArgs),
+    /// Print the RBAC rules the controller needs, as JSON: `clusterRules` (a ClusterRole) and
+    /// `leaderElectionRules` (a Role in the operator's namespace).
+    Rbac,
 }
 
 #[derive(clap::Args, Debug)]
@@ -178,6 +181,15 @@ fn main() -> ExitCode {
             render_file(&file, &settings, uid).map(|text| print!("{text}"))
         }
         Command::Run(args) => run_controller(args),
+        Command::Rbac => {
+            let rules = serde_json::json!({
+                "clusterRules": controller::rbac::CLUSTER_RULES,
+                "leaderElectionRules": controller::rbac::LEADER_ELECTION_RULES,
+            });
+            serde_json::to_string_pretty(&rules)
+                .map_err(anyhow::Error::from)
+                .map(|text| println!("{text}"))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::mock::{self, not_found, step};
 use http::{Method, StatusCode};
 use infergate_operator::controller::leader::{Attempt, Election};
+use infergate_operator::controller::rbac;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
@@ -42,7 +43,15 @@ async fn attempt(steps: Vec<common::mock::Step>) -> (Attempt, Vec<common::mock::
     let (client, server) = mock::serve(steps);
     let api: Api<Lease> = Api::namespaced(client, "infergate-system");
     let result = election().try_acquire(&api).await.unwrap();
-    (result, server.await.unwrap())
+    let seen = server.await.unwrap();
+    for s in &seen {
+        let (group, resource, verb) = s.permission();
+        assert!(
+            rbac::allows(rbac::LEADER_ELECTION_RULES, &group, &resource, verb),
+            "{verb} {group}/{resource}"
+        );
+    }
+    (result, seen)
 }
 
 #[tokio::test]

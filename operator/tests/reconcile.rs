@@ -14,6 +14,7 @@ use common::{MINIMAL, with_spec};
 use http::{Method, StatusCode};
 use infergate_operator::controller::metrics::Metrics;
 use infergate_operator::controller::probe::Prober;
+use infergate_operator::controller::rbac;
 use infergate_operator::controller::reconcile::{self, Context, backoff};
 use infergate_operator::controller::status::{self, Observed};
 use infergate_operator::crd::InferenceService;
@@ -40,6 +41,13 @@ async fn run(
     ));
     let result = reconcile::reconcile(Arc::new(isvc), ctx.clone()).await;
     let seen = server.await.unwrap();
+    for s in &seen {
+        let (group, resource, verb) = s.permission();
+        assert!(
+            rbac::allows(rbac::CLUSTER_RULES, &group, &resource, verb),
+            "the ClusterRole does not allow {verb} {group}/{resource}"
+        );
+    }
     (result, seen, ctx)
 }
 

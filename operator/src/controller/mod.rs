@@ -8,12 +8,14 @@
 //! | [`status`] | pure: status and conditions from the Deployment and the probe results |
 //! | [`probe`] | `GET /status` on each ready pod's sidecar admin port, bounded in time |
 //! | [`leader`] | Lease-based leader election |
+//! | [`rbac`] | the permissions all of the above need |
 //! | [`metrics`] | the operator's metrics and health endpoints |
 
 pub mod apply;
 pub mod leader;
 pub mod metrics;
 pub mod probe;
+pub mod rbac;
 pub mod reconcile;
 pub mod status;
 

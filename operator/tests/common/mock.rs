@@ -40,6 +40,7 @@ pub fn server_error() -> Value {
 #[derive(Debug)]
 pub struct Seen {
     pub method: Method,
+    pub path: String,
     pub query: String,
     pub body: Value,
 }
@@ -76,6 +77,7 @@ pub fn serve(steps: Vec<Step>) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) {
             );
             seen.push(Seen {
                 method,
+                path,
                 query,
                 body,
             });
@@ -98,4 +100,37 @@ pub fn serve(steps: Vec<Step>) -> (Client, tokio::task::JoinHandle<Vec<Seen>>) {
         seen
     });
     (client, server)
+}
+
+impl Seen {
+    /// The RBAC (group, resource, verb) this request needs.
+    pub fn permission(&self) -> (String, String, &'static str) {
+        let parts: Vec<&str> = self.path.trim_start_matches('/').split('/').collect();
+        // /api/v1/... or /apis/GROUP/VERSION/...
+        let (group, rest) = match parts.first() {
+            Some(&"api") => ("", &parts[2..]),
+            _ => (parts[1], &parts[3..]),
+        };
+        let rest = match rest {
+            ["namespaces", _, tail @ ..] => tail,
+            tail => tail,
+        };
+        let (resource, named) = match rest {
+            [r] => (r.to_string(), false),
+            [r, _] => (r.to_string(), true),
+            [r, _, sub] => (format!("{r}/{sub}"), true),
+            other => panic!("unexpected path {other:?}"),
+        };
+        let verb = match (&self.method, named) {
+            (&Method::GET, true) => "get",
+            (&Method::GET, false) if self.query.contains("watch=true") => "watch",
+            (&Method::GET, false) => "list",
+            (&Method::POST, _) => "create",
+            (&Method::PUT, _) => "update",
+            (&Method::PATCH, _) => "patch",
+            (&Method::DELETE, _) => "delete",
+            (m, _) => panic!("unexpected method {m}"),
+        };
+        (group.to_string(), resource, verb)
+    }
 }

@@ -1,0 +1,67 @@
+//! The API calls the controller makes, as RBAC rules. The Helm chart's ClusterRole and Role must
+//! grant exactly these (its test compares them with `infergate-operator rbac`), and the mock-API
+//! tests check every request they see is covered.
+
+use serde::Serialize;
+
+/// One RBAC policy rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rule {
+    pub api_groups: &'static [&'static str],
+    pub resources: &'static [&'static str],
+    pub verbs: &'static [&'static str],
+}
+
+/// Cluster-wide rules (the ClusterRole): watching resources and managing their children.
+pub const CLUSTER_RULES: &[Rule] = &[
+    Rule {
+        api_groups: &["infergate.dev"],
+        resources: &["inferenceservices"],
+        verbs: &["get", "list", "watch"],
+    },
+    Rule {
+        api_groups: &["infergate.dev"],
+        resources: &["inferenceservices/status"],
+        verbs: &["patch"],
+    },
+    Rule {
+        api_groups: &["apps"],
+        resources: &["deployments"],
+        verbs: &["get", "list", "watch", "create", "patch"],
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["services", "configmaps"],
+        verbs: &["get", "list", "watch", "create", "patch"],
+    },
+    Rule {
+        api_groups: &["policy"],
+        resources: &["poddisruptionbudgets"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["pods"],
+        verbs: &["list"],
+    },
+    Rule {
+        api_groups: &["events.k8s.io"],
+        resources: &["events"],
+        verbs: &["create", "patch"],
+    },
+];
+
+/// Rules in the operator's own namespace (a Role): the leader-election Lease.
+pub const LEADER_ELECTION_RULES: &[Rule] = &[Rule {
+    api_groups: &["coordination.k8s.io"],
+    resources: &["leases"],
+    verbs: &["get", "create", "update"],
+}];
+
+/// Whether `rules` allow `verb` on `resource` of `group`.
+pub fn allows(rules: &[Rule], group: &str, resource: &str, verb: &str) -> bool {
+    rules.iter().any(|r| {
+        r.api_groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb)
+    })
+}
