@@ -20,7 +20,6 @@ use common::{MINIMAL, with_spec};
 use infergate_operator::controller::probe::Prober;
 use infergate_operator::controller::status::{Observed, compute};
 use infergate_operator::crd::ExtensionState;
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -174,19 +173,7 @@ async fn healthy_degraded_and_silent_pods() {
             "{MINIMAL}  extensions:\n    systemSharedMemory:\n      enabled: true\n      size: 1Gi\n"
         ),
     );
-    let deployment = Deployment {
-        status: Some(DeploymentStatus {
-            replicas: Some(4),
-            ready_replicas: Some(3),
-            conditions: Some(vec![DeploymentCondition {
-                type_: "Available".into(),
-                status: "True".into(),
-                ..DeploymentCondition::default()
-            }]),
-            ..DeploymentStatus::default()
-        }),
-        ..Deployment::default()
-    };
+    let deployment = common::deployment_with_status(true, 4, 3);
     let now = Time(Timestamp::from_second(1_700_000_000).unwrap());
     let status = compute(
         &isvc,

@@ -96,44 +96,14 @@ fn empty_pods() -> Value {
     json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": []})
 }
 
-#[tokio::test]
-async fn create_applies_every_child_then_writes_status() {
-    let isvc = service(2);
-    let want = children(&isvc);
-    let pdb = want.pdb.clone().unwrap();
-    let steps = vec![
-        step(Method::GET, &cm_path(), StatusCode::NOT_FOUND, not_found()),
-        step(
-            Method::PATCH,
-            &cm_path(),
-            StatusCode::CREATED,
-            stored(&want.config_map),
-        ),
+/// The reads of a reconcile whose ConfigMap, Deployment and Service are already as desired.
+fn unchanged_children(want: &Children) -> Vec<Step> {
+    vec![
         step(
             Method::GET,
-            &deploy_path(),
-            StatusCode::NOT_FOUND,
-            not_found(),
-        ),
-        step(
-            Method::PATCH,
-            &deploy_path(),
-            StatusCode::CREATED,
-            stored(&want.deployment),
-        ),
-        step(Method::GET, &svc_path(), StatusCode::NOT_FOUND, not_found()),
-        step(
-            Method::PATCH,
-            &svc_path(),
-            StatusCode::CREATED,
-            stored(&want.service),
-        ),
-        step(Method::GET, &pdb_path(), StatusCode::NOT_FOUND, not_found()),
-        step(
-            Method::PATCH,
-            &pdb_path(),
-            StatusCode::CREATED,
-            stored(&pdb),
+            &cm_path(),
+            StatusCode::OK,
+            stored(&want.config_map),
         ),
         step(
             Method::GET,
@@ -141,9 +111,81 @@ async fn create_applies_every_child_then_writes_status() {
             StatusCode::OK,
             stored(&want.deployment),
         ),
+        step(
+            Method::GET,
+            &svc_path(),
+            StatusCode::OK,
+            stored(&want.service),
+        ),
+    ]
+}
+
+/// The end of a reconcile: read the Deployment and the pods, then (when it changed) write status.
+fn observe(want: &Children, isvc: &InferenceService, writes_status: bool) -> Vec<Step> {
+    let mut steps = vec![
+        step(
+            Method::GET,
+            &deploy_path(),
+            StatusCode::OK,
+            stored(&want.deployment),
+        ),
         step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
-        step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
     ];
+    if writes_status {
+        steps.push(step(
+            Method::PATCH,
+            &status_path(),
+            StatusCode::OK,
+            value(isvc),
+        ));
+    }
+    steps
+}
+
+#[tokio::test]
+async fn create_applies_every_child_then_writes_status() {
+    let isvc = service(2);
+    let want = children(&isvc);
+    let pdb = want.pdb.clone().unwrap();
+    let steps = [
+        vec![
+            step(Method::GET, &cm_path(), StatusCode::NOT_FOUND, not_found()),
+            step(
+                Method::PATCH,
+                &cm_path(),
+                StatusCode::CREATED,
+                stored(&want.config_map),
+            ),
+            step(
+                Method::GET,
+                &deploy_path(),
+                StatusCode::NOT_FOUND,
+                not_found(),
+            ),
+            step(
+                Method::PATCH,
+                &deploy_path(),
+                StatusCode::CREATED,
+                stored(&want.deployment),
+            ),
+            step(Method::GET, &svc_path(), StatusCode::NOT_FOUND, not_found()),
+            step(
+                Method::PATCH,
+                &svc_path(),
+                StatusCode::CREATED,
+                stored(&want.service),
+            ),
+            step(Method::GET, &pdb_path(), StatusCode::NOT_FOUND, not_found()),
+            step(
+                Method::PATCH,
+                &pdb_path(),
+                StatusCode::CREATED,
+                stored(&pdb),
+            ),
+        ],
+        observe(&want, &isvc, true),
+    ]
+    .concat();
     let (result, seen, ctx) = run(isvc.clone(), steps).await;
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
     for s in seen.iter().filter(|s| s.method == Method::PATCH) {
@@ -195,34 +237,17 @@ async fn unchanged_children_and_status_cause_no_write() {
         },
         None,
     ));
-    let steps = vec![
-        step(
+    let steps = [
+        unchanged_children(&want),
+        vec![step(
             Method::GET,
-            &cm_path(),
-            StatusCode::OK,
-            stored(&want.config_map),
-        ),
-        step(
-            Method::GET,
-            &deploy_path(),
-            StatusCode::OK,
-            stored(&want.deployment),
-        ),
-        step(
-            Method::GET,
-            &svc_path(),
-            StatusCode::OK,
-            stored(&want.service),
-        ),
-        step(Method::GET, &pdb_path(), StatusCode::NOT_FOUND, not_found()),
-        step(
-            Method::GET,
-            &deploy_path(),
-            StatusCode::OK,
-            stored(&want.deployment),
-        ),
-        step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
-    ];
+            &pdb_path(),
+            StatusCode::NOT_FOUND,
+            not_found(),
+        )],
+        observe(&want, &isvc, false),
+    ]
+    .concat();
     let (result, seen, ctx) = run(isvc, steps).await;
     result.unwrap();
     assert!(seen.iter().all(|s| s.method == Method::GET), "{seen:#?}");
@@ -240,36 +265,32 @@ async fn drifted_child_is_applied_again() {
     let want = children(&isvc);
     let mut drifted = stored(&want.deployment);
     drifted["spec"]["replicas"] = json!(5); // someone scaled the Deployment by hand
-    let steps = vec![
-        step(
-            Method::GET,
-            &cm_path(),
-            StatusCode::OK,
-            stored(&want.config_map),
-        ),
-        step(Method::GET, &deploy_path(), StatusCode::OK, drifted),
-        step(
-            Method::PATCH,
-            &deploy_path(),
-            StatusCode::OK,
-            stored(&want.deployment),
-        ),
-        step(
-            Method::GET,
-            &svc_path(),
-            StatusCode::OK,
-            stored(&want.service),
-        ),
-        step(Method::GET, &pdb_path(), StatusCode::NOT_FOUND, not_found()),
-        step(
-            Method::GET,
-            &deploy_path(),
-            StatusCode::OK,
-            stored(&want.deployment),
-        ),
-        step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
-        step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
-    ];
+    let steps = [
+        vec![
+            step(
+                Method::GET,
+                &cm_path(),
+                StatusCode::OK,
+                stored(&want.config_map),
+            ),
+            step(Method::GET, &deploy_path(), StatusCode::OK, drifted),
+            step(
+                Method::PATCH,
+                &deploy_path(),
+                StatusCode::OK,
+                stored(&want.deployment),
+            ),
+            step(
+                Method::GET,
+                &svc_path(),
+                StatusCode::OK,
+                stored(&want.service),
+            ),
+            step(Method::GET, &pdb_path(), StatusCode::NOT_FOUND, not_found()),
+        ],
+        observe(&want, &isvc, true),
+    ]
+    .concat();
     let (result, seen, _) = run(isvc, steps).await;
     result.unwrap();
     assert_eq!(seen[2].body["spec"]["replicas"], 1);
@@ -280,36 +301,15 @@ async fn scaling_below_two_deletes_our_pdb_only() {
     let isvc = service(1);
     let want = children(&isvc);
     let pdb = children(&service(2)).pdb.unwrap(); // the PDB a 2-replica spec made, owned by us
-    let steps = vec![
-        step(
-            Method::GET,
-            &cm_path(),
-            StatusCode::OK,
-            stored(&want.config_map),
-        ),
-        step(
-            Method::GET,
-            &deploy_path(),
-            StatusCode::OK,
-            stored(&want.deployment),
-        ),
-        step(
-            Method::GET,
-            &svc_path(),
-            StatusCode::OK,
-            stored(&want.service),
-        ),
-        step(Method::GET, &pdb_path(), StatusCode::OK, stored(&pdb)),
-        step(Method::DELETE, &pdb_path(), StatusCode::OK, stored(&pdb)),
-        step(
-            Method::GET,
-            &deploy_path(),
-            StatusCode::OK,
-            stored(&want.deployment),
-        ),
-        step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
-        step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
-    ];
+    let steps = [
+        unchanged_children(&want),
+        vec![
+            step(Method::GET, &pdb_path(), StatusCode::OK, stored(&pdb)),
+            step(Method::DELETE, &pdb_path(), StatusCode::OK, stored(&pdb)),
+        ],
+        observe(&want, &isvc, true),
+    ]
+    .concat();
     let (result, _, ctx) = run(isvc.clone(), steps).await;
     result.unwrap();
     assert_eq!(
@@ -322,35 +322,12 @@ async fn scaling_below_two_deletes_our_pdb_only() {
     // A PDB of the same name that someone else owns is left alone.
     let mut foreign = stored(&pdb);
     foreign["metadata"]["ownerReferences"] = json!([]);
-    let steps = vec![
-        step(
-            Method::GET,
-            &cm_path(),
-            StatusCode::OK,
-            stored(&want.config_map),
-        ),
-        step(
-            Method::GET,
-            &deploy_path(),
-            StatusCode::OK,
-            stored(&want.deployment),
-        ),
-        step(
-            Method::GET,
-            &svc_path(),
-            StatusCode::OK,
-            stored(&want.service),
-        ),
-        step(Method::GET, &pdb_path(), StatusCode::OK, foreign),
-        step(
-            Method::GET,
-            &deploy_path(),
-            StatusCode::OK,
-            stored(&want.deployment),
-        ),
-        step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
-        step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
-    ];
+    let steps = [
+        unchanged_children(&want),
+        vec![step(Method::GET, &pdb_path(), StatusCode::OK, foreign)],
+        observe(&want, &isvc, true),
+    ]
+    .concat();
     run(isvc, steps).await.0.unwrap();
 }
 

@@ -9,7 +9,7 @@ use infergate_operator::controller::status::{
     AdminBackend, AdminExtension, AdminStatus, Observed, PodReport, compute,
 };
 use infergate_operator::crd::{ExtensionState, Implementation, InferenceServiceStatus};
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -18,20 +18,7 @@ fn at(second: i64) -> Time {
 }
 
 fn deployment(available: bool, replicas: i32, ready: i32) -> Deployment {
-    Deployment {
-        status: Some(DeploymentStatus {
-            replicas: Some(replicas),
-            ready_replicas: Some(ready),
-            conditions: Some(vec![DeploymentCondition {
-                type_: "Available".into(),
-                status: if available { "True" } else { "False" }.into(),
-                message: Some("from the Deployment".into()),
-                ..DeploymentCondition::default()
-            }]),
-            ..DeploymentStatus::default()
-        }),
-        ..Deployment::default()
-    }
+    common::deployment_with_status(available, replicas, ready)
 }
 
 fn ext(name: &str, state: &str) -> AdminExtension {

@@ -10,6 +10,7 @@ use kube::client::Body;
 use serde_json::{Value, json};
 
 /// One expected request and the answer to give.
+#[derive(Clone)]
 pub struct Step {
     method: Method,
     path: String,

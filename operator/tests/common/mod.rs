@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use infergate_operator::crd::InferenceService;
 use infergate_operator::input::{self, Document};
 use infergate_operator::render::Children;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
 use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
 
 /// The uid test resources carry (a resource stored by an API server always has one).
@@ -93,4 +94,23 @@ pub fn volume<'a>(pod: &'a PodSpec, name: &str) -> &'a Volume {
         .flatten()
         .find(|v| v.name == name)
         .unwrap_or_else(|| panic!("no volume {name}"))
+}
+
+/// A Deployment as the server reports it: `replicas` pods, `ready` of them ready, and its
+/// `Available` condition.
+pub fn deployment_with_status(available: bool, replicas: i32, ready: i32) -> Deployment {
+    Deployment {
+        status: Some(DeploymentStatus {
+            replicas: Some(replicas),
+            ready_replicas: Some(ready),
+            conditions: Some(vec![DeploymentCondition {
+                type_: "Available".into(),
+                status: if available { "True" } else { "False" }.into(),
+                message: Some("from the Deployment".into()),
+                ..DeploymentCondition::default()
+            }]),
+            ..DeploymentStatus::default()
+        }),
+        ..Deployment::default()
+    }
 }
