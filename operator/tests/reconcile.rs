@@ -99,38 +99,16 @@ fn empty_pods() -> Value {
 /// The reads of a reconcile whose ConfigMap, Deployment and Service are already as desired.
 fn unchanged_children(want: &Children) -> Vec<Step> {
     vec![
-        step(
-            Method::GET,
-            &cm_path(),
-            StatusCode::OK,
-            stored(&want.config_map),
-        ),
-        step(
-            Method::GET,
-            &deploy_path(),
-            StatusCode::OK,
-            stored(&want.deployment),
-        ),
-        step(
-            Method::GET,
-            &svc_path(),
-            StatusCode::OK,
-            stored(&want.service),
-        ),
+        get(&cm_path(), stored(&want.config_map)),
+        get(&deploy_path(), stored(&want.deployment)),
+        get(&svc_path(), stored(&want.service)),
     ]
 }
 
-/// The end of a reconcile: read the Deployment and the pods, then (when it changed) write status.
-fn observe(want: &Children, isvc: &InferenceService, writes_status: bool) -> Vec<Step> {
-    let mut steps = vec![
-        step(
-            Method::GET,
-            &deploy_path(),
-            StatusCode::OK,
-            stored(&want.deployment),
-        ),
-        step(Method::GET, &pods_path(), StatusCode::OK, empty_pods()),
-    ];
+/// The end of a reconcile: list the pods, then (when it changed) write status. The Deployment
+/// is not read again: the apply step already returned it.
+fn observe(isvc: &InferenceService, writes_status: bool) -> Vec<Step> {
+    let mut steps = vec![get(&pods_path(), empty_pods())];
     if writes_status {
         steps.push(step(
             Method::PATCH,
@@ -142,6 +120,21 @@ fn observe(want: &Children, isvc: &InferenceService, writes_status: bool) -> Vec
     steps
 }
 
+/// A GET answered with `body`.
+fn get(path: &str, body: Value) -> Step {
+    step(Method::GET, path, StatusCode::OK, body)
+}
+
+/// An apply that creates the object at `path`.
+fn created(path: &str, body: Value) -> Step {
+    step(Method::PATCH, path, StatusCode::CREATED, body)
+}
+
+/// A GET of an object that does not exist.
+fn missing(path: &str) -> Step {
+    step(Method::GET, path, StatusCode::NOT_FOUND, not_found())
+}
+
 #[tokio::test]
 async fn create_applies_every_child_then_writes_status() {
     let isvc = service(2);
@@ -149,41 +142,16 @@ async fn create_applies_every_child_then_writes_status() {
     let pdb = want.pdb.clone().unwrap();
     let steps = [
         vec![
-            step(Method::GET, &cm_path(), StatusCode::NOT_FOUND, not_found()),
-            step(
-                Method::PATCH,
-                &cm_path(),
-                StatusCode::CREATED,
-                stored(&want.config_map),
-            ),
-            step(
-                Method::GET,
-                &deploy_path(),
-                StatusCode::NOT_FOUND,
-                not_found(),
-            ),
-            step(
-                Method::PATCH,
-                &deploy_path(),
-                StatusCode::CREATED,
-                stored(&want.deployment),
-            ),
-            step(Method::GET, &svc_path(), StatusCode::NOT_FOUND, not_found()),
-            step(
-                Method::PATCH,
-                &svc_path(),
-                StatusCode::CREATED,
-                stored(&want.service),
-            ),
-            step(Method::GET, &pdb_path(), StatusCode::NOT_FOUND, not_found()),
-            step(
-                Method::PATCH,
-                &pdb_path(),
-                StatusCode::CREATED,
-                stored(&pdb),
-            ),
+            missing(&cm_path()),
+            created(&cm_path(), stored(&want.config_map)),
+            missing(&deploy_path()),
+            created(&deploy_path(), stored(&want.deployment)),
+            missing(&svc_path()),
+            created(&svc_path(), stored(&want.service)),
+            missing(&pdb_path()),
+            created(&pdb_path(), stored(&pdb)),
         ],
-        observe(&want, &isvc, true),
+        observe(&isvc, true),
     ]
     .concat();
     let (result, seen, ctx) = run(isvc.clone(), steps).await;
@@ -195,13 +163,13 @@ async fn create_applies_every_child_then_writes_status() {
     // The applied bodies are exactly the rendered objects.
     assert_eq!(seen[3].body, value(&want.deployment));
     assert_eq!(seen[7].body, value(&pdb));
-    let pods = &seen[9];
+    let pods = &seen[8];
     assert!(
         pods.query
             .contains("labelSelector=app.kubernetes.io%2Finstance%3Dsvc"),
         "{pods:?}"
     );
-    let status = &seen[10].body;
+    let status = &seen[9].body;
     assert_eq!(status["apiVersion"], "infergate.dev/v1alpha1");
     assert_eq!(status["kind"], "InferenceService");
     assert_eq!(status["status"]["observedGeneration"], 1);
@@ -239,13 +207,8 @@ async fn unchanged_children_and_status_cause_no_write() {
     ));
     let steps = [
         unchanged_children(&want),
-        vec![step(
-            Method::GET,
-            &pdb_path(),
-            StatusCode::NOT_FOUND,
-            not_found(),
-        )],
-        observe(&want, &isvc, false),
+        vec![missing(&pdb_path())],
+        observe(&isvc, false),
     ]
     .concat();
     let (result, seen, ctx) = run(isvc, steps).await;
@@ -267,28 +230,18 @@ async fn drifted_child_is_applied_again() {
     drifted["spec"]["replicas"] = json!(5); // someone scaled the Deployment by hand
     let steps = [
         vec![
-            step(
-                Method::GET,
-                &cm_path(),
-                StatusCode::OK,
-                stored(&want.config_map),
-            ),
-            step(Method::GET, &deploy_path(), StatusCode::OK, drifted),
+            get(&cm_path(), stored(&want.config_map)),
+            get(&deploy_path(), drifted),
             step(
                 Method::PATCH,
                 &deploy_path(),
                 StatusCode::OK,
                 stored(&want.deployment),
             ),
-            step(
-                Method::GET,
-                &svc_path(),
-                StatusCode::OK,
-                stored(&want.service),
-            ),
-            step(Method::GET, &pdb_path(), StatusCode::NOT_FOUND, not_found()),
+            get(&svc_path(), stored(&want.service)),
+            missing(&pdb_path()),
         ],
-        observe(&want, &isvc, true),
+        observe(&isvc, true),
     ]
     .concat();
     let (result, seen, _) = run(isvc, steps).await;
@@ -304,10 +257,10 @@ async fn scaling_below_two_deletes_our_pdb_only() {
     let steps = [
         unchanged_children(&want),
         vec![
-            step(Method::GET, &pdb_path(), StatusCode::OK, stored(&pdb)),
+            get(&pdb_path(), stored(&pdb)),
             step(Method::DELETE, &pdb_path(), StatusCode::OK, stored(&pdb)),
         ],
-        observe(&want, &isvc, true),
+        observe(&isvc, true),
     ]
     .concat();
     let (result, _, ctx) = run(isvc.clone(), steps).await;
@@ -324,8 +277,8 @@ async fn scaling_below_two_deletes_our_pdb_only() {
     foreign["metadata"]["ownerReferences"] = json!([]);
     let steps = [
         unchanged_children(&want),
-        vec![step(Method::GET, &pdb_path(), StatusCode::OK, foreign)],
-        observe(&want, &isvc, true),
+        vec![get(&pdb_path(), foreign)],
+        observe(&isvc, true),
     ]
     .concat();
     run(isvc, steps).await.0.unwrap();
@@ -336,18 +289,8 @@ async fn api_errors_fail_the_reconcile_and_back_off() {
     let isvc = service(1);
     let want = children(&isvc);
     let steps = vec![
-        step(
-            Method::GET,
-            &cm_path(),
-            StatusCode::OK,
-            stored(&want.config_map),
-        ),
-        step(
-            Method::GET,
-            &deploy_path(),
-            StatusCode::NOT_FOUND,
-            not_found(),
-        ),
+        get(&cm_path(), stored(&want.config_map)),
+        missing(&deploy_path()),
         step(
             Method::PATCH,
             &deploy_path(),
@@ -389,7 +332,7 @@ async fn conflicts_are_errors_too() {
     let conflict = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": "Apply failed with 1 conflict", "reason": "Conflict", "code": 409});
     let steps = vec![
-        step(Method::GET, &cm_path(), StatusCode::NOT_FOUND, not_found()),
+        missing(&cm_path()),
         step(Method::PATCH, &cm_path(), StatusCode::CONFLICT, conflict),
     ];
     let (result, _, _) = run(isvc, steps).await;

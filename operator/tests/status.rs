@@ -21,6 +21,22 @@ fn deployment(available: bool, replicas: i32, ready: i32) -> Deployment {
     common::deployment_with_status(available, replicas, ready)
 }
 
+/// The status computed at second `now` from a Deployment, probe reports and the previous status.
+fn status_of(
+    isvc: &infergate_operator::crd::InferenceService,
+    deployment: Option<&Deployment>,
+    reports: &[PodReport],
+    now: i64,
+    previous: Option<&InferenceServiceStatus>,
+) -> InferenceServiceStatus {
+    let observed = Observed {
+        deployment,
+        reports,
+        now: at(now),
+    };
+    compute(isvc, &observed, previous)
+}
+
 fn ext(name: &str, state: &str) -> AdminExtension {
     AdminExtension {
         name: name.into(),
@@ -72,15 +88,7 @@ fn all_healthy_is_ready_with_every_field() {
     isvc.metadata.generation = Some(4);
     let d = deployment(true, 2, 2);
     let reports = [report("a", Ok(healthy(&[]))), report("b", Ok(healthy(&[])))];
-    let status = compute(
-        &isvc,
-        &Observed {
-            deployment: Some(&d),
-            reports: &reports,
-            now: at(100),
-        },
-        None,
-    );
+    let status = status_of(&isvc, Some(&d), &reports, 100, None);
     assert_eq!(status.observed_generation, Some(4));
     assert_eq!((status.replicas, status.ready_replicas), (2, 2));
     assert_eq!(
@@ -117,35 +125,11 @@ fn transition_time_moves_only_when_the_status_changes() {
     let isvc = with_spec("svc", MINIMAL);
     let d = deployment(true, 1, 1);
     let reports = [report("a", Ok(healthy(&[])))];
-    let first = compute(
-        &isvc,
-        &Observed {
-            deployment: Some(&d),
-            reports: &reports,
-            now: at(100),
-        },
-        None,
-    );
-    let same = compute(
-        &isvc,
-        &Observed {
-            deployment: Some(&d),
-            reports: &reports,
-            now: at(200),
-        },
-        Some(&first),
-    );
+    let first = status_of(&isvc, Some(&d), &reports, 100, None);
+    let same = status_of(&isvc, Some(&d), &reports, 200, Some(&first));
     assert_eq!(same, first, "nothing changed, so nothing to write");
     let down = deployment(false, 1, 0);
-    let later = compute(
-        &isvc,
-        &Observed {
-            deployment: Some(&down),
-            reports: &[],
-            now: at(300),
-        },
-        Some(&same),
-    );
+    let later = status_of(&isvc, Some(&down), &[], 300, Some(&same));
     assert_eq!(condition(&later, "Available").last_transition_time, at(300));
     assert_eq!(condition(&later, "Ready").status, "False");
     assert_eq!(condition(&later, "Ready").last_transition_time, at(300));
@@ -176,15 +160,7 @@ fn requested_extensions_missing_or_mixed() {
             ])),
         ),
     ];
-    let status = compute(
-        &isvc,
-        &Observed {
-            deployment: Some(&d),
-            reports: &reports,
-            now: at(1),
-        },
-        None,
-    );
+    let status = status_of(&isvc, Some(&d), &reports, 1, None);
     let shm = status
         .extensions
         .iter()
@@ -215,29 +191,13 @@ fn silent_pods_degrade_and_no_reports_leave_extensions_pending() {
     let isvc = with_spec("svc", MINIMAL);
     let d = deployment(true, 2, 2);
     let reports = [report("a", Ok(healthy(&[]))), report("b", Err("timed out"))];
-    let status = compute(
-        &isvc,
-        &Observed {
-            deployment: Some(&d),
-            reports: &reports,
-            now: at(1),
-        },
-        None,
-    );
+    let status = status_of(&isvc, Some(&d), &reports, 1, None);
     assert_eq!(condition(&status, "Degraded").status, "True");
     assert_eq!(condition(&status, "Degraded").reason, "PodsNotReporting");
     assert!(condition(&status, "Degraded").message.contains('b'));
     assert_eq!(condition(&status, "ModelReady").status, "True");
 
-    let none = compute(
-        &isvc,
-        &Observed {
-            deployment: Some(&d),
-            reports: &[report("a", Err("refused"))],
-            now: at(1),
-        },
-        None,
-    );
+    let none = status_of(&isvc, Some(&d), &[report("a", Err("refused"))], 1, None);
     assert_eq!(condition(&none, "ModelReady").reason, "NoPodReporting");
     assert!(
         none.extensions
@@ -250,26 +210,10 @@ fn silent_pods_degrade_and_no_reports_leave_extensions_pending() {
 #[test]
 fn scaled_to_zero_and_missing_deployment_are_not_available() {
     let zero = with_spec("svc", &format!("  replicas: 0\n{MINIMAL}"));
-    let status = compute(
-        &zero,
-        &Observed {
-            deployment: None,
-            reports: &[],
-            now: at(1),
-        },
-        None,
-    );
+    let status = status_of(&zero, None, &[], 1, None);
     assert_eq!(condition(&status, "Available").reason, "ScaledToZero");
     let isvc = with_spec("svc", MINIMAL);
-    let status = compute(
-        &isvc,
-        &Observed {
-            deployment: None,
-            reports: &[],
-            now: at(1),
-        },
-        None,
-    );
+    let status = status_of(&isvc, None, &[], 1, None);
     assert_eq!(condition(&status, "Available").reason, "DeploymentMissing");
     assert_eq!(condition(&status, "ModelReady").reason, "NoReadyPods");
 }
@@ -280,15 +224,7 @@ fn models_not_ready_block_ready() {
     let d = deployment(true, 1, 1);
     let mut starting = healthy(&[]);
     starting.ready = false;
-    let status = compute(
-        &isvc,
-        &Observed {
-            deployment: Some(&d),
-            reports: &[report("a", Ok(starting))],
-            now: at(1),
-        },
-        None,
-    );
+    let status = status_of(&isvc, Some(&d), &[report("a", Ok(starting))], 1, None);
     assert_eq!(condition(&status, "ModelReady").status, "False");
     assert_eq!(condition(&status, "Ready").status, "False");
     let model = status.model.unwrap();

@@ -42,8 +42,9 @@ pub fn contains(actual: Option<&Value>, desired: &Value) -> bool {
     }
 }
 
-/// Applies `desired` unless the stored object already matches it.
-pub async fn apply<K>(api: &Api<K>, desired: &K) -> Result<Outcome, kube::Error>
+/// Applies `desired` unless the stored object already matches it; returns the object as the
+/// server now holds it (so the caller need not read it again).
+pub async fn apply<K>(api: &Api<K>, desired: &K) -> Result<(Outcome, K), kube::Error>
 where
     K: Resource + Clone + Debug + Serialize + DeserializeOwned,
     <K as Resource>::DynamicType: Default,
@@ -53,12 +54,12 @@ where
     if let Some(current) = api.get_opt(&name).await? {
         let stored = serde_json::to_value(&current).map_err(kube::Error::SerdeError)?;
         if contains(Some(&stored), &wanted) {
-            return Ok(Outcome::Unchanged);
+            return Ok((Outcome::Unchanged, current));
         }
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    api.patch(&name, &params, &Patch::Apply(&wanted)).await?;
-    Ok(Outcome::Written)
+    let written = api.patch(&name, &params, &Patch::Apply(&wanted)).await?;
+    Ok((Outcome::Written, written))
 }
 
 /// Deletes `name` if it exists and the resource with `owner_uid` controls it (never an object

@@ -179,16 +179,20 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
         Err(e) => return Err(e.into()),
     };
 
-    let outcome = apply::apply(
+    let (outcome, _) = apply::apply(
         &Api::<ConfigMap>::namespaced(client.clone(), &ns),
         &children.config_map,
     )
     .await?;
     ctx.count(outcome);
-    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
-    let outcome = apply::apply(&deployments, &children.deployment).await?;
+    // The Deployment as stored (read or written just now) gives the status its replica counts.
+    let (outcome, deployment) = apply::apply(
+        &Api::<Deployment>::namespaced(client.clone(), &ns),
+        &children.deployment,
+    )
+    .await?;
     ctx.count(outcome);
-    let outcome = apply::apply(
+    let (outcome, _) = apply::apply(
         &Api::<Service>::namespaced(client.clone(), &ns),
         &children.service,
     )
@@ -196,7 +200,7 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
     ctx.count(outcome);
     let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
     let outcome = match &children.pdb {
-        Some(pdb) => apply::apply(&pdbs, pdb).await?,
+        Some(pdb) => apply::apply(&pdbs, pdb).await?.0,
         None => {
             let uid = isvc.uid().unwrap_or_default();
             apply::delete_owned(&pdbs, &isvc.name_any(), &uid).await?
@@ -204,7 +208,6 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
     };
     ctx.count(outcome);
 
-    let deployment = deployments.get_opt(&isvc.name_any()).await?;
     let pods = Api::<Pod>::namespaced(client.clone(), &ns)
         .list(&ListParams::default().labels(&render::selector_string(isvc)))
         .await?
@@ -218,7 +221,7 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
         .probe_failures
         .fetch_add(failed, Ordering::Relaxed);
     let observed = Observed {
-        deployment: deployment.as_ref(),
+        deployment: Some(&deployment),
         reports: &reports,
         now: now(),
     };
