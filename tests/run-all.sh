@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, Rust unit and integration tests, then the black-box
 # conformance suite (real tritonclient and perf_analyzer) against the built sidecar binary, and
-# the operator's rendered manifests against Kubernetes' schemas.
+# the operator's rendered manifests against Kubernetes' schemas, the Helm chart, and the operator,
+# chart and examples against a real Kubernetes control plane (tests/cluster/run; needs Go).
 # Installs what it needs (Python venv with tritonclient, perf_analyzer, Debian's libb64).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,3 +39,11 @@ tests/manifests/validate.sh
 
 step "Helm chart (real helm: lint, template per values file, kubernetes-validate, RBAC, schema)"
 INFERGATE_OPERATOR_BIN="$PWD/target/debug/infergate-operator" tests/helm/test-chart.sh
+
+step "operator, chart and examples against a real control plane (tests/cluster/run)"
+if command -v go >/dev/null 2>&1; then
+  INFERGATE_OPERATOR_BIN="$PWD/target/debug/infergate-operator" tests/cluster/run
+else
+  echo "SKIPPED: Go is not installed, so the control plane (kube-apiserver, etcd, ...) cannot be built;"
+  echo "install Go 1.24 or newer to run tests/cluster/run"
+fi

@@ -94,8 +94,8 @@ struct RunArgs {
     /// How often a service that is not Ready is looked at again, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     requeue_seconds: u64,
-    /// Test only: probe POD_IP:PORT at HOST:PORT instead (repeatable). For clusters whose pods are
-    /// not real processes.
+    /// Test only: probe POD_IP:PORT at HOST:PORT instead (repeatable; `*:PORT` matches any pod).
+    /// For clusters whose pods are not real processes.
     #[arg(long, value_name = "FROM=TO", hide = true)]
     probe_address_map: Vec<String>,
     /// Log level (error, warn, info, debug, trace) or a tracing filter; RUST_LOG overrides.

@@ -25,6 +25,20 @@ pub fn is_dns1035_label(s: &str) -> bool {
         && b.last().is_some_and(|c| *c != b'-')
 }
 
+/// Whether `s` is a valid container port name (Kubernetes' IANA_SVC_NAME): at most 15
+/// characters, lowercase letters, digits and '-', at least one letter, no '-' at either end and
+/// no "--".
+pub fn is_port_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    (1..=15).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter().any(u8::is_ascii_lowercase)
+        && b[0] != b'-'
+        && b.last().is_some_and(|c| *c != b'-')
+        && !s.contains("--")
+}
+
 /// Every problem of `isvc` that would make its pod invalid or ambiguous, one line each.
 pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
@@ -45,6 +59,13 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
         if let Some(first) = numbers.insert(number, owner.clone()) {
             problems.push(format!(
                 "port {number} of {owner} is already used by {first}"
+            ));
+        }
+        if let Some(n) = port_name
+            && !is_port_name(n)
+        {
+            problems.push(format!(
+                "port name {n:?} of {owner} must be at most 15 lowercase letters, digits and '-', with a letter"
             ));
         }
         if let Some(n) = port_name
@@ -148,6 +169,25 @@ mod tests {
         }
         for bad in ["", "1a", "a-", "A", "a_b", "a.b", &"a".repeat(64)] {
             assert!(!is_dns1035_label(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn port_names() {
+        for ok in ["http", "triton-metrics", "a1", "mls-metrics"] {
+            assert!(is_port_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "mlserver-metrics",
+            "-a",
+            "a-",
+            "a--b",
+            "80",
+            "Http",
+            "a_b",
+        ] {
+            assert!(!is_port_name(bad), "{bad}");
         }
     }
 }

@@ -132,3 +132,32 @@ async fn our_own_lease_is_renewed_and_a_lost_race_makes_a_follower() {
     .await;
     assert!(matches!(result, Attempt::Follower { .. }));
 }
+
+#[tokio::test]
+async fn release_clears_our_holder_and_leaves_another_holders_lease_alone() {
+    let (client, server) = mock::serve(vec![
+        step(Method::GET, PATH, StatusCode::OK, lease("me", 1, 4)),
+        step(Method::PUT, PATH, StatusCode::OK, lease("", 0, 4)),
+    ]);
+    let api: Api<Lease> = Api::namespaced(client, "infergate-system");
+    assert!(election().release(&api).await.unwrap());
+    let seen = server.await.unwrap();
+    let written = &seen[1].body;
+    assert!(
+        written["spec"]
+            .get("holderIdentity")
+            .is_none_or(Value::is_null)
+    );
+    assert_eq!(written["spec"]["leaseDurationSeconds"], 1);
+    assert_eq!(written["metadata"]["resourceVersion"], "41");
+
+    let (client, server) = mock::serve(vec![step(
+        Method::GET,
+        PATH,
+        StatusCode::OK,
+        lease("other", 1, 5),
+    )]);
+    let api: Api<Lease> = Api::namespaced(client, "infergate-system");
+    assert!(!election().release(&api).await.unwrap());
+    assert_eq!(server.await.unwrap().len(), 1, "nothing written");
+}

