@@ -29,91 +29,15 @@ set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO_ROOT"
 
-PYTRITON_VERSION="0.7.0" # ships tritonserver 2.51.0 with the python backend
-TRITON_VENV="${INFERGATE_TRITON_VENV:-$PWD/.venv-triton}"
-TEST_VENV="${INFERGATE_VENV:-$PWD/.venv}"
 SIDECAR_BIN="${INFERGATE_SIDECAR_BIN:-$PWD/target/debug/infergate-sidecar}"
 READY_TIMEOUT="${INFERGATE_READY_TIMEOUT:-180}"
-PIP_FLAGS="${PIP_FLAGS:-}"
 
 log() { printf '[run-triton] %s\n' "$*" >&2; }
 
 # ------------------------------------------------------------------ install
-# shellcheck source=../tools/lib.sh
-source "$REPO_ROOT/tests/tools/lib.sh"
 
-dist_version() { # venv, distribution
-  "$1/bin/python" - "$2" <<'PY' 2>/dev/null || true
-import sys
-from importlib import metadata
-try:
-    print(metadata.version(sys.argv[1]))
-except metadata.PackageNotFoundError:
-    pass
-PY
-}
-
-default_python() {
-  if command -v python3.11 >/dev/null 2>&1; then echo python3.11; else echo python3; fi
-}
-
-# Debian's interpreters need python3-venv (ensurepip) to create venvs.
-ensure_venv_support() {
-  command -v "$1" >/dev/null 2>&1 || { log "no Python interpreter '$1'"; exit 1; }
-  "$1" -c 'import ensurepip' >/dev/null 2>&1 || apt_install python3-venv
-}
-
-# The conformance venv (tritonclient, pytest, perf_analyzer); idempotent.
-if [ ! -x "$TEST_VENV/bin/python" ]; then
-  ensure_venv_support "${INFERGATE_PYTHON:-$(default_python)}"
-fi
-INFERGATE_VENV="$TEST_VENV" tests/tools/setup-python.sh >&2
-
-# The Triton venv.
-if [ ! -x "$TRITON_VENV/bin/python" ]; then
-  PY="${INFERGATE_TRITON_PYTHON:-$(default_python)}"
-  ensure_venv_support "$PY"
-  log "creating venv $TRITON_VENV with $PY"
-  "$PY" -m venv "$TRITON_VENV"
-fi
-TPY="$TRITON_VENV/bin/python"
-if [ "$(dist_version "$TRITON_VENV" nvidia-pytriton)" != "$PYTRITON_VERSION" ] ||
-   [ -z "$(dist_version "$TRITON_VENV" numpy)" ]; then
-  log "pip install nvidia-pytriton==$PYTRITON_VERSION into $TRITON_VENV (about 1 minute)"
-  # shellcheck disable=SC2086
-  "$TPY" -m pip install -q --disable-pip-version-check $PIP_FLAGS "nvidia-pytriton==$PYTRITON_VERSION"
-fi
-
-SITE_PACKAGES="$("$TPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-TRITON_HOME="$SITE_PACKAGES/pytriton/tritonserver"
-TRITON_BIN="$TRITON_HOME/bin/tritonserver"
-TRITON_LIBS="$SITE_PACKAGES/nvidia_pytriton.libs"
-PY_VER="$("$TPY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-PY_LIBDIR="$("$TPY" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')"
-[ -x "$TRITON_BIN" ] || chmod +x "$TRITON_BIN"
-
-# The python backend runs its stub from next to libtriton_python.so; the wheel keeps one
-# stub per Python version aside (PyTriton copies the right one into its workspace).
-STUB_SRC="$TRITON_HOME/python_backend_stubs/$PY_VER/triton_python_backend_stub"
-STUB_DST="$TRITON_HOME/backends/python/triton_python_backend_stub"
-[ -f "$STUB_SRC" ] || { log "the wheel has no python backend stub for Python $PY_VER (use 3.8..3.13: INFERGATE_TRITON_PYTHON)"; exit 1; }
-if ! cmp -s "$STUB_SRC" "$STUB_DST"; then
-  cp "$STUB_SRC" "$STUB_DST.tmp"
-  chmod +x "$STUB_DST.tmp"
-  mv -f "$STUB_DST.tmp" "$STUB_DST"
-fi
-
-# The stub embeds libpython of the venv's interpreter: its LIBDIR (pyenv, python.org
-# builds) or Debian's libpython3.X package.
-LD_PATH="$TRITON_LIBS"
-if [ -n "$PY_LIBDIR" ] && [ -e "$PY_LIBDIR/libpython$PY_VER.so.1.0" ]; then
-  LD_PATH="$PY_LIBDIR:$LD_PATH"
-fi
-LD_PATH="$LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if command -v ldd >/dev/null 2>&1 &&
-   LD_LIBRARY_PATH="$LD_PATH" ldd "$STUB_DST" 2>/dev/null | grep -q "libpython$PY_VER.*not found"; then
-  apt_install "libpython$PY_VER"
-fi
+# shellcheck source=triton-env.sh
+source "$REPO_ROOT/tests/upstream/triton-env.sh"
 
 # The sidecar.
 if [ ! -x "$SIDECAR_BIN" ]; then

@@ -1,0 +1,459 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: the sidecar with its built-in models, Triton, and Triton behind the
+sidecar, on the same model contracts, driven by the same clients (perf_analyzer for HTTP binary,
+gRPC and system shared memory; wrk posting a fixed JSON body for HTTP JSON), alternating the
+systems within one run. Also measures the machine's own limits (memory copy bandwidth, loopback
+TCP throughput on one stream) in the same run.
+
+Writes, into --out: results.csv (every measurement), summary.csv (medians per row), summary.md (the
+table with ratios), throughput.png (the chart), machine.json (limits, CPU, versions).
+
+Run it through bench/run, which installs and builds what it needs and sets:
+  INFERGATE_SIDECAR_BIN PERF_ANALYZER WRK TRITON_BIN TRITON_HOME TRITON_LD_PATH TRITON_VENV
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing
+import os
+import platform
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- helpers
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, limit: float = 180.0):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} not ready after {limit:.0f} s")
+
+
+@dataclass
+class System:
+    name: str
+    http: str
+    grpc: str
+    procs: list = field(default_factory=list)
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in reversed(self.procs):
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+def spawn(args: list[str], log: Path, env: dict | None = None, cwd: Path | None = None):
+    return subprocess.Popen(args, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=env, cwd=cwd, start_new_session=True)
+
+
+def start_sidecar(name: str, work: Path, extra: list[str]) -> System:
+    http, grpc = free_port(), free_port()
+    proc = spawn([os.environ["INFERGATE_SIDECAR_BIN"], "--host", "127.0.0.1",
+                  "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", "0",
+                  "--admin-port", "0", "--allow-client-shm", "--log-level", "warn", *extra],
+                 work / f"{name}.log")
+    system = System(name, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", [proc])
+    wait_ready(f"http://{system.http}/v2/health/ready", proc)
+    return system
+
+
+def start_triton(work: Path) -> System:
+    repo = work / "models"
+    subprocess.run([sys.executable, str(REPO / "tests/upstream/make_triton_repo.py"), str(repo)],
+                   check=True, stdout=subprocess.DEVNULL)
+    http, grpc = free_port(), free_port()
+    home = Path(os.environ["TRITON_HOME"])
+    env = {**os.environ, "PATH": f"{os.environ['TRITON_VENV']}/bin:{os.environ['PATH']}",
+           "LD_LIBRARY_PATH": os.environ["TRITON_LD_PATH"]}
+    proc = spawn([os.environ["TRITON_BIN"], f"--model-repository={repo}",
+                  f"--backend-directory={home / 'backends'}", f"--cache-directory={home / 'caches'}",
+                  "--http-address=127.0.0.1", f"--http-port={http}",
+                  "--grpc-address=127.0.0.1", f"--grpc-port={grpc}",
+                  "--allow-metrics=false", "--allow-gpu-metrics=false",
+                  "--pinned-memory-pool-byte-size=0", "--exit-timeout-secs=5", "--log-warning=false"],
+                 work / "triton.log", env=env, cwd=work)
+    system = System("triton", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", [proc])
+    wait_ready(f"http://{system.http}/v2/health/ready", proc)
+    return system
+
+
+# ----------------------------------------------------------------------------- cases
+@dataclass(frozen=True)
+class Case:
+    name: str
+    model: str
+    inputs: tuple  # (name, datatype, shape)
+    output_bytes: int  # largest output, for --output-shared-memory-size
+
+    def pa_args(self) -> list[str]:
+        args = ["-m", self.model]
+        if self.model.startswith("identity"):
+            for name, _, shape in self.inputs:
+                args += ["--shape", f"{name}:{','.join(map(str, shape))}"]
+        return args
+
+    def json_body(self) -> bytes:
+        inputs = []
+        for i, (name, datatype, shape) in enumerate(self.inputs):
+            count = 1
+            for d in shape:
+                count *= d
+            if datatype == "FP32":
+                data = [round((j % 1000) * 0.5 + i, 1) for j in range(count)]
+            else:
+                data = [(j + i) % 100 for j in range(count)]
+            inputs.append({"name": name, "shape": list(shape), "datatype": datatype, "data": data})
+        return json.dumps({"inputs": inputs}, separators=(",", ":")).encode()
+
+
+CASES = {
+    "identity_fp32[16]": Case("identity_fp32[16]", "identity_fp32", (("INPUT0", "FP32", (16,)),), 64),
+    "identity_fp32[1M]": Case("identity_fp32[1M]", "identity_fp32",
+                              (("INPUT0", "FP32", (1048576,)),), 4 * 1048576),
+    "simple": Case("simple", "simple", (("INPUT0", "INT32", (1, 16)), ("INPUT1", "INT32", (1, 16))), 64),
+}
+PROTOCOLS = ("http", "grpc", "shm", "json")
+
+
+# ----------------------------------------------------------------------------- drivers
+def perf_analyzer(system: System, case: Case, protocol: str, concurrency: int, interval_ms: int,
+                  work: Path) -> dict:
+    out = work / "pa.csv"
+    out.unlink(missing_ok=True)
+    url, kind = (system.http, "http") if protocol == "http" else (system.grpc, "grpc")
+    args = [os.environ["PERF_ANALYZER"], *case.pa_args(), "-u", url, "-i", kind,
+            "--concurrency-range", str(concurrency), "--measurement-mode", "time_windows",
+            "--measurement-interval", str(interval_ms), "--max-trials", "3",
+            "--stability-percentage", "999", "-f", str(out)]
+    if protocol == "shm":
+        args += ["--shared-memory", "system", "--output-shared-memory-size", str(case.output_bytes)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0 or not out.exists():
+        tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+        return {"throughput": 0.0, "p50_us": None, "p99_us": None, "errors": " | ".join(tail)}
+    row = next(csv.DictReader(out.open()))
+    return {"throughput": float(row["Inferences/Second"]), "p50_us": float(row["p50 latency"]),
+            "p99_us": float(row["p99 latency"]), "errors": ""}
+
+
+_WRK_LATENCY = re.compile(r"^\s*(50|99)%\s+([\d.]+)(us|ms|s)\s*$")
+
+
+def wrk_json(system: System, case: Case, concurrency: int, interval_ms: int, work: Path) -> dict:
+    body = work / f"{case.name}.json"
+    if not body.exists():
+        body.write_bytes(case.json_body())
+    script = work / "post.lua"
+    script.write_text(
+        'wrk.method = "POST"\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+        f'local f = io.open("{body}", "rb")\nwrk.body = f:read("*all")\nf:close()\n'
+        "function response(status, headers, body)\n"
+        '  if status ~= 200 then io.stderr:write("status " .. status .. "\\n") end\nend\n')
+    seconds = max(2, round(3 * interval_ms / 1000))
+    args = [os.environ["WRK"], "-t", str(min(concurrency, 2)), "-c", str(concurrency),
+            "-d", f"{seconds}s", "--timeout", "30s", "--latency", "-s", str(script),
+            f"http://{system.http}/v2/models/{case.model}/infer"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
+    m = re.search(r"Requests/sec:\s+([\d.]+)", result.stdout)
+    latency = {}
+    for line in result.stdout.splitlines():
+        lm = _WRK_LATENCY.match(line)
+        if lm:
+            scale = {"us": 1, "ms": 1e3, "s": 1e6}[lm.group(3)]
+            latency[lm.group(1)] = float(lm.group(2)) * scale
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", result.stdout)
+    errors = f"{bad.group(1)} non-2xx" if bad else ""
+    if "status" in result.stderr:
+        errors = (errors + " " + result.stderr.strip().splitlines()[0]).strip()
+    return {"throughput": float(m.group(1)) if m and not errors else 0.0,
+            "p50_us": latency.get("50"), "p99_us": latency.get("99"), "errors": errors}
+
+
+# ----------------------------------------------------------------------------- machine limits
+def memcpy_gbps() -> float:
+    import numpy as np
+
+    src = np.ones(64 * 1024 * 1024, dtype=np.float32)  # 256 MiB
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t)
+    return src.nbytes / best / 1e9
+
+
+def _tcp_sink(port_queue, total):
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        port_queue.put(srv.getsockname()[1])
+        conn, _ = srv.accept()
+        buf = bytearray(4 << 20)
+        view = memoryview(buf)
+        got = 0
+        while got < total:
+            n = conn.recv_into(view)
+            if n == 0:
+                break
+            got += n
+        conn.sendall(b"k")
+        conn.close()
+
+
+def loopback_tcp_gbps(total: int = 4 << 30) -> float:
+    q = multiprocessing.Queue()
+    sink = multiprocessing.Process(target=_tcp_sink, args=(q, total))
+    sink.start()
+    port = q.get(timeout=10)
+    chunk = memoryview(bytearray(4 << 20))
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        t = time.perf_counter()
+        sent = 0
+        while sent < total:
+            s.sendall(chunk)
+            sent += len(chunk)
+        s.recv(1)
+        elapsed = time.perf_counter() - t
+    sink.join()
+    return total / elapsed / 1e9
+
+
+# ----------------------------------------------------------------------------- report
+def median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    keys = []
+    for r in rows:
+        k = (r["case"], r["protocol"], r["concurrency"], r["system"])
+        if k not in keys:
+            keys.append(k)
+    out = []
+    for k in keys:
+        group = [r for r in rows if (r["case"], r["protocol"], r["concurrency"], r["system"]) == k]
+        ok = [r for r in group if not r["errors"]]
+        out.append({"case": k[0], "protocol": k[1], "concurrency": k[2], "system": k[3],
+                    "throughput": median_or_none([r["throughput"] for r in ok]) or 0.0,
+                    "p50_us": median_or_none([r["p50_us"] for r in ok]),
+                    "p99_us": median_or_none([r["p99_us"] for r in ok]),
+                    "runs": len(group), "failed_runs": len(group) - len(ok),
+                    "errors": "; ".join(sorted({r["errors"] for r in group if r["errors"]}))})
+    return out
+
+
+def fmt_us(v):
+    return "—" if v is None else (f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs")
+
+
+def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
+    lines = [f"Machine: {machine['cpu']} ({machine['cores']} cores); memcpy "
+             f"{machine['memcpy_gbps']:.1f} GB/s; loopback TCP (one stream) "
+             f"{machine['loopback_tcp_gbps']:.1f} GB/s. Medians of {machine['rounds']} round(s); "
+             "throughput in infer/s.", ""]
+    head = ["case", "protocol", "conc."]
+    for s in systems:
+        head += [f"{s} infer/s", f"{s} p50", f"{s} p99"]
+    ratios = []
+    if "sidecar" in systems and "triton" in systems:
+        ratios.append(("sidecar", "triton"))
+    if "sidecar→triton" in systems and "triton" in systems:
+        ratios.append(("sidecar→triton", "triton"))
+    head += [f"{a} / {b}" for a, b in ratios]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = {}
+    for r in summary:
+        rows.setdefault((r["case"], r["protocol"], r["concurrency"]), {})[r["system"]] = r
+    for (case, protocol, conc), by_system in rows.items():
+        cells = [case, protocol, str(conc)]
+        for s in systems:
+            r = by_system.get(s)
+            if r is None:
+                cells += ["—"] * 3
+            elif r["failed_runs"] == r["runs"]:
+                cells += ["failed", "—", "—"]
+            else:
+                cells += [f"{r['throughput']:,.0f}", fmt_us(r["p50_us"]), fmt_us(r["p99_us"])]
+        for a, b in ratios:
+            ra, rb = by_system.get(a), by_system.get(b)
+            if ra and rb and rb["throughput"] > 0 and ra["throughput"] > 0:
+                cells.append(f"{ra['throughput'] / rb['throughput']:.2f}×")
+            else:
+                cells.append("—")
+        lines.append("| " + " | ".join(cells) + " |")
+    errors = [r for r in summary if r["errors"]]
+    if errors:
+        lines += ["", "Failed runs:"]
+        lines += [f"- {r['system']} {r['case']} {r['protocol']} c={r['concurrency']}: {r['errors']}"
+                  for r in errors]
+    return "\n".join(lines) + "\n"
+
+
+def chart(summary: list[dict], systems: list[str], path: Path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no chart", file=sys.stderr)
+        return
+    labels = []
+    for r in summary:
+        label = f"{r['case']}\n{r['protocol']} c{r['concurrency']}"
+        if label not in labels:
+            labels.append(label)
+    width = 0.8 / max(1, len(systems))
+    fig, ax = plt.subplots(figsize=(max(10, len(labels) * 0.9), 6))
+    for i, s in enumerate(systems):
+        values = []
+        for label in labels:
+            r = next((r for r in summary if r["system"] == s and
+                      f"{r['case']}\n{r['protocol']} c{r['concurrency']}" == label), None)
+            values.append(r["throughput"] if r else 0)
+        ax.bar([x + i * width for x in range(len(labels))], values, width, label=s)
+    ax.set_yscale("log")
+    ax.set_ylabel("inferences / second (log)")
+    ax.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(labels))])
+    ax.set_xticklabels(labels, fontsize=7, rotation=90)
+    ax.legend()
+    ax.set_title("Throughput, same client, same machine, one run")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ----------------------------------------------------------------------------- main
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer window")
+    ap.add_argument("--systems", default="sidecar,triton,sidecar→triton")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--protocols", default=",".join(PROTOCOLS))
+    ap.add_argument("--concurrency", default="1,8")
+    args = ap.parse_args()
+    systems_wanted = args.systems.split(",")
+    cases = [CASES[c] for c in args.cases.split(",")]
+    protocols = args.protocols.split(",")
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="infergate-bench-"))
+
+    machine = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "rounds": args.rounds,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                machine["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    print("measuring the machine's limits", file=sys.stderr)
+    machine["memcpy_gbps"] = memcpy_gbps()
+    machine["loopback_tcp_gbps"] = loopback_tcp_gbps()
+    print(f"  memcpy {machine['memcpy_gbps']:.1f} GB/s, loopback TCP "
+          f"{machine['loopback_tcp_gbps']:.1f} GB/s", file=sys.stderr)
+
+    systems: dict[str, System] = {}
+    rows = []
+    try:
+        if "sidecar" in systems_wanted:
+            systems["sidecar"] = start_sidecar("sidecar", work, [])
+        if "triton" in systems_wanted or "sidecar→triton" in systems_wanted:
+            triton = start_triton(work)
+            if "triton" in systems_wanted:
+                systems["triton"] = triton
+            if "sidecar→triton" in systems_wanted:
+                front = start_sidecar("sidecar-upstream", work, ["--upstream", f"grpc://{triton.grpc}"])
+                front.name = "sidecar→triton"
+                front.procs = front.procs + ([] if "triton" in systems_wanted else triton.procs)
+                systems["sidecar→triton"] = front
+        order = [s for s in systems_wanted if s in systems]
+        total = args.rounds * len(cases) * len(protocols) * len(concurrencies) * len(order)
+        done = 0
+        for rnd in range(args.rounds):
+            for case in cases:
+                for protocol in protocols:
+                    for conc in concurrencies:
+                        # Alternate: every system measured back to back on the same row, the
+                        # order rotated each round.
+                        rotated = order[rnd % len(order):] + order[:rnd % len(order)]
+                        for name in rotated:
+                            system = systems[name]
+                            if protocol == "json":
+                                r = wrk_json(system, case, conc, args.interval_ms, work)
+                            else:
+                                r = perf_analyzer(system, case, protocol, conc, args.interval_ms, work)
+                            row = {"round": rnd + 1, "system": name, "case": case.name,
+                                   "protocol": protocol, "concurrency": conc, **r}
+                            rows.append(row)
+                            done += 1
+                            print(f"[{done}/{total}] {name:15} {case.name:18} {protocol:5} c={conc}: "
+                                  f"{r['throughput']:10.1f}/s p50 {fmt_us(r['p50_us'])} "
+                                  f"p99 {fmt_us(r['p99_us'])} {r['errors']}", file=sys.stderr)
+    finally:
+        for s in systems.values():
+            s.stop()
+
+    fields = ["round", "system", "case", "protocol", "concurrency", "throughput", "p50_us", "p99_us",
+              "errors"]
+    with (args.out / "results.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    summary = summarise(rows)
+    with (args.out / "summary.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(summary[0].keys()) if summary else fields)
+        w.writeheader()
+        w.writerows(summary)
+    order = [s for s in systems_wanted if any(r["system"] == s for r in summary)]
+    (args.out / "summary.md").write_text(markdown(summary, order, machine))
+    (args.out / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
+    chart(summary, order, args.out / "throughput.png")
+    print((args.out / "summary.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
