@@ -61,19 +61,17 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
                 "port {number} of {owner} is already used by {first}"
             ));
         }
-        if let Some(n) = port_name
-            && !is_port_name(n)
-        {
-            problems.push(format!(
-                "port name {n:?} of {owner} must be at most 15 lowercase letters, digits and '-', with a letter"
-            ));
-        }
-        if let Some(n) = port_name
-            && let Some(first) = names.insert(n.to_string(), owner.clone())
-        {
-            problems.push(format!(
-                "port name {n:?} of {owner} is already used by {first}"
-            ));
+        if let Some(n) = port_name {
+            if !is_port_name(n) {
+                problems.push(format!(
+                    "port name {n:?} of {owner} must be at most 15 lowercase letters, digits and '-', with a letter"
+                ));
+            }
+            if let Some(first) = names.insert(n.to_string(), owner.clone()) {
+                problems.push(format!(
+                    "port name {n:?} of {owner} is already used by {first}"
+                ));
+            }
         }
     };
     for (n, p) in [

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
+import urllib.request
 
 import pytest
 import yaml
@@ -123,8 +125,6 @@ def test_it_becomes_available_and_ready_with_status_from_the_sidecar(cluster, tr
 
 
 def metric(operator, name: str) -> float:
-    import urllib.request
-
     text = urllib.request.urlopen(operator.metrics, timeout=5).read().decode()
     return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
 
@@ -146,8 +146,6 @@ def test_a_settled_service_is_reconciled_without_writes(cluster, operator, trito
         cluster.kubectl("annotate", "--overwrite", f"infsvc/{name}", "-n", namespace, f"touch={i}")
     wait_for("the reconciles to run", lambda: metric(
         operator, "infergate_operator_reconciles_total") >= reconciles + 1, timeout=30)
-    import time
-
     time.sleep(2)
     assert versions() == before
     assert metric(operator, "infergate_operator_child_writes_total") == writes
