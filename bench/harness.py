@@ -294,9 +294,13 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
     ratios = []
     if "sidecar" in systems and "triton" in systems:
         ratios.append(("sidecar", "triton"))
-    if "sidecar→triton" in systems and "triton" in systems:
-        ratios.append(("sidecar→triton", "triton"))
+    for front in ("sidecar→triton", "sidecar→triton+pool"):
+        if front in systems and "triton" in systems:
+            ratios.append((front, "triton"))
     head += [f"{a} / {b}" for a, b in ratios]
+    # Latency the sidecar adds in front of Triton (difference of p50s).
+    added = [a for a, b in ratios if a.startswith("sidecar→")]
+    head += [f"{a} added p50" for a in added]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows = {}
     for r in summary:
@@ -315,6 +319,13 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
             ra, rb = by_system.get(a), by_system.get(b)
             if ra and rb and rb["throughput"] > 0 and ra["throughput"] > 0:
                 cells.append(f"{ra['throughput'] / rb['throughput']:.2f}×")
+            else:
+                cells.append("—")
+        for a in added:
+            ra, rb = by_system.get(a), by_system.get("triton")
+            if ra and rb and ra["p50_us"] is not None and rb["p50_us"] is not None:
+                delta = ra["p50_us"] - rb["p50_us"]
+                cells.append(("+" if delta >= 0 else "−") + fmt_us(abs(delta)))
             else:
                 cells.append("—")
         lines.append("| " + " | ".join(cells) + " |")
@@ -365,7 +376,8 @@ def main():
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer window")
-    ap.add_argument("--systems", default="sidecar,triton,sidecar→triton")
+    ap.add_argument("--systems", default="sidecar,triton,sidecar→triton,sidecar→triton+pool",
+                    help="sidecar→triton has the staging pool off; sidecar→triton+pool has it on")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--concurrency", default="1,8")
@@ -401,15 +413,30 @@ def main():
     try:
         if "sidecar" in systems_wanted:
             systems["sidecar"] = start_sidecar("sidecar", work, [])
-        if "triton" in systems_wanted or "sidecar→triton" in systems_wanted:
+        fronts = {
+            # Everything over the loopback socket.
+            "sidecar→triton": ["--staging-shm-bytes", "0"],
+            # Tensors of 64 KiB and more through the staging pool (room for 8 requests of 4 MiB
+            # in and out at once).
+            "sidecar→triton+pool": ["--staging-shm-bytes", str(256 << 20)],
+        }
+        if "triton" in systems_wanted or any(f in systems_wanted for f in fronts):
             triton = start_triton(work)
+            triton_owned = False
             if "triton" in systems_wanted:
                 systems["triton"] = triton
-            if "sidecar→triton" in systems_wanted:
-                front = start_sidecar("sidecar-upstream", work, ["--upstream", f"grpc://{triton.grpc}"])
-                front.name = "sidecar→triton"
-                front.procs = front.procs + ([] if "triton" in systems_wanted else triton.procs)
-                systems["sidecar→triton"] = front
+                triton_owned = True
+            for name, extra in fronts.items():
+                if name not in systems_wanted:
+                    continue
+                slug = "sidecar-upstream-pool" if name.endswith("pool") else "sidecar-upstream"
+                front = start_sidecar(slug, work, ["--upstream", f"grpc://{triton.grpc}", *extra])
+                front.name = name
+                if not triton_owned:
+                    # The first front stops Triton with itself.
+                    front.procs = front.procs + triton.procs
+                    triton_owned = True
+                systems[name] = front
         order = [s for s in systems_wanted if s in systems]
         total = args.rounds * len(cases) * len(protocols) * len(concurrencies) * len(order)
         done = 0

@@ -197,6 +197,8 @@ fn cpu_defaults() {
         infergate_proto::config::BackendConfig::Upstream(up) => {
             assert_eq!(up.url, "grpc://127.0.0.1:9001");
             assert!(up.models.is_empty());
+            // No shared /dev/shm: the model server could not open a staging pool.
+            assert_eq!(up.staging_shm_bytes, 0);
         }
         other => panic!("backend {other:?}"),
     }
@@ -338,7 +340,15 @@ fn system_shared_memory() {
             c.name
         );
     }
-    assert!(sidecar_config(&children).server.allow_client_shm);
+    let config = sidecar_config(&children);
+    assert!(config.server.allow_client_shm);
+    // A quarter of the shared /dev/shm (2Gi), capped at 256 MiB, for the staging pool.
+    match &config.backend {
+        infergate_proto::config::BackendConfig::Upstream(up) => {
+            assert_eq!(up.staging_shm_bytes, 256 << 20)
+        }
+        other => panic!("not an upstream backend: {other:?}"),
+    }
     assert!(pod.share_process_namespace.is_none());
 }
 

@@ -103,13 +103,14 @@ pub fn report(st: &SharedState) -> J {
             }),
         },
         "extensions": extensions,
-        "shm": dev_shm(),
+        "shm": dev_shm(st),
         "gpu": gpu(st.shm.cuda()),
     })
 }
 
 /// `/dev/shm`: whether it exists, its size and free space (a Memory emptyDir in Kubernetes).
-fn dev_shm() -> J {
+fn dev_shm(st: &SharedState) -> J {
+    let staging = st.upstream.as_ref().map(|h| &h.upstream.staging);
     match nix::sys::statvfs::statvfs("/dev/shm") {
         Ok(s) => {
             let block = s.fragment_size();
@@ -118,9 +119,20 @@ fn dev_shm() -> J {
                 "present": true,
                 "size_bytes": s.blocks().saturating_mul(block),
                 "free_bytes": s.blocks_available().saturating_mul(block),
-                // Whether the model container sees the same /dev/shm is only known once a staging
-                // region is registered with it; the staging pool is not built yet.
-                "shared_with_upstream": J::Null,
+                // Proven, not assumed: true once the upstream opened the staging pool, false if
+                // it could not; null until tried (or without an upstream or a pool).
+                "shared_with_upstream": staging.and_then(|s| s.shared_with_upstream()),
+                "staging_pool": staging.map(|s| {
+                    let s = s.status();
+                    json!({
+                        "state": s.state,
+                        "reason": s.reason,
+                        "key": s.key,
+                        "byte_size": s.byte_size,
+                        "in_use_bytes": s.in_use,
+                        "min_tensor_bytes": s.min_bytes,
+                    })
+                }),
             })
         }
         Err(e) => json!({"path": "/dev/shm", "present": false, "reason": e.to_string()}),

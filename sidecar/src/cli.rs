@@ -49,6 +49,13 @@ pub struct Args {
     /// upstream lists as ready is served, with its discovered metadata and configuration.
     #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,
+    /// Size of the staging pool shared with the upstream through `/dev/shm` (default 64 MiB;
+    /// 0 turns it off). Used only when the upstream offers system shared memory.
+    #[arg(long, value_name = "BYTES")]
+    pub staging_shm_bytes: Option<u64>,
+    /// Smallest tensor, in bytes, that goes through the staging pool (default 65536).
+    #[arg(long, value_name = "BYTES")]
+    pub staging_min_bytes: Option<u64>,
     /// Let clients register system shared-memory regions (`--allow-client-shm` or `=true`).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub allow_client_shm: Option<bool>,
@@ -87,6 +94,14 @@ impl Args {
         }
         if let Some(url) = &self.upstream {
             config.backend = BackendConfig::Upstream(UpstreamConfig::new(url.clone()));
+        }
+        if let BackendConfig::Upstream(up) = &mut config.backend {
+            if let Some(v) = self.staging_shm_bytes {
+                up.staging_shm_bytes = v;
+            }
+            if let Some(v) = self.staging_min_bytes {
+                up.staging_min_bytes = v;
+            }
         }
         if let Some(v) = self.allow_client_shm {
             s.allow_client_shm = v;

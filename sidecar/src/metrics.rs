@@ -141,7 +141,69 @@ pub fn render(state: &SharedState) -> String {
         }
     }
     render_sequences(&mut out, &models);
+    render_staging(&mut out, state);
     out
+}
+
+/// The staging pool with the upstream: how many tensor bytes went through shared memory instead
+/// of the socket, and how full the pool is.
+fn render_staging(out: &mut String, state: &SharedState) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(handle) = &state.upstream else {
+        return;
+    };
+    let staging = &handle.upstream.staging;
+    let counters = &staging.counters;
+    let status = staging.status();
+    let mut family = |name: &str, help: &str, kind: &str, rows: &[(&str, u64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in rows {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    family(
+        "infergate_staging_bytes_total",
+        "Tensor bytes moved to and from the upstream through the staging pool",
+        "counter",
+        &[
+            ("{direction=\"input\"}", counters.input_bytes.load(Relaxed)),
+            (
+                "{direction=\"output\"}",
+                counters.output_bytes.load(Relaxed),
+            ),
+        ],
+    );
+    family(
+        "infergate_staging_pool_full_total",
+        "Tensors sent over the socket because the staging pool had no free slot",
+        "counter",
+        &[("", counters.pool_full.load(Relaxed))],
+    );
+    family(
+        "infergate_staging_registrations_total",
+        "Registrations of the staging pool with the upstream",
+        "counter",
+        &[("", counters.registrations.load(Relaxed))],
+    );
+    family(
+        "infergate_staging_pool_bytes",
+        "Size of the staging pool",
+        "gauge",
+        &[("", status.byte_size)],
+    );
+    family(
+        "infergate_staging_pool_in_use_bytes",
+        "Bytes of the staging pool held by requests in flight",
+        "gauge",
+        &[("", status.in_use)],
+    );
+    family(
+        "infergate_staging_pool_active",
+        "1 while the staging pool is registered with the upstream",
+        "gauge",
+        &[("", u64::from(status.state == "Active"))],
+    );
 }
 
 /// Name, help, type and reader of one sequence metric family.

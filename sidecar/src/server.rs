@@ -201,6 +201,9 @@ impl Running {
                 "requests still in flight after the grace period; exiting"
             );
         }
+        if let Some(h) = &self.state.upstream {
+            h.upstream.staging.release(&h.upstream).await;
+        }
     }
 }
 

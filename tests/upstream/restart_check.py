@@ -8,6 +8,8 @@ resumed: the upstream is back: within a few seconds the sidecar is ready and ser
 Usage: restart_check.py PHASE HTTP_ADDR GRPC_ADDR  (exit 0 when the phase holds)
 """
 
+import os
+import re
 import sys
 import time
 
@@ -69,6 +71,28 @@ def resumed(http, grpc):
         assert time.monotonic() < deadline, "the sidecar did not become ready again"
         time.sleep(0.2)
     serving(http, grpc)
+    if os.environ.get("INFERGATE_ADMIN_URL") and os.environ.get("INFERGATE_TRITON_HTTP_URL"):
+        staging_registered_again(http, deadline)
+
+
+def staging_registered_again(http, deadline):
+    """The restarted Triton knows nothing of the pool until the sidecar registers it again."""
+    admin, triton = os.environ["INFERGATE_ADMIN_URL"], os.environ["INFERGATE_TRITON_HTTP_URL"]
+    key = requests.get(f"http://{admin}/status", timeout=5).json()["shm"]["staging_pool"]["key"]
+    while True:
+        regions = requests.get(f"http://{triton}/v2/systemsharedmemory/status", timeout=5).json()
+        if any(r["name"] == key for r in regions):
+            break
+        assert time.monotonic() < deadline, f"the staging pool {key} was not registered again: {regions}"
+        time.sleep(0.2)
+    metrics = requests.get(f"http://{os.environ['INFERGATE_METRICS_URL']}/metrics", timeout=5).text
+    registrations = int(re.search(r"^infergate_staging_registrations_total (\d+)$", metrics, re.M).group(1))
+    assert registrations >= 2, registrations
+    data = np.arange(1 << 18, dtype=np.float32)
+    body = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [data.size], "data": data.tolist()}]}
+    r = requests.post(f"http://{http}/v2/models/identity_fp32/infer", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["outputs"][0]["data"] == data.tolist()
 
 
 def main():

@@ -168,6 +168,8 @@ print("backend:")
 print("  kind: upstream")
 print(f"  url: grpc://127.0.0.1:{port}")
 print("  probe_interval_seconds: 1")
+print(f"  staging_shm_bytes: {os.environ.get('INFERGATE_STAGING_SHM_BYTES', 64 << 20)}")
+print(f"  staging_min_bytes: {os.environ.get('INFERGATE_STAGING_MIN_BYTES', 0)}")
 print("  models:")
 for name in sorted(os.listdir(repo)):
     entry = {"name": name}
@@ -184,7 +186,7 @@ SIDECAR_PID=$!
 ADDRS="$("$TPY" - "$WORK/sidecar.log" "$SIDECAR_PID" 30 <<'PY'
 import json, os, sys, time
 path, pid, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-keys = ("http_addr", "grpc_addr", "metrics_addr")
+keys = ("http_addr", "grpc_addr", "metrics_addr", "admin_addr")
 found = {}
 
 def walk(obj):
@@ -226,7 +228,7 @@ if not all(k in found for k in keys):
 print(*(connectable(found[k]) for k in keys))
 PY
 )" || fail "the sidecar did not log its addresses" "$WORK/sidecar.log"
-read -r SIDECAR_HTTP SIDECAR_GRPC SIDECAR_METRICS <<<"$ADDRS"
+read -r SIDECAR_HTTP SIDECAR_GRPC SIDECAR_METRICS SIDECAR_ADMIN <<<"$ADDRS"
 
 # Ready once it has discovered the upstream's models.
 wait_ready "http://$SIDECAR_HTTP/v2/health/ready" "$SIDECAR_PID" "$READY_TIMEOUT" ||
@@ -244,9 +246,21 @@ set -e
 log "pytest exited with $RC"
 [ "$RC" -eq 0 ] || exit "$RC"
 
-# The upstream dies and comes back while the sidecar keeps running: clients get clear
-# UNAVAILABLE errors and readiness turns false, then service resumes without a sidecar restart.
-# (Skipped when pytest arguments narrowed the run.)
+# What travels through the staging pool, proven from Triton's side and the sidecar's counters;
+# then the upstream dies and comes back while the sidecar keeps running: clients get clear
+# UNAVAILABLE errors and readiness turns false, then service resumes without a sidecar restart,
+# with the staging pool registered again. (Skipped when pytest arguments narrowed the run.)
+export INFERGATE_HTTP_URL="$SIDECAR_HTTP" INFERGATE_GRPC_URL="$SIDECAR_GRPC" \
+  INFERGATE_METRICS_URL="$SIDECAR_METRICS" INFERGATE_ADMIN_URL="$SIDECAR_ADMIN" \
+  INFERGATE_TRITON_HTTP_URL="127.0.0.1:$TRITON_HTTP_PORT"
+if [ "$#" -eq 0 ]; then
+  log "staging pool checks (tests/upstream/test_staging.py)"
+  set +e
+  "$TEST_VENV/bin/python" -m pytest tests/upstream/test_staging.py -q -p no:cacheprovider
+  RC=$?
+  set -e
+  [ "$RC" -eq 0 ] || exit "$RC"
+fi
 if [ "$#" -eq 0 ]; then
   check() { "$TEST_VENV/bin/python" tests/upstream/restart_check.py "$1" "$SIDECAR_HTTP" "$SIDECAR_GRPC"; }
   set +e
@@ -262,5 +276,18 @@ if [ "$#" -eq 0 ]; then
   RC=$?
   set -e
   log "upstream restart check exited with $RC"
+fi
+
+# Nothing of the sidecar's may stay in /dev/shm once it has stopped.
+if [ "$RC" -eq 0 ]; then
+  sidecar_pid="$SIDECAR_PID"
+  stop_pid "$SIDECAR_PID" 15
+  SIDECAR_PID=""
+  if [ -e "/dev/shm/infergate_staging_$sidecar_pid" ]; then
+    log "the sidecar left /dev/shm/infergate_staging_$sidecar_pid behind"
+    RC=5
+  else
+    log "no staging object left in /dev/shm"
+  fi
 fi
 exit "$RC"

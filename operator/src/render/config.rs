@@ -69,8 +69,49 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
                 .unwrap_or_default(),
         })
         .collect();
+    upstream.staging_shm_bytes = staging_bytes(spec);
     config.backend = BackendConfig::Upstream(upstream);
     config
+}
+
+/// Largest staging pool the operator asks for.
+const MAX_STAGING_BYTES: u64 = 256 << 20;
+
+/// The sidecar's staging pool: only where the pod has one shared `/dev/shm` (without it each
+/// container sees its own, and the model server could not open the pool), a quarter of it, so
+/// client regions keep the rest.
+fn staging_bytes(spec: &crate::crd::InferenceServiceSpec) -> u64 {
+    let shm = &spec.extensions.system_shared_memory;
+    if !shm.enabled {
+        return 0;
+    }
+    shm.size
+        .as_deref()
+        .and_then(quantity_bytes)
+        .map_or(0, |size| (size / 4).min(MAX_STAGING_BYTES))
+}
+
+/// Bytes of a Kubernetes quantity such as `2Gi`, `512Mi`, `1G` or `1000000`; `None` for forms a
+/// memory size does not take (fractions, milli-units, exponents).
+fn quantity_bytes(quantity: &str) -> Option<u64> {
+    let split = quantity
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(quantity.len());
+    let (digits, suffix) = quantity.split_at(split);
+    let number: u64 = digits.parse().ok()?;
+    let unit: u64 = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(unit)
 }
 
 /// Ports are range-checked by the schema and by `validate::spec`; 0 (which the sidecar's own
@@ -92,5 +133,21 @@ pub(super) fn config_map(
             config_yaml.to_string(),
         )])),
         ..ConfigMap::default()
+    }
+}
+
+#[cfg(test)]
+mod staging_tests {
+    use super::quantity_bytes;
+
+    #[test]
+    fn quantities() {
+        assert_eq!(quantity_bytes("2Gi"), Some(2 << 30));
+        assert_eq!(quantity_bytes("512Mi"), Some(512 << 20));
+        assert_eq!(quantity_bytes("1G"), Some(1_000_000_000));
+        assert_eq!(quantity_bytes("4096"), Some(4096));
+        assert_eq!(quantity_bytes("1.5Gi"), None);
+        assert_eq!(quantity_bytes("Gi"), None);
+        assert_eq!(quantity_bytes("99999999999Ti"), None);
     }
 }

@@ -125,6 +125,15 @@ pub struct UpstreamConfig {
     /// upstream lists as ready.
     #[serde(default)]
     pub models: Vec<UpstreamModel>,
+    /// Size of the staging pool: a shared-memory object in `/dev/shm` registered with the
+    /// upstream, through which large tensors travel instead of the socket. 0 turns it off; it is
+    /// used only when the upstream lists `system_shared_memory` and can open the object.
+    #[serde(default = "default_staging_shm_bytes")]
+    pub staging_shm_bytes: u64,
+    /// Tensors of at least this many bytes go through the staging pool; smaller ones (for which a
+    /// socket write is cheaper than the bookkeeping) are sent inline.
+    #[serde(default = "default_staging_min_bytes")]
+    pub staging_min_bytes: u64,
 }
 
 impl UpstreamConfig {
@@ -136,8 +145,19 @@ impl UpstreamConfig {
             max_concurrency: default_upstream_concurrency(),
             probe_interval_seconds: default_probe_interval(),
             models: Vec::new(),
+            staging_shm_bytes: default_staging_shm_bytes(),
+            staging_min_bytes: default_staging_min_bytes(),
         }
     }
+}
+
+/// 64 MiB: sixteen 4 MiB tensors in flight (inputs and outputs), within Kubernetes' common
+/// `/dev/shm` sizes.
+fn default_staging_shm_bytes() -> u64 {
+    64 << 20
+}
+fn default_staging_min_bytes() -> u64 {
+    64 << 10
 }
 
 fn default_upstream_timeout() -> u64 {

@@ -94,6 +94,12 @@ impl SidecarConfig {
                 if up.max_concurrency == 0 {
                     err("backend.max_concurrency", "must be at least 1".into());
                 }
+                if up.staging_shm_bytes > 1 << 40 {
+                    err(
+                        "backend.staging_shm_bytes",
+                        "must be at most 1 TiB (0 turns the staging pool off)".into(),
+                    );
+                }
                 for (i, m) in up.models.iter().enumerate() {
                     if m.name.is_empty() {
                         err(

@@ -9,5 +9,6 @@
 pub mod cuda;
 pub mod region;
 pub mod registry;
+pub mod staging;
 
 pub use registry::{Registry, ShmLimits};

@@ -58,6 +58,8 @@ pub async fn run_discovery(
                 info.write().models = names.clone();
                 *loader.names.write() = names;
                 state.repository.install(models);
+                let extensions = info.read().extensions.clone();
+                upstream.staging.maintain(&upstream, &extensions).await;
                 state.health.set_ready(true);
                 break;
             }
@@ -78,9 +80,18 @@ pub async fn run_discovery(
         );
         if ready != was_ready {
             tracing::warn!(upstream = %upstream.url, ready, "upstream readiness changed");
+            if ready {
+                // It may have come back as another version, with other extensions.
+                record_identity(&upstream, &info).await;
+            }
             was_ready = ready;
         }
         info.write().reachable = ready;
+        if ready {
+            // A restarted upstream has forgotten the staging pool: register it again.
+            let extensions = info.read().extensions.clone();
+            upstream.staging.maintain(&upstream, &extensions).await;
+        }
         state.health.set_ready(ready);
     }
 }

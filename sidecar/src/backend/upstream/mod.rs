@@ -5,8 +5,11 @@
 //! by the sidecar's own front ends and pipeline, so it works whatever the upstream supports.
 
 mod discovery;
+pub mod staging;
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
@@ -14,14 +17,16 @@ use infergate_proto::DataType;
 use infergate_proto::config::UpstreamConfig;
 use infergate_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use infergate_proto::inference::infer_parameter::ParameterChoice;
+use infergate_proto::inference::model_config::SchedulingChoice;
 use infergate_proto::inference::model_infer_request::{
     InferInputTensor, InferRequestedOutputTensor,
 };
-use infergate_proto::inference::{InferParameter, ModelInferRequest};
+use infergate_proto::inference::{InferParameter, ModelInferRequest, ModelInferResponse};
 use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 
 pub use discovery::{UpstreamLoader, run_discovery};
+use staging::{Plan, Staging};
 
 use crate::core::model::{Backend, Execution};
 use crate::core::params::ParamValue;
@@ -34,6 +39,8 @@ pub struct Upstream {
     client: GrpcInferenceServiceClient<Channel>,
     timeout: Duration,
     in_flight: Arc<Semaphore>,
+    /// Shared memory with the model container for large tensors.
+    pub staging: Staging,
 }
 
 impl Upstream {
@@ -54,6 +61,7 @@ impl Upstream {
             client,
             timeout: Duration::from_secs(config.timeout_seconds),
             in_flight: Arc::new(Semaphore::new(config.max_concurrency as usize)),
+            staging: Staging::new(config),
         })
     }
 
@@ -90,6 +98,9 @@ pub struct UpstreamModel {
     upstream: Arc<Upstream>,
     name: String,
     version: String,
+    /// Set once the upstream found an estimated output slot too small: this model's outputs of
+    /// variable size go over the socket from then on.
+    variable_outputs_inline: AtomicBool,
 }
 
 impl UpstreamModel {
@@ -98,11 +109,13 @@ impl UpstreamModel {
             upstream,
             name,
             version,
+            variable_outputs_inline: AtomicBool::new(false),
         }
     }
 
-    fn request(&self, execution: &Execution<'_>) -> ModelInferRequest {
-        let mut parameters = std::collections::HashMap::new();
+    fn request(&self, execution: &Execution<'_>, plan: &Plan) -> ModelInferRequest {
+        let region = self.upstream.staging.region().unwrap_or_default();
+        let mut parameters = HashMap::new();
         // Sequence and custom parameters go through: a model that keeps its own state, or an
         // upstream with its own sequence batcher, needs them.
         for (key, value) in execution.parameters.iter() {
@@ -128,31 +141,155 @@ impl UpstreamModel {
             inputs: execution
                 .inputs
                 .iter()
-                .map(|t| InferInputTensor {
+                .enumerate()
+                .map(|(i, t)| InferInputTensor {
                     name: t.name.clone(),
                     datatype: t.datatype.as_protocol().to_string(),
                     shape: t.shape.clone(),
-                    parameters: Default::default(),
+                    parameters: plan
+                        .input(i)
+                        .map(|slot| shm_parameters(region, slot.offset(), t.data.len() as u64))
+                        .unwrap_or_default(),
                     contents: None,
                 })
                 .collect(),
             outputs: execution
                 .outputs
                 .iter()
-                .map(|name| InferRequestedOutputTensor {
+                .enumerate()
+                .map(|(i, name)| InferRequestedOutputTensor {
                     name: name.clone(),
-                    parameters: Default::default(),
+                    parameters: plan
+                        .output(i)
+                        .map(|slot| shm_parameters(region, slot.offset(), slot.len()))
+                        .unwrap_or_default(),
                 })
                 .collect(),
-            // Reference-counted slices of the client's request: not copied until encoding.
-            raw_input_contents: execution.inputs.iter().map(|t| t.data.clone()).collect(),
+            // Reference-counted slices of the client's request: not copied until encoding. Only
+            // inputs that are not staged (the upstream skips staged ones when counting raw entries).
+            raw_input_contents: execution
+                .inputs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| plan.input(*i).is_none())
+                .map(|(_, t)| t.data.clone())
+                .collect(),
         }
     }
+
+    /// One upstream call under the concurrency limit and the deadline. The outer error is the
+    /// deadline; the inner one is the upstream's answer.
+    async fn call(
+        &self,
+        request: ModelInferRequest,
+    ) -> Result<std::result::Result<ModelInferResponse, tonic::Status>> {
+        let mut client = self.upstream.client();
+        match tokio::time::timeout(self.upstream.timeout, client.model_infer(request)).await {
+            Ok(answer) => Ok(answer.map(tonic::Response::into_inner)),
+            Err(_) => Err(Error::unavailable(format!(
+                "upstream model server {} did not answer within {} s",
+                self.upstream.url,
+                self.upstream.timeout.as_secs()
+            ))),
+        }
+    }
+
+    /// The response's tensors: staged outputs read from their slots, the others from the message.
+    fn outputs(
+        &self,
+        execution: &Execution<'_>,
+        plan: &Plan,
+        response: ModelInferResponse,
+    ) -> Result<Vec<Tensor>> {
+        // Triton keeps one raw entry per output (empty for outputs in shared memory); other
+        // servers may list raw entries only for outputs that have one.
+        let aligned = response.raw_output_contents.len() == response.outputs.len();
+        let mut raw = response.raw_output_contents.into_iter();
+        let mut outputs = Vec::with_capacity(response.outputs.len());
+        for output in response.outputs {
+            let datatype = DataType::from_protocol(&output.datatype).ok_or_else(|| {
+                Error::internal(format!(
+                    "upstream returned output '{}' with datatype '{}'",
+                    output.name, output.datatype
+                ))
+            })?;
+            let staged = execution
+                .outputs
+                .iter()
+                .position(|n| *n == output.name)
+                .and_then(|i| plan.output(i));
+            let raw_entry = if aligned || (staged.is_none() && output.contents.is_none()) {
+                raw.next()
+            } else {
+                None
+            };
+            let data = match (staged, output.contents) {
+                (Some(slot), _) => {
+                    let len = byte_size(datatype, &output.shape).ok_or_else(|| {
+                        Error::internal(format!(
+                            "upstream returned output '{}' with shape {:?}",
+                            output.name, output.shape
+                        ))
+                    })?;
+                    let data = slot.read(len)?;
+                    self.upstream.staging.count_output(len);
+                    data
+                }
+                (None, Some(contents)) => crate::grpc::convert::typed_contents(
+                    contents,
+                    &output.datatype,
+                    &output.name,
+                    &self.name,
+                )?,
+                (None, None) => raw_entry.unwrap_or_default(),
+            };
+            outputs.push(Tensor::new(output.name, datatype, output.shape, data));
+        }
+        Ok(outputs)
+    }
+}
+
+/// The tensor parameters that point the upstream at a staging slot.
+fn shm_parameters(region: &str, offset: u64, byte_size: u64) -> HashMap<String, InferParameter> {
+    let int = |v: u64| InferParameter {
+        parameter_choice: Some(ParameterChoice::Int64Param(
+            i64::try_from(v).unwrap_or(i64::MAX),
+        )),
+    };
+    HashMap::from([
+        (
+            "shared_memory_region".to_string(),
+            InferParameter {
+                parameter_choice: Some(ParameterChoice::StringParam(region.to_string())),
+            },
+        ),
+        ("shared_memory_offset".to_string(), int(offset)),
+        ("shared_memory_byte_size".to_string(), int(byte_size)),
+    ])
+}
+
+/// Bytes of a fixed-size tensor of this shape; `None` for BYTES or a nonsensical shape.
+fn byte_size(datatype: DataType, shape: &[i64]) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(datatype.element_size()? as u64, |acc, &d| {
+            acc.checked_mul(u64::try_from(d).ok()?)
+        })
+}
+
+/// The upstream does not know a staging region we named: it restarted since registration.
+fn region_lost(status: &tonic::Status, region: Option<&str>) -> bool {
+    status.code() == tonic::Code::NotFound
+        && region.is_some_and(|r| status.message().contains(&format!("'{r}'")))
+}
+
+/// Triton's answer when an output slot was smaller than the output.
+fn output_slot_too_small(status: &tonic::Status) -> bool {
+    status.message().contains("should be at least")
 }
 
 impl Backend for UpstreamModel {
     fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>> {
-        let request = self.request(&execution);
         async move {
             let _permit = self
                 .upstream
@@ -160,40 +297,38 @@ impl Backend for UpstreamModel {
                 .acquire()
                 .await
                 .map_err(|_| Error::unavailable("the upstream client is shutting down"))?;
-            let mut client = self.upstream.client();
-            let call = client.model_infer(request);
-            let response = match tokio::time::timeout(self.upstream.timeout, call).await {
-                Ok(Ok(r)) => r.into_inner(),
-                Ok(Err(status)) => return Err(upstream_error(status, &self.upstream.url)),
-                Err(_) => {
-                    return Err(Error::unavailable(format!(
-                        "upstream model server {} did not answer within {} s",
-                        self.upstream.url,
-                        self.upstream.timeout.as_secs()
-                    )));
-                }
-            };
-            let mut raw = response.raw_output_contents.into_iter();
-            let mut outputs = Vec::with_capacity(response.outputs.len());
-            for output in response.outputs {
-                let datatype = DataType::from_protocol(&output.datatype).ok_or_else(|| {
-                    Error::internal(format!(
-                        "upstream returned output '{}' with datatype '{}'",
-                        output.name, output.datatype
-                    ))
-                })?;
-                let data = match output.contents {
-                    Some(contents) => crate::grpc::convert::typed_contents(
-                        contents,
-                        &output.datatype,
-                        &output.name,
-                        &self.name,
-                    )?,
-                    None => raw.next().unwrap_or_default(),
+            let staging = &self.upstream.staging;
+            // Sequence models keep state upstream: never guess an output size for them, since a
+            // wrong guess would mean running the step twice.
+            let stateful = matches!(
+                execution.model.config.scheduling_choice,
+                Some(SchedulingChoice::SequenceBatching(_))
+            );
+            let estimate = !stateful && !self.variable_outputs_inline.load(Ordering::Relaxed);
+            let mut plan = staging.plan(&execution, estimate);
+            let mut retried = false;
+            loop {
+                let answer = self.call(self.request(&execution, &plan)).await?;
+                let status = match answer {
+                    Ok(response) => return self.outputs(&execution, &plan, response),
+                    Err(status) => status,
                 };
-                outputs.push(Tensor::new(output.name, datatype, output.shape, data));
+                if retried {
+                    return Err(upstream_error(status, &self.upstream.url));
+                }
+                retried = true;
+                if region_lost(&status, staging.region()) {
+                    // Refused while reading the request, before the model ran: safe to resend,
+                    // over the socket, while the prober registers the pool again.
+                    staging.lost();
+                    plan = Plan::default();
+                } else if plan.estimated_outputs && output_slot_too_small(&status) {
+                    self.variable_outputs_inline.store(true, Ordering::Relaxed);
+                    plan = plan.without_outputs();
+                } else {
+                    return Err(upstream_error(status, &self.upstream.url));
+                }
             }
-            Ok(outputs)
         }
         .boxed()
     }

@@ -1,0 +1,343 @@
+//! The staging pool toward the upstream: registering the sidecar's shared-memory pool with the
+//! model container (again whenever it lost it, e.g. after a restart), and deciding per request
+//! which tensors travel through it instead of the socket.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use infergate_proto::config::UpstreamConfig;
+use infergate_proto::inference::{
+    SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
+    SystemSharedMemoryUnregisterRequest,
+};
+use parking_lot::RwLock;
+
+use super::Upstream;
+use crate::core::model::Execution;
+use crate::shm::staging::{Slot, StagingPool};
+
+/// Where the pool stands with the upstream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolState {
+    /// Not in use: turned off, or the object could not be created.
+    Off(String),
+    /// Created, not registered with the upstream yet (or the upstream lost it).
+    Pending,
+    /// Registered; large tensors go through it.
+    Active,
+    /// The upstream refused or cannot use it; tensors go over the socket.
+    Unusable(String),
+}
+
+/// Counters for the metrics endpoint: proof of which path the bytes took.
+#[derive(Debug, Default)]
+pub struct StagingCounters {
+    pub input_bytes: AtomicU64,
+    pub output_bytes: AtomicU64,
+    /// Tensors sent over the socket because the pool had no free slot at that moment.
+    pub pool_full: AtomicU64,
+    /// Registrations with the upstream (the first, then one per loss).
+    pub registrations: AtomicU64,
+}
+
+/// What the admin endpoint reports.
+#[derive(Clone, Debug)]
+pub struct StagingStatus {
+    pub state: &'static str,
+    pub reason: String,
+    pub key: String,
+    pub byte_size: u64,
+    pub in_use: u64,
+    pub min_bytes: u64,
+}
+
+pub struct Staging {
+    pool: Option<Arc<StagingPool>>,
+    min_bytes: u64,
+    state: RwLock<PoolState>,
+    pub counters: StagingCounters,
+}
+
+impl Staging {
+    /// Creates the pool the configuration asks for; a failure leaves it off, with the reason.
+    pub fn new(config: &UpstreamConfig) -> Self {
+        let off = |reason: String| Staging {
+            pool: None,
+            min_bytes: config.staging_min_bytes,
+            state: RwLock::new(PoolState::Off(reason)),
+            counters: StagingCounters::default(),
+        };
+        if config.staging_shm_bytes == 0 {
+            return off("turned off (staging_shm_bytes is 0)".to_string());
+        }
+        // One pool per process; a restarted container reuses (and first unlinks) its pid's name.
+        let key = format!("infergate_staging_{}", std::process::id());
+        match StagingPool::create(&key, config.staging_shm_bytes) {
+            Ok(pool) => {
+                tracing::info!(key = %key, bytes = config.staging_shm_bytes, "staging pool created");
+                Staging {
+                    pool: Some(pool),
+                    min_bytes: config.staging_min_bytes,
+                    state: RwLock::new(PoolState::Pending),
+                    counters: StagingCounters::default(),
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e.message, "staging pool unavailable; tensors go over the socket");
+                off(e.message)
+            }
+        }
+    }
+
+    /// The region name (and `/dev/shm` key) the upstream knows the pool by.
+    pub fn region(&self) -> Option<&str> {
+        self.pool.as_ref().map(|p| p.key())
+    }
+
+    /// The pool, when requests may use it.
+    fn active_pool(&self) -> Option<&Arc<StagingPool>> {
+        match *self.state.read() {
+            PoolState::Active => self.pool.as_ref(),
+            _ => None,
+        }
+    }
+
+    fn set_state(&self, next: PoolState) {
+        let mut state = self.state.write();
+        if *state != next {
+            match &next {
+                PoolState::Active => {
+                    tracing::info!(region = ?self.region(), "staging pool registered with the upstream")
+                }
+                PoolState::Unusable(reason) => tracing::warn!(%reason, "staging pool not usable"),
+                _ => {}
+            }
+            *state = next;
+        }
+    }
+
+    /// The upstream answered that it does not know the pool: it restarted. Requests go over the
+    /// socket until `maintain` registers it again.
+    pub fn lost(&self) {
+        if self.pool.is_some() {
+            self.set_state(PoolState::Pending);
+        }
+    }
+
+    pub fn status(&self) -> StagingStatus {
+        let (state, reason) = match &*self.state.read() {
+            PoolState::Off(r) => ("Disabled", r.clone()),
+            PoolState::Pending => (
+                "Pending",
+                "not registered with the upstream yet".to_string(),
+            ),
+            PoolState::Active => ("Active", String::new()),
+            PoolState::Unusable(r) => ("Degraded", r.clone()),
+        };
+        StagingStatus {
+            state,
+            reason,
+            key: self.region().unwrap_or_default().to_string(),
+            byte_size: self.pool.as_ref().map_or(0, |p| p.byte_size()),
+            in_use: self.pool.as_ref().map_or(0, |p| p.in_use()),
+            min_bytes: self.min_bytes,
+        }
+    }
+
+    /// Whether the upstream has opened the pool: `Some(true)` proves the model container sees this
+    /// container's `/dev/shm`; `None` until that was tried.
+    pub fn shared_with_upstream(&self) -> Option<bool> {
+        match &*self.state.read() {
+            PoolState::Active => Some(true),
+            PoolState::Unusable(_) => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Keeps the pool registered with the upstream. Called after discovery and on every probe:
+    /// a registered pool costs one status call; a lost or never registered one is (re)registered,
+    /// dropping first any stale registration of the same name (a previous process of this pod).
+    pub async fn maintain(&self, upstream: &Upstream, extensions: &[String]) {
+        let Some(pool) = &self.pool else { return };
+        if !extensions.iter().any(|e| e == "system_shared_memory") {
+            self.set_state(PoolState::Unusable(
+                "the upstream does not offer system_shared_memory".to_string(),
+            ));
+            return;
+        }
+        let name = pool.key().to_string();
+        let mut client = upstream.client();
+        if *self.state.read() == PoolState::Active {
+            let status = client
+                .system_shared_memory_status(SystemSharedMemoryStatusRequest { name: name.clone() })
+                .await;
+            match status {
+                Ok(r) => {
+                    let held = r.get_ref().regions.get(&name).is_some_and(|s| {
+                        s.key.trim_start_matches('/') == name && s.byte_size == pool.byte_size()
+                    });
+                    if held {
+                        return;
+                    }
+                }
+                Err(s) if s.code() == tonic::Code::NotFound => {}
+                // Unreachable: readiness reports it; registration is retried on the next probe.
+                Err(_) => return,
+            }
+            tracing::warn!(region = %name, "the upstream lost the staging pool; registering it again");
+            self.set_state(PoolState::Pending);
+        }
+        let _ = client
+            .system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest {
+                name: name.clone(),
+            })
+            .await;
+        let register = client
+            .system_shared_memory_register(SystemSharedMemoryRegisterRequest {
+                name: name.clone(),
+                key: format!("/{name}"),
+                offset: 0,
+                byte_size: pool.byte_size(),
+            })
+            .await;
+        match register {
+            Ok(_) => {
+                self.counters.registrations.fetch_add(1, Ordering::Relaxed);
+                self.set_state(PoolState::Active);
+            }
+            Err(s) if s.code() == tonic::Code::Unavailable => self.set_state(PoolState::Pending),
+            Err(s) => self.set_state(PoolState::Unusable(format!(
+                "the upstream could not register the staging pool '/{name}' ({}: {}); does the model container share this container's /dev/shm, with the same user or group?",
+                s.code(),
+                s.message()
+            ))),
+        }
+    }
+
+    /// At shutdown: the upstream forgets the pool and its name leaves `/dev/shm`. Best effort;
+    /// a killed process leaves the object to its successor (same pid) or to the pod's end.
+    pub async fn release(&self, upstream: &Upstream) {
+        let Some(pool) = &self.pool else { return };
+        self.set_state(PoolState::Off("shutting down".to_string()));
+        let mut client = upstream.client();
+        let unregister =
+            client.system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest {
+                name: pool.key().to_string(),
+            });
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), unregister).await;
+        pool.unlink();
+    }
+
+    /// Slots for the request's inputs and outputs that are large enough to be worth it.
+    /// Inputs are copied into their slots here. An empty plan when the pool is not active.
+    pub fn plan(&self, execution: &Execution<'_>, estimate_variable_outputs: bool) -> Plan {
+        let Some(pool) = self.active_pool() else {
+            return Plan::default();
+        };
+        let mut plan = Plan::default();
+        let mut largest_input = 0u64;
+        for tensor in execution.inputs {
+            let len = tensor.data.len() as u64;
+            largest_input = largest_input.max(len);
+            let slot = if len >= self.min_bytes.max(1) {
+                self.take(pool, len)
+                    .filter(|slot| slot.write(&tensor.data).is_ok())
+            } else {
+                None
+            };
+            if slot.is_some() {
+                self.counters.input_bytes.fetch_add(len, Ordering::Relaxed);
+            }
+            plan.inputs.push(slot);
+        }
+        for name in execution.outputs {
+            let size = output_size(execution, name, estimate_variable_outputs, largest_input);
+            let slot = match size {
+                Some(len) if len >= self.min_bytes.max(1) => self.take(pool, len),
+                _ => None,
+            };
+            if slot.is_some() && size.is_some_and(|_| !fixed_output(execution, name)) {
+                plan.estimated_outputs = true;
+            }
+            plan.outputs.push(slot);
+        }
+        plan
+    }
+
+    fn take(&self, pool: &Arc<StagingPool>, len: u64) -> Option<Slot> {
+        let slot = pool.slot(len);
+        if slot.is_none() {
+            self.counters.pool_full.fetch_add(1, Ordering::Relaxed);
+        }
+        slot
+    }
+
+    pub fn count_output(&self, len: u64) {
+        self.counters.output_bytes.fetch_add(len, Ordering::Relaxed);
+    }
+}
+
+/// Slots of one request, by input and by requested output (`None`: over the socket). Dropping the
+/// plan returns every slot to the pool, whatever happened to the request.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub inputs: Vec<Option<Slot>>,
+    pub outputs: Vec<Option<Slot>>,
+    /// Some output slot was sized by estimate (variable dims), so the upstream may find it small.
+    pub estimated_outputs: bool,
+}
+
+impl Plan {
+    pub fn input(&self, index: usize) -> Option<&Slot> {
+        self.inputs.get(index).and_then(Option::as_ref)
+    }
+
+    pub fn output(&self, index: usize) -> Option<&Slot> {
+        self.outputs.get(index).and_then(Option::as_ref)
+    }
+
+    /// Sends every output over the socket (after the upstream found an estimated slot too small).
+    pub fn without_outputs(mut self) -> Self {
+        self.outputs.iter_mut().for_each(|slot| *slot = None);
+        self.estimated_outputs = false;
+        self
+    }
+}
+
+/// Whether the output's byte size follows from the configuration alone.
+fn fixed_output(execution: &Execution<'_>, name: &str) -> bool {
+    execution
+        .model
+        .output(name)
+        .is_some_and(|spec| spec.dims.iter().all(|&d| d >= 0))
+}
+
+/// The bytes an output will need: exact from the configuration when its dims are fixed; for
+/// variable dims, when allowed, the largest input's size (right for the common shape-preserving
+/// models; a wrong guess costs one retry over the socket). BYTES outputs are never staged: their
+/// size is unknown until produced.
+fn output_size(
+    execution: &Execution<'_>,
+    name: &str,
+    estimate_variable: bool,
+    largest_input: u64,
+) -> Option<u64> {
+    let spec = execution.model.output(name)?;
+    let element = spec.datatype.element_size()? as u64;
+    if spec.dims.iter().all(|&d| d >= 0) {
+        let batch = if execution.model.max_batch_size > 0 {
+            execution.batch_size
+        } else {
+            1
+        };
+        spec.dims
+            .iter()
+            .try_fold(element.checked_mul(batch)?, |acc, &d| {
+                acc.checked_mul(u64::try_from(d).ok()?)
+            })
+    } else if estimate_variable {
+        Some(largest_input)
+    } else {
+        None
+    }
+}
