@@ -32,7 +32,7 @@ from tritonclient import utils
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
-from support import SIMPLE_A, SIMPLE_B, binary_body, grpc_error, raw_request
+from support import SIMPLE_A, SIMPLE_B, assert_serving, binary_body, grpc_error, raw_request
 
 A_BYTES = SIMPLE_A.tobytes()  # 64 bytes: INPUT0 of `simple`
 B_BYTES = SIMPLE_B.tobytes()  # 64 bytes: INPUT1 of `simple`
@@ -934,3 +934,49 @@ def test_perf_analyzer_system_shared_memory(http_url, grpc_url, raw_http, protoc
     # perf_analyzer unregisters its regions when it exits
     resp = raw_http("GET", "/v2/systemsharedmemory/status")
     assert resp.status == 200 and resp.json() == [], resp
+
+
+# --------------------------------------------------------------------------- owner misbehaving
+def test_an_object_shrunk_by_its_owner_is_an_error_never_a_crash(http_url, pool):
+    """The owner truncates its object after registering it, and keeps resizing it while requests
+    read it: each request is answered (right or with an error), and the server keeps serving.
+    (Reading a shrunk object through a mapping raises SIGBUS; the server must not die of it.)"""
+    import threading
+
+    size = 4 << 20
+    handle, key = pool.create(size, "shrink", fill=1)
+    name = pool.name("shrink")
+    body = json.dumps({"key": key, "offset": 0, "byte_size": size})
+    resp = raw_request(http_url, "POST", f"/v2/systemsharedmemory/region/{name}/register", body)
+    assert resp.status == 200, resp
+    path = f"/dev/shm/{key.lstrip('/')}"
+    request = json.dumps({
+        "inputs": [{"name": "INPUT0", "datatype": "UINT8", "shape": [size],
+                    "parameters": shm_params(name, size, 0)}],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+    })
+
+    os.truncate(path, 4096)
+    resp = raw_request(http_url, "POST", "/v2/models/identity_uint8/infer", request)
+    assert resp.status in (400, 500), resp
+    assert "truncated" in resp.json()["error"], resp.json()
+
+    stop = threading.Event()
+
+    def resize():
+        small = True
+        while not stop.is_set():
+            os.truncate(path, 4096 if small else size)
+            small = not small
+
+    resizer = threading.Thread(target=resize)
+    resizer.start()
+    try:
+        for _ in range(100):
+            resp = raw_request(http_url, "POST", "/v2/models/identity_uint8/infer", request, timeout=30)
+            assert resp.status in (200, 400, 500), resp
+    finally:
+        stop.set()
+        resizer.join()
+    os.truncate(path, size)
+    assert_serving(http_url)

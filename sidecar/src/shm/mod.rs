@@ -1,10 +1,11 @@
 //! Client shared memory: regions other processes (in Kubernetes, other containers of the pod)
 //! register by name, then name in inference requests instead of sending tensor bytes.
 //!
-//! The mapping is memory another process can write, shrink or unlink at any time. All access
-//! goes through [`region::SystemRegion`] (POSIX shm) or [`cuda::CudaRegion`] (CUDA IPC):
-//! opened once at registration, every access bounds-checked with checked arithmetic, bytes
-//! copied at the trust boundary. This module holds the only `unsafe` code of the crate.
+//! A region is memory another process can write, shrink or unlink at any time. All access goes
+//! through [`region::SystemRegion`] (POSIX shm, read and written through its descriptor, never
+//! mapped, so a shrunk object is an error rather than a SIGBUS) or [`cuda::CudaRegion`] (CUDA
+//! IPC): opened once at registration, every access bounds-checked with checked arithmetic, bytes
+//! copied at the trust boundary. This module holds the only `unsafe` code of the crate (CUDA).
 
 pub mod cuda;
 pub mod region;
