@@ -74,6 +74,10 @@ impl SidecarConfig {
         if l.max_json_depth == 0 || l.max_json_depth > 1000 {
             err("limits.max_json_depth", "must be between 1 and 1000".into());
         }
+        // The sidecar's SIGBUS guard keeps a fixed table of mappings (4096, with room for its own).
+        if l.max_shm_regions > 4000 {
+            err("limits.max_shm_regions", "must be at most 4000".into());
+        }
         match &self.backend {
             BackendConfig::Upstream(up) => {
                 match up.url.split_once("://") {

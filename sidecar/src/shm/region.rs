@@ -1,34 +1,48 @@
-//! One POSIX shared-memory region, accessed through its file descriptor.
-//!
-//! The object is never mapped into the sidecar: bytes are copied with `pread`/`pwrite` at checked
-//! offsets. The object belongs to another process, which may shrink or truncate it at any time;
-//! through a mapping, touching a page past the new end raises SIGBUS and kills the server, while
-//! through the descriptor it is a short read, answered as an error. Holding the descriptor keeps
-//! the object alive after its owner unlinks it, as a mapping would. The copy costs the same as the
-//! copy out of a mapping, which had to be made anyway at this trust boundary.
+//! One POSIX shared-memory region, mapped read-write, under a SIGBUS guard (see [`super::guard`]):
+//! its owner may shrink the object at any time, which must cost the request, not the server.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+#![allow(unsafe_code)]
 
-use bytes::{Bytes, BytesMut};
+use std::num::NonZeroUsize;
+use std::os::fd::OwnedFd;
+use std::ptr::NonNull;
+
+use bytes::Bytes;
 use nix::fcntl::OFlag;
-use nix::sys::mman::shm_open;
+use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap, shm_open};
 use nix::sys::stat::{Mode, fstat};
 
+use super::guard::Guard;
 use crate::error::{Error, Result};
 
 /// Keys reserved for Triton's python backend.
 const RESERVED_PREFIX: &str = "triton_python_backend_shm_region_";
 
-/// The `[offset, offset + byte_size)` window of a shared-memory object.
+/// A mapped `[offset, offset + byte_size)` window of a shared-memory object.
 pub struct SystemRegion {
     pub name: String,
     pub key: String,
     pub offset: u64,
     pub byte_size: u64,
-    /// The open object: every access goes through it.
-    file: File,
+    /// Start of the mapping (page-aligned, at or below the registered offset).
+    base: NonNull<u8>,
+    /// Length of the mapping: `delta + byte_size`.
+    mapped_len: usize,
+    /// Distance from `base` to the registered offset.
+    delta: usize,
+    /// Kept open so every access can check the object was not shrunk under us.
+    fd: OwnedFd,
+    /// Entry of the mapping in the SIGBUS guard's table; released just before unmapping.
+    guard: Option<Guard>,
 }
+
+// SAFETY: the mapping is owned by this value for its whole life and unmapped only in `drop`;
+// the raw pointer is never handed out, and all reads and writes copy through `&self` methods
+// that bounds-check against `byte_size`. Concurrent access from several threads is the same
+// as concurrent access by the client process, which the design already assumes.
+unsafe impl Send for SystemRegion {}
+// SAFETY: see `Send`; no method hands out references into the mapping.
+unsafe impl Sync for SystemRegion {}
 
 impl std::fmt::Debug for SystemRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -57,8 +71,16 @@ pub fn validate_key(name: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
+fn page_size() -> u64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
+        Ok(Some(n)) if n > 0 => n as u64,
+        _ => 4096,
+    }
+}
+
 impl SystemRegion {
-    /// Opens `key` and checks that `[offset, offset + byte_size)` lies inside the object.
+    /// Opens `key` and maps `[offset, offset + byte_size)`. Any offset is accepted: the mapping
+    /// starts at the page boundary below it.
     pub fn open(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Self> {
         validate_key(name, key)?;
         let invalid = || {
@@ -72,20 +94,51 @@ impl SystemRegion {
         })?;
         let size = fstat(&fd).map_err(|_| invalid())?.st_size;
         let end = offset.checked_add(byte_size).ok_or_else(invalid)?;
-        if byte_size == 0 || end > u64::try_from(size).unwrap_or(0) || end > i64::MAX as u64 {
+        if byte_size == 0 || end > u64::try_from(size).unwrap_or(0) {
             return Err(invalid());
         }
+        let page = page_size();
+        let map_offset = offset - offset % page;
+        let delta = usize::try_from(offset - map_offset).map_err(|_| invalid())?;
+        let mapped_len = usize::try_from(byte_size)
+            .ok()
+            .and_then(|b| b.checked_add(delta))
+            .ok_or_else(invalid)?;
+        let length = NonZeroUsize::new(mapped_len).ok_or_else(invalid)?;
+        let file_offset = i64::try_from(map_offset).map_err(|_| invalid())?;
+        // SAFETY: a fresh shared mapping of an object we opened read-write, at a page-aligned
+        // file offset, of a length checked against the object's size above; the kernel picks
+        // the address. The mapping is released in `drop` with the same base and length.
+        let base = unsafe {
+            mmap(None, length, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, &fd, file_offset)
+        }
+        .map_err(|e| {
+            Error::invalid_arg(format!("failed to register shared memory region '{name}': unable to process address space{e}"))
+        })?;
+        let Some(guard) = Guard::watch(base.as_ptr() as usize, mapped_len) else {
+            // SAFETY: the mapping was made just above with this base and length and is not
+            // referred to by anything yet.
+            let _ = unsafe { munmap(base, mapped_len) };
+            return Err(Error::invalid_arg(format!(
+                "failed to register shared memory region '{name}': too many regions mapped"
+            )));
+        };
         Ok(SystemRegion {
             name: name.to_string(),
             key: key.to_string(),
             offset,
             byte_size,
-            file: File::from(fd),
+            base: base.cast(),
+            mapped_len,
+            delta,
+            fd,
+            guard: Some(guard),
         })
     }
 
-    /// The object offset of `[offset, offset + len)` inside the region, checked.
-    fn window(&self, offset: u64, len: u64) -> Result<u64> {
+    /// The `[offset, offset + len)` window inside the region, checked, as a pointer range.
+    fn window(&self, offset: u64, len: u64) -> Result<(usize, usize)> {
+        self.check_intact()?;
         let end = offset.checked_add(len).ok_or_else(|| {
             Error::invalid_arg(format!(
                 "Integer overflow detected: byte_size ({len}) + offset ({offset}) exceeds maximum value ({}) for region '{}'",
@@ -99,8 +152,18 @@ impl SystemRegion {
                 self.name
             )));
         }
-        // Cannot overflow: offset + byte_size was checked at registration.
-        Ok(self.offset + offset)
+        // Still backed? A client may shrink the object after registering it; touching pages
+        // past its end would raise SIGBUS. (A shrink racing this check is still possible.)
+        let size = fstat(&self.fd)
+            .map(|s| u64::try_from(s.st_size).unwrap_or(0))
+            .unwrap_or(0);
+        if self.offset.saturating_add(end) > size {
+            return Err(self.truncated());
+        }
+        let start = self.delta
+            + usize::try_from(offset).map_err(|_| Error::invalid_arg("offset too large"))?;
+        let len = usize::try_from(len).map_err(|_| Error::invalid_arg("byte size too large"))?;
+        Ok((start, len))
     }
 
     fn truncated(&self) -> Error {
@@ -110,41 +173,50 @@ impl SystemRegion {
         ))
     }
 
+    /// Refuses a region whose mapping took a fault: part of it is no longer the object.
+    fn check_intact(&self) -> Result<()> {
+        if self.guard.as_ref().is_some_and(Guard::poisoned) {
+            return Err(self.truncated());
+        }
+        Ok(())
+    }
+
     /// Copies `len` bytes at `offset` (relative to the registered offset) out of the region.
     pub fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
-        let at = self.window(offset, len)?;
-        let len = usize::try_from(len).map_err(|_| Error::invalid_arg("byte size too large"))?;
-        let mut out = BytesMut::zeroed(len);
-        self.file.read_exact_at(&mut out, at).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                self.truncated()
-            } else {
-                Error::internal(format!(
-                    "cannot read shared memory region '{}': {e}",
-                    self.name
-                ))
-            }
-        })?;
-        Ok(out.freeze())
+        let (start, len) = self.window(offset, len)?;
+        let mut out = vec![0u8; len];
+        // SAFETY: `window` checked `start + len <= delta + byte_size == mapped_len`, so the
+        // source lies inside our live mapping; the destination is a fresh buffer of `len` bytes.
+        // The client may write the source concurrently: we copy raw bytes and never form a
+        // reference to them. If it shrinks the object during the copy, the guard turns the fault
+        // into zero pages and a poison mark, checked right after.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(start), out.as_mut_ptr(), len)
+        };
+        self.check_intact()?;
+        Ok(Bytes::from(out))
     }
 
     /// Copies `data` into the region at `offset` (relative to the registered offset).
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
-        let at = self.window(offset, data.len() as u64)?;
-        // A write past the end would grow the owner's object again; refuse instead. (A shrink
-        // racing this check regrows it, which is harmless: never a crash.)
-        let size = fstat(&self.file)
-            .map(|s| u64::try_from(s.st_size).unwrap_or(0))
-            .unwrap_or(0);
-        if at.saturating_add(data.len() as u64) > size {
-            return Err(self.truncated());
+        let (start, len) = self.window(offset, data.len() as u64)?;
+        // SAFETY: as in `read`, the destination range is inside the mapping, which is writable
+        // (PROT_WRITE, MAP_SHARED); the source is our own buffer of exactly `len` bytes.
+        // A shrink during the copy is caught by the guard as in `read`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.as_ptr().add(start), len) };
+        self.check_intact()
+    }
+}
+
+impl Drop for SystemRegion {
+    fn drop(&mut self) {
+        // Out of the guard's table first: once unmapped, the range may be reused by anything.
+        drop(self.guard.take());
+        // SAFETY: `base` and `mapped_len` are exactly what `mmap` returned and was asked for;
+        // nothing refers into the mapping once the last owner drops it.
+        if let Err(e) = unsafe { munmap(self.base.cast(), self.mapped_len) } {
+            tracing::warn!(region = %self.name, error = %e, "munmap failed");
         }
-        self.file.write_all_at(data, at).map_err(|e| {
-            Error::internal(format!(
-                "cannot write shared memory region '{}': {e}",
-                self.name
-            ))
-        })
     }
 }
 
@@ -218,45 +290,59 @@ mod tests {
         nix::unistd::ftruncate(&fd, 100).unwrap();
         assert!(r.read(0, 8192).is_err());
         assert!(r.read(0, 50).is_ok());
-        assert!(r.write(200, &[1; 8]).is_err());
-        assert_eq!(
-            fstat(&fd).unwrap().st_size,
-            100,
-            "a refused write does not regrow it"
-        );
     }
 
     #[test]
-    fn an_owner_shrinking_and_growing_the_object_during_access_never_crashes() {
-        // Through a mapping, this race raises SIGBUS in the reader; through the descriptor every
-        // access either succeeds or is an error.
-        let obj = object("race", 1 << 20);
-        let r = SystemRegion::open("race", &obj.0, 0, 1 << 20).unwrap();
+    fn a_fault_on_a_shrunk_object_poisons_the_region_instead_of_killing_the_process() {
+        let obj = object("fault", 1 << 16);
+        let r = SystemRegion::open("fault", &obj.0, 0, 1 << 16).unwrap();
+        let fd = shm_open(obj.0.as_str(), OFlag::O_RDWR, Mode::empty()).unwrap();
+        nix::unistd::ftruncate(&fd, 0).unwrap();
+        // Touch the mapping past the object's new end directly, as a copy racing the shrink
+        // would after passing the size check.
+        let mut out = vec![1u8; 1 << 16];
+        // SAFETY: inside the region's live mapping; the page is gone, which is the point.
+        unsafe { std::ptr::copy_nonoverlapping(r.base.as_ptr(), out.as_mut_ptr(), out.len()) };
+        assert!(
+            out.iter().all(|&b| b == 0),
+            "the faulting pages read as zeros"
+        );
+        assert!(r.guard.as_ref().is_some_and(Guard::poisoned));
+        nix::unistd::ftruncate(&fd, 1 << 16).unwrap();
+        let err = r.read(0, 16).unwrap_err();
+        assert!(err.message.contains("truncated"), "{}", err.message);
+    }
+
+    #[test]
+    fn an_owner_shrinking_the_object_during_copies_never_crashes() {
+        // Without the guard, this race raises SIGBUS in the copying thread and ends the test
+        // process; with it, each copy either succeeds or is refused, and a region that took a
+        // fault stays refused.
+        let obj = object("race", 1 << 22);
+        let r = SystemRegion::open("race", &obj.0, 0, 1 << 22).unwrap();
         let fd = shm_open(obj.0.as_str(), OFlag::O_RDWR, Mode::empty()).unwrap();
         let stop = std::sync::atomic::AtomicBool::new(false);
+        let mut refused = 0;
         std::thread::scope(|s| {
             s.spawn(|| {
-                for i in 0..2000 {
-                    let len = if i % 2 == 0 { 4096 } else { 1 << 20 };
+                for i in 0..20_000 {
+                    let len = if i % 2 == 0 { 4096 } else { 1 << 22 };
                     nix::unistd::ftruncate(&fd, len).unwrap();
                 }
                 stop.store(true, std::sync::atomic::Ordering::SeqCst);
             });
-            let (mut ok, mut refused) = (0, 0);
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                match r.read(0, 1 << 20) {
-                    Ok(b) => {
-                        assert_eq!(b.len(), 1 << 20);
-                        ok += 1
-                    }
-                    Err(e) => {
-                        assert!(e.message.contains("truncated"), "{}", e.message);
-                        refused += 1
-                    }
+                if let Err(e) = r.read(0, 1 << 22) {
+                    assert!(e.message.contains("truncated"), "{}", e.message);
+                    refused += 1;
                 }
-                let _ = r.write(0, &[7; 64]);
+                let _ = r.write(0, &[7; 1 << 16]);
             }
-            assert!(ok + refused > 0);
         });
+        assert!(refused > 0);
+        if r.guard.as_ref().is_some_and(Guard::poisoned) {
+            nix::unistd::ftruncate(&fd, 1 << 22).unwrap();
+            assert!(r.read(0, 16).is_err(), "a poisoned region stays refused");
+        }
     }
 }
