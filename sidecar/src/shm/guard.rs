@@ -85,6 +85,9 @@ impl Drop for Guard {
 }
 
 fn install() {
+    // This replaces the handler Rust's runtime installs for SIGBUS (stack-overflow detection,
+    // which on Linux arrives as SIGSEGV and keeps its own handler); for faults that are not ours
+    // `on_sigbus` does what that handler does: restore the default action and return.
     let action = SigAction::new(
         SigHandler::SigAction(on_sigbus),
         SaFlags::SA_SIGINFO | SaFlags::SA_NODEFER,
