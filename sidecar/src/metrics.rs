@@ -175,6 +175,15 @@ fn render_staging(out: &mut String, state: &SharedState) {
         ],
     );
     family(
+        "infergate_passthrough_bytes_total",
+        "Output bytes the upstream wrote straight into clients' shared-memory regions",
+        "counter",
+        &[(
+            "{direction=\"output\"}",
+            handle.upstream.passthrough.output_bytes.load(Relaxed),
+        )],
+    );
+    family(
         "infergate_staging_pool_full_total",
         "Tensors sent over the socket because the staging pool had no free slot",
         "counter",

@@ -202,6 +202,7 @@ impl Running {
             );
         }
         if let Some(h) = &self.state.upstream {
+            h.upstream.passthrough.release(&h.upstream).await;
             h.upstream.staging.release(&h.upstream).await;
         }
     }

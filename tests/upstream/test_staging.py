@@ -127,3 +127,49 @@ def test_many_concurrent_requests_share_the_pool_and_give_it_back():
     with ThreadPoolExecutor(8) as pool_:
         assert all(pool_.map(one, range(32)))
     assert pool()["in_use_bytes"] == 0
+
+
+def test_an_output_for_a_client_region_is_written_there_by_triton_itself():
+    import time
+
+    import tritonclient.utils.shared_memory as shm
+
+    data = np.random.default_rng(11).standard_normal(ELEMENTS).astype(np.float32)
+    tag = f"igpass{os.getpid()}"
+    in_handle = shm.create_shared_memory_region(f"{tag}_in", f"/{tag}_in", data.nbytes)
+    out_handle = shm.create_shared_memory_region(f"{tag}_out", f"/{tag}_out", data.nbytes)
+    client = httpclient.InferenceServerClient(HTTP)
+    try:
+        shm.set_shared_memory_region(in_handle, [data])
+        client.register_system_shared_memory(f"{tag}_in", f"/{tag}_in", data.nbytes)
+        client.register_system_shared_memory(f"{tag}_out", f"/{tag}_out", data.nbytes)
+        inp = httpclient.InferInput("INPUT0", [ELEMENTS], "FP32")
+        inp.set_shared_memory(f"{tag}_in", data.nbytes)
+        out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+        out.set_shared_memory(f"{tag}_out", data.nbytes)
+        before = metric("infergate_passthrough_bytes_total", '{direction="output"}')
+        staged_before = staged()
+        client.infer("identity_fp32", [inp], outputs=[out])
+        got = shm.get_contents_as_numpy(out_handle, np.float32, [ELEMENTS])
+        np.testing.assert_array_equal(got, data)
+        # Triton wrote the output into the client's region: the sidecar copied none of it.
+        assert metric("infergate_passthrough_bytes_total", '{direction="output"}') - before == data.nbytes
+        after = staged()
+        assert after[1] == staged_before[1], "the output did not go through the pool"
+        assert after[0] - staged_before[0] == data.nbytes, "the input still goes through the pool"
+        regions = requests.get(f"http://{TRITON}/v2/systemsharedmemory/status", timeout=10).json()
+        mine = [r for r in regions if r["key"].lstrip("/") == f"{tag}_out"]
+        assert mine and mine[0]["name"].startswith("infergate_client_"), regions
+        # The client lets go of it: the sidecar unregisters it from Triton on its next probes.
+        client.unregister_system_shared_memory(f"{tag}_out")
+        deadline = time.monotonic() + 15
+        while any(r["key"].lstrip("/") == f"{tag}_out" for r in
+                  requests.get(f"http://{TRITON}/v2/systemsharedmemory/status", timeout=10).json()):
+            assert time.monotonic() < deadline, "Triton still holds the client's region"
+            time.sleep(0.2)
+    finally:
+        client.unregister_system_shared_memory(f"{tag}_in")
+        client.unregister_system_shared_memory(f"{tag}_out")
+        del got
+        shm.destroy_shared_memory_region(in_handle)
+        shm.destroy_shared_memory_region(out_handle)

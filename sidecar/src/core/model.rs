@@ -31,6 +31,9 @@ pub struct Execution<'a> {
     pub batch_size: u64,
     /// The request's parameters (sequence ids, custom parameters), for backends that forward them.
     pub parameters: &'a super::params::Parameters,
+    /// Per output (aligned with `outputs`), the client's shared-memory region it goes to, if any.
+    /// A backend that writes an output there itself returns that output without bytes.
+    pub output_shm: &'a [Option<crate::shm::registry::ShmTarget>],
 }
 
 /// Runs a model. Implementations: in-process built-in models, an upstream model server.

@@ -66,12 +66,14 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
     };
     let compute_start = Instant::now();
     let output_names: Vec<String> = validated.outputs.iter().map(|o| o.name.clone()).collect();
+    let output_shm: Vec<_> = validated.outputs.iter().map(|o| o.shm.clone()).collect();
     let execution = Execution {
         model: &model,
         inputs: &validated.inputs,
         outputs: &output_names,
         batch_size: validated.batch_size,
         parameters: &parameters,
+        output_shm: &output_shm,
     };
     let produced = match model.backend.execute(execution).await {
         Ok(p) => p,
@@ -107,7 +109,9 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
                 }
             }
             Some(tensor) => {
+                // An output without bytes was written into the region by the backend (or is empty).
                 if let Some(target) = &wanted.shm
+                    && !tensor.data.is_empty()
                     && let Err(e) = target.write(&tensor.name, &tensor.data)
                 {
                     model.stats.record_failure(received.elapsed(), false);

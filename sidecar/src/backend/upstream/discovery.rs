@@ -59,7 +59,9 @@ pub async fn run_discovery(
                 *loader.names.write() = names;
                 state.repository.install(models);
                 let extensions = info.read().extensions.clone();
-                upstream.staging.maintain(&upstream, &extensions).await;
+                if upstream.staging.maintain(&upstream, &extensions).await {
+                    upstream.passthrough.forget_all();
+                }
                 state.health.set_ready(true);
                 break;
             }
@@ -90,7 +92,11 @@ pub async fn run_discovery(
         if ready {
             // A restarted upstream has forgotten the staging pool: register it again.
             let extensions = info.read().extensions.clone();
-            upstream.staging.maintain(&upstream, &extensions).await;
+            if upstream.staging.maintain(&upstream, &extensions).await {
+                // Registered again: the upstream restarted and forgot the clients' regions too.
+                upstream.passthrough.forget_all();
+            }
+            upstream.passthrough.sweep(&upstream).await;
         }
         state.health.set_ready(ready);
     }

@@ -5,6 +5,7 @@
 //! by the sidecar's own front ends and pipeline, so it works whatever the upstream supports.
 
 mod discovery;
+pub mod passthrough;
 pub mod staging;
 
 use std::collections::HashMap;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt};
 use infergate_proto::DataType;
 use infergate_proto::config::UpstreamConfig;
@@ -26,7 +28,8 @@ use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 
 pub use discovery::{UpstreamLoader, run_discovery};
-use staging::{Plan, Staging};
+use passthrough::Passthrough;
+use staging::{ClientOutput, Plan, Staging};
 
 use crate::core::model::{Backend, Execution};
 use crate::core::params::ParamValue;
@@ -41,6 +44,8 @@ pub struct Upstream {
     in_flight: Arc<Semaphore>,
     /// Shared memory with the model container for large tensors.
     pub staging: Staging,
+    /// Clients' regions registered with the upstream, for outputs it writes there itself.
+    pub passthrough: Passthrough,
 }
 
 impl Upstream {
@@ -62,6 +67,7 @@ impl Upstream {
             timeout: Duration::from_secs(config.timeout_seconds),
             in_flight: Arc::new(Semaphore::new(config.max_concurrency as usize)),
             staging: Staging::new(config),
+            passthrough: Passthrough::default(),
         })
     }
 
@@ -76,6 +82,11 @@ impl Upstream {
 
 /// Maps an upstream failure to the protocol's error the client sees.
 pub fn upstream_error(status: tonic::Status, url: &str) -> Error {
+    // The client's own output region was too small (the upstream wrote to it directly): the
+    // client gets the same answer the sidecar gives when it writes the region itself.
+    if output_slot_too_small(&status) {
+        return Error::internal(status.message().to_string());
+    }
     match status.code() {
         tonic::Code::Unavailable => Error::unavailable(format!(
             "upstream model server {url} is unavailable: {}",
@@ -113,7 +124,37 @@ impl UpstreamModel {
         }
     }
 
-    fn request(&self, execution: &Execution<'_>, plan: &Plan) -> ModelInferRequest {
+    /// Where each requested output goes when the client named a region for it: straight into that
+    /// region, registered with the upstream, when the staging pool proves the upstream shares
+    /// this container's `/dev/shm`.
+    async fn client_outputs(&self, execution: &Execution<'_>) -> Vec<Option<ClientOutput>> {
+        let mut places = Vec::with_capacity(execution.outputs.len());
+        for i in 0..execution.outputs.len() {
+            let target = execution.output_shm.get(i).and_then(Option::as_ref);
+            let place = match target {
+                Some(t) if self.upstream.staging.is_active() => self
+                    .upstream
+                    .passthrough
+                    .upstream_name(&self.upstream, &t.region)
+                    .await
+                    .map(|region| ClientOutput {
+                        region,
+                        offset: t.offset,
+                        byte_size: t.byte_size,
+                    }),
+                _ => None,
+            };
+            places.push(place);
+        }
+        places
+    }
+
+    fn request(
+        &self,
+        execution: &Execution<'_>,
+        plan: &Plan,
+        client_outputs: &[Option<ClientOutput>],
+    ) -> ModelInferRequest {
         let region = self.upstream.staging.region().unwrap_or_default();
         let mut parameters = HashMap::new();
         // Sequence and custom parameters go through: a model that keeps its own state, or an
@@ -159,10 +200,14 @@ impl UpstreamModel {
                 .enumerate()
                 .map(|(i, name)| InferRequestedOutputTensor {
                     name: name.clone(),
-                    parameters: plan
-                        .output(i)
-                        .map(|slot| shm_parameters(region, slot.offset(), slot.len()))
-                        .unwrap_or_default(),
+                    parameters: match (
+                        client_outputs.get(i).and_then(Option::as_ref),
+                        plan.output(i),
+                    ) {
+                        (Some(c), _) => shm_parameters(&c.region, c.offset, c.byte_size),
+                        (None, Some(slot)) => shm_parameters(region, slot.offset(), slot.len()),
+                        (None, None) => HashMap::new(),
+                    },
                 })
                 .collect(),
             // Reference-counted slices of the client's request: not copied until encoding. Only
@@ -199,6 +244,7 @@ impl UpstreamModel {
         &self,
         execution: &Execution<'_>,
         plan: &Plan,
+        client_outputs: &[Option<ClientOutput>],
         response: ModelInferResponse,
     ) -> Result<Vec<Tensor>> {
         // Triton keeps one raw entry per output (empty for outputs in shared memory); other
@@ -213,16 +259,31 @@ impl UpstreamModel {
                     output.name, output.datatype
                 ))
             })?;
-            let staged = execution
-                .outputs
-                .iter()
-                .position(|n| *n == output.name)
-                .and_then(|i| plan.output(i));
-            let raw_entry = if aligned || (staged.is_none() && output.contents.is_none()) {
+            let index = execution.outputs.iter().position(|n| *n == output.name);
+            let staged = index.and_then(|i| plan.output(i));
+            let in_client_region = index
+                .and_then(|i| client_outputs.get(i))
+                .is_some_and(Option::is_some);
+            let raw_entry = if aligned
+                || (staged.is_none() && !in_client_region && output.contents.is_none())
+            {
                 raw.next()
             } else {
                 None
             };
+            if in_client_region {
+                // Already in the client's region: the response carries only its shape.
+                if let Some(len) = byte_size(datatype, &output.shape) {
+                    self.upstream.passthrough.count_output(len);
+                }
+                outputs.push(Tensor::new(
+                    output.name,
+                    datatype,
+                    output.shape,
+                    Bytes::new(),
+                ));
+                continue;
+            }
             let data = match (staged, output.contents) {
                 (Some(slot), _) => {
                     let len = byte_size(datatype, &output.shape).ok_or_else(|| {
@@ -277,10 +338,12 @@ fn byte_size(datatype: DataType, shape: &[i64]) -> Option<u64> {
         })
 }
 
-/// The upstream does not know a staging region we named: it restarted since registration.
-fn region_lost(status: &tonic::Status, region: Option<&str>) -> bool {
+/// The upstream does not know a region we registered (the pool or a client's): it restarted.
+fn region_lost(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::NotFound
-        && region.is_some_and(|r| status.message().contains(&format!("'{r}'")))
+        && status
+            .message()
+            .contains(&format!("'{}", passthrough::NAME_PREFIX))
 }
 
 /// Triton's answer when an output slot was smaller than the output.
@@ -305,22 +368,28 @@ impl Backend for UpstreamModel {
                 Some(SchedulingChoice::SequenceBatching(_))
             );
             let estimate = !stateful && !self.variable_outputs_inline.load(Ordering::Relaxed);
-            let mut plan = staging.plan(&execution, estimate);
+            let mut client_outputs = self.client_outputs(&execution).await;
+            let mut plan = staging.plan(&execution, estimate, &client_outputs);
             let mut retried = false;
             loop {
-                let answer = self.call(self.request(&execution, &plan)).await?;
+                let request = self.request(&execution, &plan, &client_outputs);
+                let answer = self.call(request).await?;
                 let status = match answer {
-                    Ok(response) => return self.outputs(&execution, &plan, response),
+                    Ok(response) => {
+                        return self.outputs(&execution, &plan, &client_outputs, response);
+                    }
                     Err(status) => status,
                 };
                 if retried {
                     return Err(upstream_error(status, &self.upstream.url));
                 }
                 retried = true;
-                if region_lost(&status, staging.region()) {
+                if region_lost(&status) {
                     // Refused while reading the request, before the model ran: safe to resend,
                     // over the socket, while the prober registers the pool again.
                     staging.lost();
+                    self.upstream.passthrough.forget_all();
+                    client_outputs = vec![None; execution.outputs.len()];
                     plan = Plan::default();
                 } else if plan.estimated_outputs && output_slot_too_small(&status) {
                     self.variable_outputs_inline.store(true, Ordering::Relaxed);

@@ -94,6 +94,11 @@ impl Staging {
         self.pool.as_ref().map(|p| p.key())
     }
 
+    /// Whether the upstream has the pool registered (and so sees this container's `/dev/shm`).
+    pub fn is_active(&self) -> bool {
+        *self.state.read() == PoolState::Active
+    }
+
     /// The pool, when requests may use it.
     fn active_pool(&self) -> Option<&Arc<StagingPool>> {
         match *self.state.read() {
@@ -157,13 +162,14 @@ impl Staging {
     /// Keeps the pool registered with the upstream. Called after discovery and on every probe:
     /// a registered pool costs one status call; a lost or never registered one is (re)registered,
     /// dropping first any stale registration of the same name (a previous process of this pod).
-    pub async fn maintain(&self, upstream: &Upstream, extensions: &[String]) {
-        let Some(pool) = &self.pool else { return };
+    /// Returns true when it registered the pool (first time or again).
+    pub async fn maintain(&self, upstream: &Upstream, extensions: &[String]) -> bool {
+        let Some(pool) = &self.pool else { return false };
         if !extensions.iter().any(|e| e == "system_shared_memory") {
             self.set_state(PoolState::Unusable(
                 "the upstream does not offer system_shared_memory".to_string(),
             ));
-            return;
+            return false;
         }
         let name = pool.key().to_string();
         let mut client = upstream.client();
@@ -177,12 +183,12 @@ impl Staging {
                         s.key.trim_start_matches('/') == name && s.byte_size == pool.byte_size()
                     });
                     if held {
-                        return;
+                        return false;
                     }
                 }
                 Err(s) if s.code() == tonic::Code::NotFound => {}
                 // Unreachable: readiness reports it; registration is retried on the next probe.
-                Err(_) => return,
+                Err(_) => return false,
             }
             tracing::warn!(region = %name, "the upstream lost the staging pool; registering it again");
             self.set_state(PoolState::Pending);
@@ -204,6 +210,7 @@ impl Staging {
             Ok(_) => {
                 self.counters.registrations.fetch_add(1, Ordering::Relaxed);
                 self.set_state(PoolState::Active);
+                return true;
             }
             Err(s) if s.code() == tonic::Code::Unavailable => self.set_state(PoolState::Pending),
             Err(s) => self.set_state(PoolState::Unusable(format!(
@@ -212,6 +219,7 @@ impl Staging {
                 s.message()
             ))),
         }
+        false
     }
 
     /// At shutdown: the upstream forgets the pool and its name leaves `/dev/shm`. Best effort;
@@ -230,7 +238,13 @@ impl Staging {
 
     /// Slots for the request's inputs and outputs that are large enough to be worth it.
     /// Inputs are copied into their slots here. An empty plan when the pool is not active.
-    pub fn plan(&self, execution: &Execution<'_>, estimate_variable_outputs: bool) -> Plan {
+    /// Outputs going to a client's region (`client_outputs`) get no slot.
+    pub fn plan(
+        &self,
+        execution: &Execution<'_>,
+        estimate_variable_outputs: bool,
+        client_outputs: &[Option<ClientOutput>],
+    ) -> Plan {
         let Some(pool) = self.active_pool() else {
             return Plan::default();
         };
@@ -250,7 +264,11 @@ impl Staging {
             }
             plan.inputs.push(slot);
         }
-        for name in execution.outputs {
+        for (i, name) in execution.outputs.iter().enumerate() {
+            if client_outputs.get(i).is_some_and(Option::is_some) {
+                plan.outputs.push(None);
+                continue;
+            }
             let size = output_size(execution, name, estimate_variable_outputs, largest_input);
             let slot = match size {
                 Some(len) if len >= self.min_bytes.max(1) => self.take(pool, len),
@@ -275,6 +293,15 @@ impl Staging {
     pub fn count_output(&self, len: u64) {
         self.counters.output_bytes.fetch_add(len, Ordering::Relaxed);
     }
+}
+
+/// An output the upstream writes straight into a client's region: the upstream's name for the
+/// region, and the offset and size the client gave.
+#[derive(Clone, Debug)]
+pub struct ClientOutput {
+    pub region: String,
+    pub offset: u64,
+    pub byte_size: u64,
 }
 
 /// Slots of one request, by input and by requested output (`None`: over the socket). Dropping the
