@@ -39,6 +39,16 @@ pub fn byte_size(datatype: DataType, count: u64, name: &str) -> Result<Option<u6
     }
 }
 
+/// Bytes of a fixed-size tensor of `shape`, for sizing buffers: `None` for BYTES, a negative
+/// dimension or an overflow (callers that must explain why use the two functions above).
+pub fn fixed_byte_size(datatype: DataType, shape: &[i64]) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(datatype.element_size()? as u64, |acc, &d| {
+            acc.checked_mul(u64::try_from(d).ok()?)
+        })
+}
+
 /// `[1,16]`, as Triton prints shapes in messages.
 pub fn format_shape(shape: &[i64]) -> String {
     let parts: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
@@ -61,6 +71,15 @@ mod tests {
             )
         );
         assert!(element_count(&[-1], "x").is_err());
+    }
+
+    #[test]
+    fn fixed_byte_sizes() {
+        assert_eq!(fixed_byte_size(DataType::Fp32, &[2, 8]), Some(64));
+        assert_eq!(fixed_byte_size(DataType::Fp32, &[]), Some(4));
+        assert_eq!(fixed_byte_size(DataType::Bytes, &[2]), None);
+        assert_eq!(fixed_byte_size(DataType::Int8, &[-1, 4]), None);
+        assert_eq!(fixed_byte_size(DataType::Fp64, &[1 << 62, 4]), None);
     }
 
     #[test]

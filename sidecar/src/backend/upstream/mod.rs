@@ -35,6 +35,7 @@ use crate::core::model::{Backend, Execution};
 use crate::core::params::ParamValue;
 use crate::error::{Code, Error, Result};
 use crate::tensor::Tensor;
+use crate::tensor::shape::fixed_byte_size as byte_size;
 
 /// A connection to the upstream and the limits that apply to it.
 pub struct Upstream {
@@ -327,15 +328,6 @@ fn shm_parameters(region: &str, offset: u64, byte_size: u64) -> HashMap<String, 
         ("shared_memory_offset".to_string(), int(offset)),
         ("shared_memory_byte_size".to_string(), int(byte_size)),
     ])
-}
-
-/// Bytes of a fixed-size tensor of this shape; `None` for BYTES or a nonsensical shape.
-fn byte_size(datatype: DataType, shape: &[i64]) -> Option<u64> {
-    shape
-        .iter()
-        .try_fold(datatype.element_size()? as u64, |acc, &d| {
-            acc.checked_mul(u64::try_from(d).ok()?)
-        })
 }
 
 /// The upstream does not know a region we registered (the pool or a client's): it restarted.

@@ -15,6 +15,7 @@ use parking_lot::RwLock;
 use super::Upstream;
 use crate::core::model::Execution;
 use crate::shm::staging::{Slot, StagingPool};
+use crate::tensor::shape::fixed_byte_size;
 
 /// Where the pool stands with the upstream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -350,18 +351,15 @@ fn output_size(
     largest_input: u64,
 ) -> Option<u64> {
     let spec = execution.model.output(name)?;
-    let element = spec.datatype.element_size()? as u64;
+    // BYTES: never staged.
+    spec.datatype.element_size()?;
     if spec.dims.iter().all(|&d| d >= 0) {
         let batch = if execution.model.max_batch_size > 0 {
             execution.batch_size
         } else {
             1
         };
-        spec.dims
-            .iter()
-            .try_fold(element.checked_mul(batch)?, |acc, &d| {
-                acc.checked_mul(u64::try_from(d).ok()?)
-            })
+        fixed_byte_size(spec.datatype, &spec.dims)?.checked_mul(batch)
     } else if estimate_variable {
         Some(largest_input)
     } else {
