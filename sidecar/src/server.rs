@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use infergate_proto::config::{BackendConfig, SidecarConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -101,18 +100,8 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     let mut tasks = Vec::new();
     let mut background = Vec::new();
     let app = crate::http::router(state.clone());
-    let http_listener = http.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
     let stop = signal(rx.clone());
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(http_listener, app)
-            .with_graceful_shutdown(stop)
-            .await
-        {
-            tracing::error!(error = %e, "HTTP server failed");
-        }
-    }));
+    tasks.push(tokio::spawn(crate::http::serve::serve(http, app, stop)));
 
     // HTTP/2's default 64 KiB flow-control windows cost a round trip per 64 KiB of a large
     // tensor; open them wide enough for multi-megabyte messages.

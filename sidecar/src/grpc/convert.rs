@@ -187,7 +187,9 @@ fn tensor_shm(params: &HashMap<String, InferParameter>, name: &str) -> Result<Op
     let int = |key: &str| -> Result<Option<u64>> {
         match params.get(key).and_then(|p| p.parameter_choice.clone()) {
             None => Ok(None),
-            Some(ParameterChoice::Int64Param(v)) if v >= 0 => Ok(Some(v as u64)),
+            // Triton reads the int64 as a size_t: -1 is an offset (or size) of 2^64 - 1, which
+            // the region's bounds check then refuses with its usual words.
+            Some(ParameterChoice::Int64Param(v)) => Ok(Some(v as u64)),
             Some(_) => Err(Error::invalid_arg(format!(
                 "invalid value type for '{key}' parameter for tensor '{name}', expected int64_param."
             ))),

@@ -57,7 +57,18 @@ pub fn decode(
     let max_depth = state.limits.max_json_depth;
     let doc = json::parse_lazy_data(&body[..json_len], max_depth).map_err(json_error)?;
     let binary = body.slice(json_len..);
-    decode_json(&state.shm, model_name, version, &doc, binary, max_depth)
+    let limits = JsonLimits {
+        max_depth,
+        max_input_bytes: state.limits.max_http_body_bytes,
+    };
+    decode_json(&state.shm, model_name, version, &doc, binary, limits)
+}
+
+/// What a JSON request may hold: nesting depth, and bytes per tensor given as JSON `data`.
+#[derive(Clone, Copy)]
+struct JsonLimits {
+    max_depth: u32,
+    max_input_bytes: u64,
 }
 
 fn json_error(e: JsonError) -> Error {
@@ -78,7 +89,7 @@ fn decode_json(
     version: &str,
     doc: &Value<'_>,
     binary: Bytes,
-    max_depth: u32,
+    limits: JsonLimits,
 ) -> Result<InferRequest> {
     if !matches!(doc, Value::Object(_)) {
         return Err(parse_err(
@@ -148,7 +159,7 @@ fn decode_json(
             offset += size;
             chunk
         } else {
-            json_data(&name, &datatype, &shape, data, max_depth)?
+            json_data(&name, &datatype, &shape, data, limits)?
         };
         request.inputs.push(InputTensor {
             name,
@@ -244,7 +255,7 @@ fn json_data(
     datatype: &str,
     shape: &[i64],
     data: Option<&Value<'_>>,
-    max_depth: u32,
+    limits: JsonLimits,
 ) -> Result<Bytes> {
     let Some(dt) = DataType::from_protocol(datatype) else {
         return Err(Error::invalid_arg(format!(
@@ -257,7 +268,16 @@ fn json_data(
         )));
     }
     let count = element_count(shape, name)?;
-    crate::tensor::shape::byte_size(dt, count, name)?;
+    // The shape's size is checked before any element is read (Triton's order): a huge shape is
+    // refused for what it claims, whatever `data` holds.
+    if let Some(size) = crate::tensor::shape::byte_size(dt, count, name)?
+        && size > limits.max_input_bytes
+    {
+        return Err(Error::invalid_arg(format!(
+            "JSON input '{name}' has a byte_size ({size}) that exceeds the maximum allowed value of {} bytes (limits.max_http_body_bytes)",
+            limits.max_input_bytes
+        )));
+    }
     if count == 0 {
         return Ok(Bytes::new());
     }
@@ -278,7 +298,7 @@ fn json_data(
         }
         None => b"[]",
     };
-    json::data::decode(raw, dt, count, max_depth)
+    json::data::decode(raw, dt, count, limits.max_depth)
         .map(Bytes::from)
         .map_err(|e| match e {
             DataError::WrongType(msg) if dt == DataType::Bytes => {

@@ -1,11 +1,12 @@
 //! The REST front end (axum): every route of the protocol with Triton's status codes, error
 //! bodies (`{"error": "..."}`) and header rules.
 
-mod body;
+pub(crate) mod body;
 pub mod compression;
-mod infer;
+pub(crate) mod infer;
 mod params;
 mod routes;
+pub mod serve;
 
 pub use routes::{LogValue, apply_log_setting};
 
@@ -22,7 +23,35 @@ use crate::state::SharedState;
 
 /// The REST router over shared state.
 pub fn router(state: SharedState) -> Router {
-    routes::router().with_state(state)
+    routes::router()
+        .with_state(state)
+        .layer(axum::middleware::map_response(json_rejections))
+}
+
+/// The router's own refusals (a path segment that is not UTF-8, for one) are plain text; every
+/// error of the protocol is `{"error": ...}`, which is all tritonclient can read.
+async fn json_rejections(response: Response) -> Response {
+    let plain_error = (response.status().is_client_error() || response.status().is_server_error())
+        && response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/plain"));
+    if !plain_error {
+        return response;
+    }
+    let status = response.status();
+    // Rejection texts are a line or two; anything unreadable keeps the status alone.
+    let text = match axum::body::to_bytes(response.into_body(), 64 << 10).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    json_error(status, &message)
 }
 
 /// `{"error":"<message>"}` with the error's status.
@@ -56,7 +85,11 @@ pub fn json_ok(value: &serde_json::Value) -> Response {
         .into_response()
 }
 
-/// Reads a request body, refusing more than `limit` bytes before buffering them.
+/// How long a request body may go without sending a byte before it is refused.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Reads a request body, refusing more than `limit` bytes before buffering them, and one that
+/// stalls for `BODY_READ_TIMEOUT`.
 pub async fn read_body(body: Body, limit: u64, content_length: Option<u64>) -> Result<Bytes> {
     let too_large = || {
         Error::invalid_arg(format!(
@@ -67,9 +100,18 @@ pub async fn read_body(body: Body, limit: u64, content_length: Option<u64>) -> R
         return Err(too_large());
     }
     let mut body = body;
+    let stalled = || {
+        Error::invalid_arg(format!(
+            "timed out reading the request body: no data for {} s",
+            BODY_READ_TIMEOUT.as_secs()
+        ))
+    };
     let mut buf = BytesMut::with_capacity(content_length.unwrap_or(0).min(limit) as usize);
     let mut single: Option<Bytes> = None;
-    while let Some(frame) = body.frame().await {
+    while let Some(frame) = tokio::time::timeout(BODY_READ_TIMEOUT, body.frame())
+        .await
+        .map_err(|_| stalled())?
+    {
         let frame = frame
             .map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
         let Ok(data) = frame.into_data() else {
