@@ -30,8 +30,17 @@ venv="${INFERGATE_VENV:-$PWD/.venv}"
 step "conformance suite against the sidecar"
 "$venv/bin/python" -m pytest tests/conformance -q -p no:cacheprovider
 
-step "conformance suite through the sidecar in front of a real Triton (upstream backend)"
+step "conformance suite through the sidecar in front of a real Triton (upstream backend, gRPC)"
 tests/upstream/run-triton.sh
+
+step "the same through the sidecar speaking V2 REST to Triton (--upstream http://)"
+INFERGATE_UPSTREAM_PROTOCOL=http tests/upstream/run-triton.sh
+
+step "conformance suite through the sidecar in front of KServe's ModelServer (sequences emulated)"
+tests/upstream/run-kserve.sh
+
+step "conformance suite through the sidecar in front of MLServer (sequences emulated)"
+tests/upstream/run-mlserver.sh
 
 step "operator manifests against Kubernetes' schemas (kubernetes-validate, 1.29 and newest)"
 cargo build --locked -p infergate-operator

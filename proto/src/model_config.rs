@@ -91,6 +91,21 @@ fn add_list_colons(text: &str) -> String {
     out
 }
 
+/// `base` with the top-level fields of `overlay` (a JSON object in the form [`to_json`] writes)
+/// put in their place: a field the overlay sets replaces the base's whole field.
+pub fn overlay(base: &ModelConfig, overlay: &Json) -> Result<ModelConfig, String> {
+    let Json::Object(fields) = overlay else {
+        return Err("the configuration must be a JSON object".to_string());
+    };
+    let mut merged = to_json(base);
+    if let Json::Object(target) = &mut merged {
+        for (k, v) in fields {
+            target.insert(k.clone(), v.clone());
+        }
+    }
+    from_json(&merged)
+}
+
 /// Parses the JSON form (as Triton's REST `/config` returns it; 64-bit integers may be numbers
 /// or strings). Unknown fields are ignored: upstream servers add fields of their own.
 pub fn from_json(json: &Json) -> Result<ModelConfig, String> {

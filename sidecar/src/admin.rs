@@ -13,7 +13,8 @@ use serde_json::{Value as J, json};
 
 use crate::http::json_ok;
 use crate::shm::cuda::Cuda;
-use crate::state::SharedState;
+use crate::state::{SharedState, UpstreamInfo};
+use infergate_proto::config::SequenceMode;
 
 pub fn router(state: SharedState) -> Router {
     Router::new()
@@ -47,15 +48,7 @@ pub fn report(st: &SharedState) -> J {
     ];
     extensions.push(match &upstream {
         None => extension("sequence", "Active", "sidecar", ""),
-        Some(_) if upstream_has("sequence") => {
-            extension("sequence", "Active", "upstream", "sequence parameters are forwarded to the upstream's sequence batcher")
-        }
-        Some(_) => extension(
-            "sequence",
-            "Unsupported",
-            "sidecar",
-            "the upstream has no sequence batcher and sequence emulation for upstream models is not built yet",
-        ),
+        Some(u) => sequence_extension(u, upstream_has("sequence")),
     });
     extensions.push(match &upstream {
         None => extension("model_repository", "Active", "sidecar", ""),
@@ -106,6 +99,56 @@ pub fn report(st: &SharedState) -> J {
         "shm": dev_shm(st),
         "gpu": gpu(st.shm.cuda()),
     })
+}
+
+/// Who runs sequences in front of an upstream: its own batcher, the sidecar, or the models.
+fn sequence_extension(upstream: &UpstreamInfo, upstream_batches: bool) -> J {
+    let named = |mode: SequenceMode| -> Vec<&str> {
+        upstream
+            .sequences
+            .iter()
+            .filter(|(_, m)| *m == mode)
+            .map(|(name, _)| name.as_str())
+            .collect()
+    };
+    let (scheduled, stateful, forwarded) = (
+        named(SequenceMode::Sidecar),
+        named(SequenceMode::Parameters),
+        named(SequenceMode::Upstream),
+    );
+    let mut reasons = Vec::new();
+    if !scheduled.is_empty() {
+        reasons.push(format!(
+            "scheduled by the sidecar, control tensors added as inputs: {}",
+            scheduled.join(", ")
+        ));
+    }
+    if !stateful.is_empty() {
+        reasons.push(format!(
+            "sequence parameters forwarded to models that keep their own state: {}",
+            stateful.join(", ")
+        ));
+    }
+    if !forwarded.is_empty() {
+        reasons.push(format!(
+            "forwarded to the upstream's sequence batcher: {}",
+            forwarded.join(", ")
+        ));
+    }
+    let implementation = if scheduled.is_empty() && stateful.is_empty() && upstream_batches {
+        "upstream"
+    } else {
+        "sidecar"
+    };
+    if reasons.is_empty() {
+        reasons.push(if upstream_batches {
+            "sequence parameters are forwarded to the upstream's sequence batcher".to_string()
+        } else {
+            "no sequence model; a model configured with sequence_batching gets the sidecar's scheduler"
+                .to_string()
+        });
+    }
+    extension("sequence", "Active", implementation, &reasons.join("; "))
 }
 
 /// `/dev/shm`: whether it exists, its size and free space (a Memory emptyDir in Kubernetes).

@@ -45,7 +45,8 @@ pub struct Args {
     /// Largest gRPC message in bytes, either direction.
     #[arg(long)]
     pub max_grpc_message_bytes: Option<u64>,
-    /// Front a model server instead of the built-in models: `grpc://HOST:PORT`. Every model the
+    /// Front a model server instead of the built-in models: `grpc://HOST:PORT` (V2 gRPC,
+    /// preferred) or `http://HOST:PORT` (V2 REST). Every model the
     /// upstream lists as ready is served, with its discovered metadata and configuration.
     #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,

@@ -80,23 +80,17 @@ pub struct UpstreamInfo {
     pub version: String,
     pub extensions: Vec<String>,
     pub models: Vec<String>,
+    /// Sequence models and who runs their sequences.
+    pub sequences: Vec<(String, infergate_proto::config::SequenceMode)>,
 }
 
 pub type SharedState = Arc<AppState>;
 
 impl AppState {
-    /// The extensions `/v2` lists: what this sidecar serves with its backend as it is now.
+    /// The extensions `/v2` lists: what this sidecar serves whatever its backend (sequences of
+    /// an upstream without a sequence batcher are run by the sidecar).
     pub fn extensions(&self) -> Vec<String> {
-        let upstream_lacks_sequences = self
-            .upstream
-            .as_ref()
-            .is_some_and(|h| !h.info.read().extensions.iter().any(|e| e == "sequence"));
-        self.server
-            .extensions
-            .iter()
-            .filter(|e| !(upstream_lacks_sequences && e.as_str() == "sequence"))
-            .cloned()
-            .collect()
+        self.server.extensions.clone()
     }
 
     pub fn new(

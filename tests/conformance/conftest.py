@@ -14,7 +14,8 @@ used as the oracle. Set INFERGATE_ORACLE=triton251 when that server is
 Triton 2.51 so tests marked ``triton251_differs`` are expected to fail.
 Set INFERGATE_BACKEND=upstream-triton when that server is the sidecar in
 front of a real Triton 2.51 (tests/upstream/run-triton.sh): the few tests in
-UPSTREAM_TRITON_SKIPS are skipped, each with its reason.
+UPSTREAM_TRITON_SKIPS are skipped, each with its reason. Other upstreams
+(INFERGATE_BACKEND=upstream-<server>) keep their list in tests/upstream/<server>/skips.py.
 """
 
 from __future__ import annotations
@@ -88,9 +89,30 @@ UPSTREAM_TRITON_SKIPS = {
 }
 
 
-def _upstream_triton_skip(item) -> Optional[str]:
+def _upstream_skips(backend: str) -> tuple[str, dict]:
+    """(label, {pattern: reason}) for INFERGATE_BACKEND=upstream-<server>.
+
+    Triton's list is above; another server's lives beside its test setup, in
+    tests/upstream/<server>/skips.py (LABEL and SKIPS)."""
+    if backend == "upstream-triton":
+        return "upstream Triton 2.51", UPSTREAM_TRITON_SKIPS
+    if not backend.startswith("upstream-"):
+        return "", {}
+    server = backend[len("upstream-"):]
+    path = REPO_ROOT / "tests" / "upstream" / server / "skips.py"
+    if not path.is_file():
+        return "", {}
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"infergate_skips_{server}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.LABEL, module.SKIPS
+
+
+def _skip_reason(item, skips: dict) -> Optional[str]:
     key = f"{item.path.name}::{item.name}"
-    for pattern, reason in UPSTREAM_TRITON_SKIPS.items():
+    for pattern, reason in skips.items():
         if fnmatch.fnmatchcase(key, pattern):
             return reason
     return None
@@ -98,11 +120,11 @@ def _upstream_triton_skip(item) -> Optional[str]:
 
 def pytest_collection_modifyitems(config, items):
     backend = os.environ.get("INFERGATE_BACKEND", "").strip().lower()
-    if backend == "upstream-triton":
-        for item in items:
-            reason = _upstream_triton_skip(item)
-            if reason is not None:
-                item.add_marker(pytest.mark.skip(reason=f"upstream Triton 2.51: {reason}"))
+    label, skips = _upstream_skips(backend)
+    for item in items:
+        reason = _skip_reason(item, skips)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=f"{label}: {reason}"))
     oracle = os.environ.get("INFERGATE_ORACLE", "").strip().lower()
     if oracle != "triton251":
         return

@@ -23,6 +23,7 @@
 #   INFERGATE_UPSTREAM_KEEP=1  keep the temporary directory (repository, configs, logs);
 #                            it is always kept when pytest fails
 #   INFERGATE_READY_TIMEOUT  seconds to wait for each server to be ready (180)
+#   INFERGATE_UPSTREAM_PROTOCOL  grpc (default) or http: how the sidecar talks to Triton
 #   PIP_FLAGS                extra flags for pip install
 set -euo pipefail
 
@@ -56,18 +57,9 @@ TRITON_PID=""
 SIDECAR_PID=""
 RC=1
 
-stop_pid() { # pid, grace seconds
-  local pid="$1" grace="$2" i=0
-  [ -n "$pid" ] || return 0
-  kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-  kill -TERM "$pid" 2>/dev/null || true
-  while kill -0 "$pid" 2>/dev/null && [ "$i" -lt $((grace * 10)) ]; do sleep 0.1; i=$((i + 1)); done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "pid $pid still running after ${grace}s; SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
-}
+LIB_PY="$TPY"
+# shellcheck source=lib.sh
+source "$REPO_ROOT/tests/upstream/lib.sh"
 
 cleanup() {
   trap - EXIT INT TERM
@@ -84,27 +76,8 @@ trap cleanup EXIT
 trap 'RC=130; exit' INT
 trap 'RC=143; exit' TERM
 
-fail() {
-  log "$1"
-  if [ -n "${2:-}" ] && [ -f "$2" ]; then
-    log "last lines of $2:"
-    tail -n 40 "$2" >&2
-  fi
-  RC=4
-  exit
-}
-
 # Free loopback ports, chosen by the kernel (bound together so they differ).
-read -r TRITON_HTTP_PORT TRITON_GRPC_PORT < <("$TPY" - <<'PY'
-import socket
-socks = [socket.socket() for _ in range(2)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))
-for s in socks:
-    s.close()
-PY
-)
+read -r TRITON_HTTP_PORT TRITON_GRPC_PORT < <(free_ports 2)
 
 REPO="$WORK/models"
 "$TPY" tests/upstream/make_triton_repo.py "$REPO"
@@ -130,28 +103,6 @@ start_triton() {
 }
 start_triton
 
-# wait_ready URL PID SECONDS: 0 when URL answers 200, 2 when PID exited, 1 on timeout.
-wait_ready() {
-  "$TPY" - "$1" "$2" "$3" <<'PY'
-import os, sys, time, urllib.request
-url, pid, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-deadline = time.monotonic() + limit
-while time.monotonic() < deadline:
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        sys.exit(2)
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            if r.status == 200:
-                sys.exit(0)
-    except Exception:
-        pass
-    time.sleep(0.2)
-sys.exit(1)
-PY
-}
-
 started=$SECONDS
 wait_ready "http://127.0.0.1:$TRITON_HTTP_PORT/v2/health/ready" "$TRITON_PID" "$READY_TIMEOUT" ||
   fail "tritonserver did not become ready" "$WORK/triton.log"
@@ -159,14 +110,19 @@ log "tritonserver ready after $((SECONDS - started)) s"
 
 # Sidecar configuration: every model of the repository, the classifier with its labels
 # (the sidecar classifies; it needs the label file by output name).
-"$TPY" - "$REPO" "$TRITON_GRPC_PORT" >"$WORK/sidecar.yaml" <<'PY'
+if [ "${INFERGATE_UPSTREAM_PROTOCOL:-grpc}" = "http" ]; then
+  UPSTREAM_URL="http://127.0.0.1:$TRITON_HTTP_PORT"
+else
+  UPSTREAM_URL="grpc://127.0.0.1:$TRITON_GRPC_PORT"
+fi
+"$TPY" - "$REPO" "$UPSTREAM_URL" >"$WORK/sidecar.yaml" <<'PY'
 import json, os, sys
-repo, port = sys.argv[1], sys.argv[2]
+repo, url = sys.argv[1], sys.argv[2]
 print("server: {host: 127.0.0.1, http_port: 0, grpc_port: 0, metrics_port: 0, admin_port: 0, "
       "allow_client_shm: true, log_format: json}")
 print("backend:")
 print("  kind: upstream")
-print(f"  url: grpc://127.0.0.1:{port}")
+print(f"  url: {url}")
 print("  probe_interval_seconds: 1")
 print(f"  staging_shm_bytes: {os.environ.get('INFERGATE_STAGING_SHM_BYTES', 64 << 20)}")
 print(f"  staging_min_bytes: {os.environ.get('INFERGATE_STAGING_MIN_BYTES', 0)}")
@@ -183,57 +139,13 @@ PY
 SIDECAR_PID=$!
 
 # The sidecar logs the addresses it bound (http_addr, grpc_addr, metrics_addr) as JSON.
-ADDRS="$("$TPY" - "$WORK/sidecar.log" "$SIDECAR_PID" 30 <<'PY'
-import json, os, sys, time
-path, pid, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-keys = ("http_addr", "grpc_addr", "metrics_addr", "admin_addr")
-found = {}
-
-def walk(obj):
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if k in keys and isinstance(v, str):
-                found.setdefault(k, v)
-            else:
-                walk(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            walk(v)
-
-def connectable(addr):
-    host, _, port = addr.rpartition(":")
-    if host in ("0.0.0.0", "[::]", "::", ""):
-        host = "127.0.0.1"
-    return f"{host}:{port}"
-
-deadline = time.monotonic() + limit
-while time.monotonic() < deadline and not all(k in found for k in keys):
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            start = line.find("{")
-            if start >= 0:
-                try:
-                    walk(json.loads(line[start:]))
-                except ValueError:
-                    pass
-    if all(k in found for k in keys):
-        break
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        break
-    time.sleep(0.1)
-if not all(k in found for k in keys):
-    sys.exit(1)
-print(*(connectable(found[k]) for k in keys))
-PY
-)" || fail "the sidecar did not log its addresses" "$WORK/sidecar.log"
+ADDRS="$(sidecar_addrs "$WORK/sidecar.log" "$SIDECAR_PID" 30)" || fail "the sidecar did not log its addresses" "$WORK/sidecar.log"
 read -r SIDECAR_HTTP SIDECAR_GRPC SIDECAR_METRICS SIDECAR_ADMIN <<<"$ADDRS"
 
 # Ready once it has discovered the upstream's models.
 wait_ready "http://$SIDECAR_HTTP/v2/health/ready" "$SIDECAR_PID" "$READY_TIMEOUT" ||
   fail "the sidecar did not become ready" "$WORK/sidecar.log"
-log "sidecar ready: http $SIDECAR_HTTP, grpc $SIDECAR_GRPC, metrics $SIDECAR_METRICS -> triton grpc 127.0.0.1:$TRITON_GRPC_PORT"
+log "sidecar ready: http $SIDECAR_HTTP, grpc $SIDECAR_GRPC, metrics $SIDECAR_METRICS -> triton $UPSTREAM_URL"
 
 set +e
 INFERGATE_HTTP_URL="$SIDECAR_HTTP" \

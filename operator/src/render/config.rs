@@ -67,6 +67,10 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
                         .collect()
                 })
                 .unwrap_or_default(),
+            // Not in the resource yet: configurations come from the model server, and
+            // sequences follow its own batcher or, without one, the sidecar's.
+            config: None,
+            sequence: None,
         })
         .collect();
     upstream.staging_shm_bytes = staging_bytes(spec);

@@ -180,6 +180,36 @@ pub struct UpstreamModel {
     pub max_batch_size: Option<u32>,
     /// Label files for classification, by output name (one label per line).
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Fields of the model's configuration, in the JSON form `GET /v2/models/<m>/config`
+    /// answers (`max_batch_size`, `input`, `output`, `sequence_batching`, ...), set over the
+    /// configuration the upstream gave or the sidecar synthesized from its metadata.
+    pub config: Option<serde_json::Value>,
+    /// Who runs the sequences of a model whose configuration has `sequence_batching`; unset
+    /// means the upstream when its own configuration has a sequence batcher, else the sidecar.
+    pub sequence: Option<SequenceMode>,
+}
+
+/// Where a sequence model's sequences are handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SequenceMode {
+    /// The sidecar schedules sequences (slots, order, idle timeout) and adds the configured
+    /// control tensors (START, END, READY, CORRID) to each request as inputs.
+    Sidecar,
+    /// No scheduling: `sequence_*` parameters are forwarded to a model that keeps its own state.
+    Parameters,
+    /// The upstream's own sequence batcher; `sequence_*` parameters are forwarded to it.
+    Upstream,
+}
+
+impl SequenceMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SequenceMode::Sidecar => "sidecar",
+            SequenceMode::Parameters => "parameters",
+            SequenceMode::Upstream => "upstream",
+        }
+    }
 }
 
 impl Default for BackendConfig {

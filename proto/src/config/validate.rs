@@ -81,15 +81,13 @@ impl SidecarConfig {
         match &self.backend {
             BackendConfig::Upstream(up) => {
                 match up.url.split_once("://") {
-                    Some(("grpc", rest)) if !rest.is_empty() => {}
-                    Some(("http", _)) => err(
-                        "backend.url",
-                        "REST upstreams (http://) are not supported yet; use grpc://HOST:PORT"
-                            .into(),
-                    ),
+                    Some(("grpc" | "http", rest)) if !rest.is_empty() && !rest.contains('/') => {}
                     _ => err(
                         "backend.url",
-                        format!("'{}' is not grpc://HOST:PORT", up.url),
+                        format!(
+                            "'{}' is not grpc://HOST:PORT (V2 gRPC) or http://HOST:PORT (V2 REST)",
+                            up.url
+                        ),
                     ),
                 }
                 if up.timeout_seconds == 0 {
@@ -109,6 +107,12 @@ impl SidecarConfig {
                         err(
                             &format!("backend.models[{i}].name"),
                             "must not be empty".into(),
+                        );
+                    }
+                    if m.config.as_ref().is_some_and(|c| !c.is_object()) {
+                        err(
+                            &format!("backend.models[{i}].config"),
+                            "must be a map of model-configuration fields".into(),
                         );
                     }
                 }

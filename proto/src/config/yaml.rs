@@ -37,6 +37,25 @@ mod tests {
     }
 
     #[test]
+    fn upstream_model_settings_carry_a_config_overlay_and_a_sequence_mode() {
+        let text = "backend:\n  kind: upstream\n  url: grpc://127.0.0.1:8001\n  models:\n    - name: seq\n      sequence: sidecar\n      config: {max_batch_size: 8, sequence_batching: {max_sequence_idle_microseconds: 5000000}}\n";
+        let cfg = from_str(text).unwrap();
+        let BackendConfig::Upstream(up) = cfg.backend else {
+            panic!("not an upstream backend");
+        };
+        let model = &up.models[0];
+        assert_eq!(model.sequence, Some(crate::config::SequenceMode::Sidecar));
+        let overlay = model.config.as_ref().unwrap();
+        assert_eq!(overlay["max_batch_size"], 8);
+        assert_eq!(
+            overlay["sequence_batching"]["max_sequence_idle_microseconds"],
+            5_000_000
+        );
+        let err = from_str(&text.replace("sidecar", "somewhere")).unwrap_err();
+        assert!(err.contains("somewhere"), "{err}");
+    }
+
+    #[test]
     fn unknown_fields_are_rejected() {
         let err = from_str("server:\n  http_prot: 1\n").unwrap_err();
         assert!(err.contains("http_prot"), "{err}");

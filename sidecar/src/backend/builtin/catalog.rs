@@ -207,18 +207,12 @@ impl ModelLoader for Catalog {
 /// Applies a load request's configuration on top of the model's own: fields the override
 /// sets replace the model's. Inputs and outputs must stay those the implementation computes.
 fn apply_override(base: &ModelConfig, overlay: &serde_json::Value) -> Result<ModelConfig> {
-    let serde_json::Value::Object(fields) = overlay else {
+    if !overlay.is_object() {
         return Err(Error::invalid_arg(
             "the configuration override must be a JSON object",
         ));
-    };
-    let mut merged = model_config::to_json(base);
-    if let serde_json::Value::Object(target) = &mut merged {
-        for (k, v) in fields {
-            target.insert(k.clone(), v.clone());
-        }
     }
-    let config = model_config::from_json(&merged)
+    let config = model_config::overlay(base, overlay)
         .map_err(|e| Error::invalid_arg(format!("invalid configuration: {e}")))?;
     if config.name != base.name {
         return Err(Error::invalid_arg(format!(

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use infergate_proto::DataType;
-use infergate_proto::config::{UpstreamConfig, UpstreamModel as ModelSettings};
+use infergate_proto::config::{SequenceMode, UpstreamConfig, UpstreamModel as ModelSettings};
+use infergate_proto::inference::model_config::SchedulingChoice;
 use infergate_proto::inference::{
     ModelConfig, ModelConfigRequest, ModelInput, ModelMetadataRequest, ModelOutput,
-    RepositoryIndexRequest, ServerMetadataRequest, ServerReadyRequest,
-    model_metadata_response::TensorMetadata,
+    RepositoryIndexRequest, model_metadata_response::TensorMetadata,
 };
+use infergate_proto::model_config;
 use parking_lot::RwLock;
 
 use super::{Upstream, UpstreamModel, upstream_error};
@@ -51,11 +52,15 @@ pub async fn run_discovery(
     let interval = Duration::from_secs(config.probe_interval_seconds.max(1));
     loop {
         match discover(&upstream, &config).await {
-            Ok(models) => {
+            Ok(Discovered { models, sequences }) => {
                 let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
                 tracing::info!(upstream = %upstream.url, models = ?names, "upstream models discovered");
                 record_identity(&upstream, &info).await;
-                info.write().models = names.clone();
+                {
+                    let mut info = info.write();
+                    info.models = names.clone();
+                    info.sequences = sequences;
+                }
                 *loader.names.write() = names;
                 state.repository.install(models);
                 let extensions = info.read().extensions.clone();
@@ -75,10 +80,10 @@ pub async fn run_discovery(
     let mut was_ready = true;
     loop {
         tokio::time::sleep(interval).await;
-        let mut client = upstream.client();
+        let client = upstream.client();
         let ready = matches!(
-            tokio::time::timeout(interval, client.server_ready(ServerReadyRequest {})).await,
-            Ok(Ok(r)) if r.get_ref().ready
+            tokio::time::timeout(interval, client.server_ready()).await,
+            Ok(Ok(true))
         );
         if ready != was_ready {
             tracing::warn!(upstream = %upstream.url, ready, "upstream readiness changed");
@@ -104,9 +109,9 @@ pub async fn run_discovery(
 
 /// Server metadata of the upstream, for the admin status.
 async fn record_identity(upstream: &Upstream, info: &RwLock<UpstreamInfo>) {
-    let mut client = upstream.client();
-    if let Ok(meta) = client.server_metadata(ServerMetadataRequest {}).await {
-        let meta = meta.into_inner();
+    let client = upstream.client();
+    if let Ok(meta) = client.server_metadata().await {
+        upstream.learned_extensions(&meta.extensions);
         let mut info = info.write();
         info.reachable = true;
         info.name = meta.name;
@@ -115,8 +120,14 @@ async fn record_identity(upstream: &Upstream, info: &RwLock<UpstreamInfo>) {
     }
 }
 
-async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<Vec<Model>> {
-    let mut client = upstream.client();
+/// The upstream's models, and who runs the sequences of those that have them.
+struct Discovered {
+    models: Vec<Model>,
+    sequences: Vec<(String, SequenceMode)>,
+}
+
+async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<Discovered> {
+    let client = upstream.client();
     let url = &upstream.url;
     let settings: Vec<ModelSettings> = if config.models.is_empty() {
         let index = client
@@ -132,7 +143,6 @@ async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<V
                 ))
             })?;
         index
-            .into_inner()
             .models
             .into_iter()
             .filter(|m| m.state.is_empty() || m.state == "READY")
@@ -145,6 +155,7 @@ async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<V
         config.models.clone()
     };
     let mut models = Vec::with_capacity(settings.len());
+    let mut sequences = Vec::new();
     for s in settings {
         let metadata = client
             .model_metadata(ModelMetadataRequest {
@@ -152,8 +163,7 @@ async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<V
                 version: String::new(),
             })
             .await
-            .map_err(|e| upstream_error(e, url))?
-            .into_inner();
+            .map_err(|e| upstream_error(e, url))?;
         let upstream_config = match client
             .model_config(ModelConfigRequest {
                 name: s.name.clone(),
@@ -161,16 +171,23 @@ async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<V
             })
             .await
         {
-            Ok(r) => r.into_inner().config,
+            Ok(r) => r.config,
             Err(status) => {
                 tracing::debug!(model = %s.name, %status, "no model configuration upstream; synthesizing it");
                 None
             }
         };
+        let upstream_batches_sequences =
+            upstream_config.as_ref().is_some_and(has_sequence_batching);
         let mut model_config = match upstream_config {
             Some(c) => c,
             None => synthesize(&s, &metadata.inputs, &metadata.outputs)?,
         };
+        if let Some(overlay) = &s.config {
+            model_config = model_config::overlay(&model_config, overlay).map_err(|e| {
+                Error::invalid_arg(format!("model '{}': backend.models config: {e}", s.name))
+            })?;
+        }
         model_config.name = s.name.clone();
         normalize_config(&mut model_config);
         let mut labels = HashMap::new();
@@ -191,16 +208,46 @@ async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<V
             s.name.clone(),
             version_text,
         ));
+        let sequence_mode = sequence_mode(&model_config, &s, upstream_batches_sequences);
         let mut model = Model::new(model_config, version, backend, labels)?;
-        // The upstream runs its own sequence batcher when it has one; sequence parameters are
-        // forwarded to it as they are.
-        model.sequencer = None;
+        // Sequence parameters are always forwarded. Only in `sidecar` mode does the sidecar
+        // schedule the sequences and add the control tensors to the inputs it sends.
+        if let Some(mode) = sequence_mode {
+            sequences.push((s.name.clone(), mode));
+        }
+        if sequence_mode != Some(SequenceMode::Sidecar) {
+            model.sequencer = None;
+        }
         if !metadata.platform.is_empty() {
             model.platform = metadata.platform;
         }
         models.push(model);
     }
-    Ok(models)
+    Ok(Discovered { models, sequences })
+}
+
+/// Who runs a model's sequences: none for a model without `sequence_batching`; else the
+/// setting, or by default the upstream when its own configuration has a sequence batcher and
+/// the sidecar otherwise.
+fn sequence_mode(
+    config: &ModelConfig,
+    settings: &ModelSettings,
+    upstream_batches_sequences: bool,
+) -> Option<SequenceMode> {
+    has_sequence_batching(config).then(|| {
+        settings.sequence.unwrap_or(if upstream_batches_sequences {
+            SequenceMode::Upstream
+        } else {
+            SequenceMode::Sidecar
+        })
+    })
+}
+
+fn has_sequence_batching(config: &ModelConfig) -> bool {
+    matches!(
+        config.scheduling_choice,
+        Some(SchedulingChoice::SequenceBatching(_))
+    )
 }
 
 /// A configuration from metadata alone, for upstreams without a configuration endpoint.
@@ -209,7 +256,18 @@ fn synthesize(
     inputs: &[TensorMetadata],
     outputs: &[TensorMetadata],
 ) -> Result<ModelConfig> {
-    let max_batch_size = settings.max_batch_size.unwrap_or(0);
+    // The batch size decides which metadata dimension is the batch one; it may be given in the
+    // configuration overlay instead of on its own.
+    let overlay_batch = settings
+        .config
+        .as_ref()
+        .and_then(|c| c.get("max_batch_size"))
+        .and_then(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        })
+        .and_then(|v| u32::try_from(v).ok());
+    let max_batch_size = settings.max_batch_size.or(overlay_batch).unwrap_or(0);
     let dims = |t: &TensorMetadata| -> Vec<i64> {
         if max_batch_size > 0 && !t.shape.is_empty() {
             t.shape[1..].to_vec()
@@ -256,4 +314,67 @@ fn synthesize(
             .collect::<Result<_>>()?,
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(name: &str, datatype: &str, shape: &[i64]) -> TensorMetadata {
+        TensorMetadata {
+            name: name.into(),
+            datatype: datatype.into(),
+            shape: shape.to_vec(),
+        }
+    }
+
+    fn settings(config: serde_json::Value) -> ModelSettings {
+        ModelSettings {
+            name: "seq".into(),
+            config: Some(config),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_overlay_batch_size_decides_the_batch_dimension() {
+        let s = settings(serde_json::json!({"max_batch_size": 8}));
+        let config = synthesize(
+            &s,
+            &[tensor("INPUT", "INT32", &[-1, 1])],
+            &[tensor("OUTPUT", "INT32", &[-1, 1])],
+        )
+        .unwrap();
+        assert_eq!(config.max_batch_size, 8);
+        assert_eq!(config.input[0].dims, vec![1]);
+        assert_eq!(config.output[0].dims, vec![1]);
+    }
+
+    #[test]
+    fn sequence_batching_from_the_overlay_is_run_by_the_sidecar_by_default() {
+        let mut s = settings(serde_json::json!({
+            "max_batch_size": 8,
+            "sequence_batching": {
+                "control_input": [{"name": "START", "control": [
+                    {"kind": "CONTROL_SEQUENCE_START", "int32_false_true": [0, 1]}
+                ]}]
+            }
+        }));
+        let base = synthesize(&s, &[tensor("INPUT", "INT32", &[-1, 1])], &[]).unwrap();
+        let config = model_config::overlay(&base, s.config.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            sequence_mode(&config, &s, false),
+            Some(SequenceMode::Sidecar)
+        );
+        assert_eq!(
+            sequence_mode(&config, &s, true),
+            Some(SequenceMode::Upstream)
+        );
+        s.sequence = Some(SequenceMode::Parameters);
+        assert_eq!(
+            sequence_mode(&config, &s, true),
+            Some(SequenceMode::Parameters)
+        );
+        assert_eq!(sequence_mode(&base, &s, true), None);
+    }
 }

@@ -1,12 +1,14 @@
 //! The upstream backend: a model server in the same pod (Triton, KServe's ModelServer,
-//! MLServer, ...) spoken to over V2 gRPC on loopback. The sidecar discovers its models, keeps
+//! MLServer, ...) spoken to over V2 gRPC or REST on loopback. The sidecar discovers its models, keeps
 //! their readiness, and forwards plain inference to it; everything the protocol offers on top
 //! (binary data and compression toward the client, classification, client shared memory) is done
 //! by the sidecar's own front ends and pipeline, so it works whatever the upstream supports.
 
 mod discovery;
 pub mod passthrough;
+mod rest;
 pub mod staging;
+mod transport;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,13 +25,17 @@ use infergate_proto::inference::model_config::SchedulingChoice;
 use infergate_proto::inference::model_infer_request::{
     InferInputTensor, InferRequestedOutputTensor,
 };
-use infergate_proto::inference::{InferParameter, ModelInferRequest, ModelInferResponse};
+use infergate_proto::inference::{
+    InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
+};
 use tokio::sync::Semaphore;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 pub use discovery::{UpstreamLoader, run_discovery};
 use passthrough::Passthrough;
+use rest::RestClient;
 use staging::{ClientOutput, Plan, Staging};
+pub use transport::Transport;
 
 use crate::core::model::{Backend, Execution};
 use crate::core::params::ParamValue;
@@ -40,7 +46,7 @@ use crate::tensor::shape::fixed_byte_size as byte_size;
 /// A connection to the upstream and the limits that apply to it.
 pub struct Upstream {
     pub url: String,
-    client: GrpcInferenceServiceClient<Channel>,
+    client: Transport,
     timeout: Duration,
     in_flight: Arc<Semaphore>,
     /// Shared memory with the model container for large tensors.
@@ -52,16 +58,24 @@ pub struct Upstream {
 impl Upstream {
     /// A lazily connecting client: the sidecar starts whether or not the upstream is up.
     pub fn new(config: &UpstreamConfig, max_message_bytes: usize) -> Result<Self> {
-        let address = config.url.replacen("grpc://", "http://", 1);
-        let endpoint = Endpoint::from_shared(address)
-            .map_err(|e| Error::invalid_arg(format!("invalid upstream url '{}': {e}", config.url)))?
-            .connect_timeout(Duration::from_secs(2))
-            .tcp_nodelay(true)
-            .initial_stream_window_size(Some(16 << 20))
-            .initial_connection_window_size(Some(32 << 20));
-        let client = GrpcInferenceServiceClient::new(endpoint.connect_lazy())
-            .max_decoding_message_size(max_message_bytes)
-            .max_encoding_message_size(max_message_bytes);
+        let client = if config.url.starts_with("http://") {
+            Transport::Rest(RestClient::new(&config.url, max_message_bytes))
+        } else {
+            let address = config.url.replacen("grpc://", "http://", 1);
+            let endpoint = Endpoint::from_shared(address)
+                .map_err(|e| {
+                    Error::invalid_arg(format!("invalid upstream url '{}': {e}", config.url))
+                })?
+                .connect_timeout(Duration::from_secs(2))
+                .tcp_nodelay(true)
+                .initial_stream_window_size(Some(16 << 20))
+                .initial_connection_window_size(Some(32 << 20));
+            Transport::Grpc(
+                GrpcInferenceServiceClient::new(endpoint.connect_lazy())
+                    .max_decoding_message_size(max_message_bytes)
+                    .max_encoding_message_size(max_message_bytes),
+            )
+        };
         Ok(Upstream {
             url: config.url.clone(),
             client,
@@ -72,8 +86,15 @@ impl Upstream {
         })
     }
 
-    pub fn client(&self) -> GrpcInferenceServiceClient<Channel> {
-        self.client.clone()
+    pub fn client(&self) -> &Transport {
+        &self.client
+    }
+
+    /// What the upstream offers decides how tensors travel over REST.
+    pub fn learned_extensions(&self, extensions: &[String]) {
+        if let Transport::Rest(rest) = &self.client {
+            rest.set_binary(extensions.iter().any(|e| e == "binary_tensor_data"));
+        }
     }
 
     pub fn timeout(&self) -> Duration {
@@ -133,7 +154,8 @@ impl UpstreamModel {
         for i in 0..execution.outputs.len() {
             let target = execution.output_shm.get(i).and_then(Option::as_ref);
             let place = match target {
-                Some(t) if self.upstream.staging.is_active() => self
+                // An empty window is the sidecar's to refuse, with Triton's own words.
+                Some(t) if self.upstream.staging.is_active() && t.byte_size > 0 => self
                     .upstream
                     .passthrough
                     .upstream_name(&self.upstream, &t.region)
@@ -161,10 +183,16 @@ impl UpstreamModel {
         // Sequence and custom parameters go through: a model that keeps its own state, or an
         // upstream with its own sequence batcher, needs them.
         for (key, value) in execution.parameters.iter() {
+            // `triton_*` keys are the front end's own (perf_analyzer sends some); Triton's REST
+            // front end refuses them in a request.
+            if key.starts_with("triton_") {
+                continue;
+            }
             let choice = match value {
                 ParamValue::Bool(b) => ParameterChoice::BoolParam(*b),
                 ParamValue::Int(i) => ParameterChoice::Int64Param(*i),
-                ParamValue::Uint(u) => ParameterChoice::Int64Param(*u as i64),
+                // uint64 as uint64: a REST upstream would read an int64 above 2^63 as negative.
+                ParamValue::Uint(u) => ParameterChoice::Uint64Param(*u),
                 ParamValue::Double(d) => ParameterChoice::DoubleParam(*d),
                 ParamValue::String(s) => ParameterChoice::StringParam(s.clone()),
             };
@@ -229,9 +257,9 @@ impl UpstreamModel {
         &self,
         request: ModelInferRequest,
     ) -> Result<std::result::Result<ModelInferResponse, tonic::Status>> {
-        let mut client = self.upstream.client();
+        let client = self.upstream.client();
         match tokio::time::timeout(self.upstream.timeout, client.model_infer(request)).await {
-            Ok(answer) => Ok(answer.map(tonic::Response::into_inner)),
+            Ok(answer) => Ok(answer),
             Err(_) => Err(Error::unavailable(format!(
                 "upstream model server {} did not answer within {} s",
                 self.upstream.url,
@@ -260,18 +288,20 @@ impl UpstreamModel {
                     output.name, output.datatype
                 ))
             })?;
+            // Some servers (MLServer) send an empty `contents` message beside the raw entry
+            // that holds the bytes: an empty one says nothing.
+            let contents = output.contents.filter(|c| !contents_empty(c));
             let index = execution.outputs.iter().position(|n| *n == output.name);
             let staged = index.and_then(|i| plan.output(i));
             let in_client_region = index
                 .and_then(|i| client_outputs.get(i))
                 .is_some_and(Option::is_some);
-            let raw_entry = if aligned
-                || (staged.is_none() && !in_client_region && output.contents.is_none())
-            {
-                raw.next()
-            } else {
-                None
-            };
+            let raw_entry =
+                if aligned || (staged.is_none() && !in_client_region && contents.is_none()) {
+                    raw.next()
+                } else {
+                    None
+                };
             if in_client_region {
                 // Already in the client's region: the response carries only its shape.
                 if let Some(len) = byte_size(datatype, &output.shape) {
@@ -285,7 +315,7 @@ impl UpstreamModel {
                 ));
                 continue;
             }
-            let data = match (staged, output.contents) {
+            let data = match (staged, contents) {
                 (Some(slot), _) => {
                     let len = byte_size(datatype, &output.shape).ok_or_else(|| {
                         Error::internal(format!(
@@ -305,9 +335,34 @@ impl UpstreamModel {
                 )?,
                 (None, None) => raw_entry.unwrap_or_default(),
             };
+            check_size(&output.name, datatype, &output.shape, &data)?;
             outputs.push(Tensor::new(output.name, datatype, output.shape, data));
         }
         Ok(outputs)
+    }
+}
+
+/// Whether a typed `contents` message carries no element at all.
+fn contents_empty(c: &InferTensorContents) -> bool {
+    c.bool_contents.is_empty()
+        && c.int_contents.is_empty()
+        && c.int64_contents.is_empty()
+        && c.uint_contents.is_empty()
+        && c.uint64_contents.is_empty()
+        && c.fp32_contents.is_empty()
+        && c.fp64_contents.is_empty()
+        && c.bytes_contents.is_empty()
+}
+
+/// An upstream output must hold what its shape says (BYTES: at least the element count is
+/// checked where it is read); a short one would reach the client as a corrupt tensor.
+fn check_size(name: &str, datatype: DataType, shape: &[i64], data: &Bytes) -> Result<()> {
+    match byte_size(datatype, shape) {
+        Some(expected) if expected != data.len() as u64 => Err(Error::internal(format!(
+            "upstream returned {} bytes for output '{name}' of shape {shape:?} and datatype {datatype}, which needs {expected}",
+            data.len()
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -48,7 +48,7 @@ impl Passthrough {
             std::process::id(),
             self.next.fetch_add(1, Ordering::Relaxed)
         );
-        let mut client = upstream.client();
+        let client = upstream.client();
         let registered = client
             .system_shared_memory_register(SystemSharedMemoryRegisterRequest {
                 name: name.clone(),
@@ -95,7 +95,7 @@ impl Passthrough {
             });
             gone
         };
-        let mut client = upstream.client();
+        let client = upstream.client();
         for name in gone {
             let _ = client
                 .system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest { name })
@@ -111,7 +111,7 @@ impl Passthrough {
             .drain(..)
             .filter_map(|e| e.upstream_name)
             .collect();
-        let mut client = upstream.client();
+        let client = upstream.client();
         for name in names {
             let unregister = client
                 .system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest { name });

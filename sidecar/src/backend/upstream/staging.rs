@@ -173,14 +173,14 @@ impl Staging {
             return false;
         }
         let name = pool.key().to_string();
-        let mut client = upstream.client();
+        let client = upstream.client();
         if *self.state.read() == PoolState::Active {
             let status = client
                 .system_shared_memory_status(SystemSharedMemoryStatusRequest { name: name.clone() })
                 .await;
             match status {
                 Ok(r) => {
-                    let held = r.get_ref().regions.get(&name).is_some_and(|s| {
+                    let held = r.regions.get(&name).is_some_and(|s| {
                         s.key.trim_start_matches('/') == name && s.byte_size == pool.byte_size()
                     });
                     if held {
@@ -228,7 +228,7 @@ impl Staging {
     pub async fn release(&self, upstream: &Upstream) {
         let Some(pool) = &self.pool else { return };
         self.set_state(PoolState::Off("shutting down".to_string()));
-        let mut client = upstream.client();
+        let client = upstream.client();
         let unregister =
             client.system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest {
                 name: pool.key().to_string(),

@@ -1,0 +1,128 @@
+//! The calls the sidecar makes to the upstream, over whichever protocol it speaks: V2 gRPC
+//! (`grpc://`, preferred: raw tensor bytes, one HTTP/2 connection) or V2 REST (`http://`).
+//! Both answer with the gRPC messages and `tonic::Status`, so everything above this module is
+//! written once.
+
+use infergate_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use infergate_proto::inference::infer_parameter::ParameterChoice;
+use infergate_proto::inference::{
+    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
+    ModelMetadataRequest, ModelMetadataResponse, RepositoryIndexRequest, RepositoryIndexResponse,
+    ServerMetadataResponse, SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
+    SystemSharedMemoryStatusResponse, SystemSharedMemoryUnregisterRequest,
+};
+use infergate_proto::inference::{ServerMetadataRequest, ServerReadyRequest};
+use tonic::transport::Channel;
+
+use super::rest::RestClient;
+
+/// The upstream's answer, or its error in gRPC terms.
+pub type Answer<T> = std::result::Result<T, tonic::Status>;
+
+/// A cheap-to-clone handle on the upstream connection.
+#[derive(Clone)]
+pub enum Transport {
+    Grpc(GrpcInferenceServiceClient<Channel>),
+    Rest(RestClient),
+}
+
+impl Transport {
+    pub async fn model_infer(&self, request: ModelInferRequest) -> Answer<ModelInferResponse> {
+        match self {
+            Transport::Grpc(c) => inner(c.clone().model_infer(int64_parameters(request)).await),
+            Transport::Rest(c) => c.infer(request).await,
+        }
+    }
+
+    pub async fn server_ready(&self) -> Answer<bool> {
+        match self {
+            Transport::Grpc(c) => {
+                inner(c.clone().server_ready(ServerReadyRequest {}).await).map(|r| r.ready)
+            }
+            Transport::Rest(c) => c.server_ready().await,
+        }
+    }
+
+    pub async fn server_metadata(&self) -> Answer<ServerMetadataResponse> {
+        match self {
+            Transport::Grpc(c) => inner(c.clone().server_metadata(ServerMetadataRequest {}).await),
+            Transport::Rest(c) => c.server_metadata().await,
+        }
+    }
+
+    pub async fn repository_index(
+        &self,
+        request: RepositoryIndexRequest,
+    ) -> Answer<RepositoryIndexResponse> {
+        match self {
+            Transport::Grpc(c) => inner(c.clone().repository_index(request).await),
+            Transport::Rest(c) => c.repository_index(request.ready).await,
+        }
+    }
+
+    pub async fn model_metadata(
+        &self,
+        request: ModelMetadataRequest,
+    ) -> Answer<ModelMetadataResponse> {
+        match self {
+            Transport::Grpc(c) => inner(c.clone().model_metadata(request).await),
+            Transport::Rest(c) => c.model_metadata(&request.name).await,
+        }
+    }
+
+    pub async fn model_config(&self, request: ModelConfigRequest) -> Answer<ModelConfigResponse> {
+        match self {
+            Transport::Grpc(c) => inner(c.clone().model_config(request).await),
+            Transport::Rest(c) => c.model_config(&request.name).await,
+        }
+    }
+
+    pub async fn system_shared_memory_status(
+        &self,
+        request: SystemSharedMemoryStatusRequest,
+    ) -> Answer<SystemSharedMemoryStatusResponse> {
+        match self {
+            Transport::Grpc(c) => inner(c.clone().system_shared_memory_status(request).await),
+            Transport::Rest(c) => c.shm_status(&request.name).await,
+        }
+    }
+
+    pub async fn system_shared_memory_register(
+        &self,
+        request: SystemSharedMemoryRegisterRequest,
+    ) -> Answer<()> {
+        match self {
+            Transport::Grpc(c) => {
+                inner(c.clone().system_shared_memory_register(request).await).map(|_| ())
+            }
+            Transport::Rest(c) => c.shm_register(request).await,
+        }
+    }
+
+    pub async fn system_shared_memory_unregister(
+        &self,
+        request: SystemSharedMemoryUnregisterRequest,
+    ) -> Answer<()> {
+        match self {
+            Transport::Grpc(c) => {
+                inner(c.clone().system_shared_memory_unregister(request).await).map(|_| ())
+            }
+            Transport::Rest(c) => c.shm_unregister(&request.name).await,
+        }
+    }
+}
+
+/// Triton's gRPC front end takes a `sequence_id` only as int64 (or string), and reads the
+/// int64's bits as unsigned: uint64 parameters travel as the same bits in an int64.
+fn int64_parameters(mut request: ModelInferRequest) -> ModelInferRequest {
+    for value in request.parameters.values_mut() {
+        if let Some(ParameterChoice::Uint64Param(v)) = value.parameter_choice {
+            value.parameter_choice = Some(ParameterChoice::Int64Param(v as i64));
+        }
+    }
+    request
+}
+
+fn inner<T>(answer: Answer<tonic::Response<T>>) -> Answer<T> {
+    answer.map(tonic::Response::into_inner)
+}
