@@ -1,6 +1,18 @@
-# Shared by run-triton.sh, run-kserve.sh and run-mlserver.sh: process control, free ports,
-# readiness, and the sidecar's bound addresses. Source it after defining `log` and setting
-# LIB_PY (a Python 3 interpreter, standard library only) and RC.
+# Shared by run-triton.sh, run-kserve.sh and run-mlserver.sh: the sidecar binary, process
+# control, free ports, readiness, and the sidecar's bound addresses. Source it after defining
+# `log` and SIDECAR_BIN; set LIB_PY (a Python 3 interpreter, standard library only) before
+# calling the functions that run Python, and RC before `fail`.
+
+ensure_sidecar() { # builds the sidecar when SIDECAR_BIN is the default path and missing
+  [ -x "$SIDECAR_BIN" ] && return 0
+  if [ -z "${INFERGATE_SIDECAR_BIN:-}" ] && command -v cargo >/dev/null 2>&1; then
+    log "building the sidecar (cargo build -p infergate-sidecar)"
+    cargo build -q -p infergate-sidecar
+  else
+    log "sidecar binary not found at $SIDECAR_BIN (build it: cargo build -p infergate-sidecar)"
+    exit 1
+  fi
+}
 
 stop_pid() { # pid, grace seconds: SIGTERM, then SIGKILL after the grace period
   local pid="$1" grace="$2" i=0

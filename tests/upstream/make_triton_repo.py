@@ -21,23 +21,8 @@ import shutil
 import sys
 from pathlib import Path
 
-# Datatypes of identity_<dtype>: protocol name -> config name (catalog.rs: DataType::ALL).
-DTYPES = {
-    "BOOL": "TYPE_BOOL",
-    "UINT8": "TYPE_UINT8",
-    "UINT16": "TYPE_UINT16",
-    "UINT32": "TYPE_UINT32",
-    "UINT64": "TYPE_UINT64",
-    "INT8": "TYPE_INT8",
-    "INT16": "TYPE_INT16",
-    "INT32": "TYPE_INT32",
-    "INT64": "TYPE_INT64",
-    "FP16": "TYPE_FP16",
-    "FP32": "TYPE_FP32",
-    "FP64": "TYPE_FP64",
-    "BF16": "TYPE_BF16",
-    "BYTES": "TYPE_STRING",
-}
+# Datatypes of identity_<dtype>: protocol name -> config name (one table for every upstream run).
+from contracts import DTYPES  # noqa: E402  (beside this script)
 
 LABELS = "label0\nlabel1\nlabel2\nlabel3\n"
 CPU_INSTANCE = "instance_group [ { count: 1 kind: KIND_CPU } ]\n"

@@ -33,22 +33,15 @@ SIDECAR_BIN="${INFERGATE_SIDECAR_BIN:-$PWD/target/debug/infergate-sidecar}"
 READY_TIMEOUT="${INFERGATE_READY_TIMEOUT:-180}"
 
 log() { printf '[run-kserve] %s\n' "$*" >&2; }
+# shellcheck source=lib.sh
+source "$REPO_ROOT/tests/upstream/lib.sh"
 
 # ------------------------------------------------------------------ install
 
 # shellcheck source=kserve-env.sh
 source "$REPO_ROOT/tests/upstream/kserve-env.sh"
 
-# The sidecar.
-if [ ! -x "$SIDECAR_BIN" ]; then
-  if [ -z "${INFERGATE_SIDECAR_BIN:-}" ] && command -v cargo >/dev/null 2>&1; then
-    log "building the sidecar (cargo build -p infergate-sidecar)"
-    cargo build -q -p infergate-sidecar
-  else
-    log "sidecar binary not found at $SIDECAR_BIN (build it: cargo build -p infergate-sidecar)"
-    exit 1
-  fi
-fi
+ensure_sidecar
 
 # ------------------------------------------------------------------ run
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/infergate-kserve.XXXXXX")"
@@ -57,8 +50,6 @@ SIDECAR_PID=""
 RC=1
 
 LIB_PY="$KPY"
-# shellcheck source=lib.sh
-source "$REPO_ROOT/tests/upstream/lib.sh"
 
 cleanup() {
   trap - EXIT INT TERM
@@ -125,7 +116,7 @@ log "pytest exited with $RC"
 export INFERGATE_HTTP_URL="$SIDECAR_HTTP" INFERGATE_GRPC_URL="$SIDECAR_GRPC" \
   INFERGATE_METRICS_URL="$SIDECAR_METRICS" INFERGATE_ADMIN_URL="$SIDECAR_ADMIN" \
   INFERGATE_KSERVE_GRPC_URL="127.0.0.1:$KSERVE_GRPC_PORT" \
-  INFERGATE_KSERVE_VERSION="$(kserve_dist_version "$KSERVE_VENV" kserve)"
+  INFERGATE_KSERVE_VERSION="$(dist_version "$KSERVE_VENV" kserve)"
 # restart_check.py checks the staging pool's re-registration only when given a Triton to ask;
 # the ModelServer has no shared memory, so there is no pool.
 unset INFERGATE_TRITON_HTTP_URL

@@ -34,22 +34,15 @@ SIDECAR_BIN="${INFERGATE_SIDECAR_BIN:-$PWD/target/debug/infergate-sidecar}"
 READY_TIMEOUT="${INFERGATE_READY_TIMEOUT:-180}"
 
 log() { printf '[run-triton] %s\n' "$*" >&2; }
+# shellcheck source=lib.sh
+source "$REPO_ROOT/tests/upstream/lib.sh"
 
 # ------------------------------------------------------------------ install
 
 # shellcheck source=triton-env.sh
 source "$REPO_ROOT/tests/upstream/triton-env.sh"
 
-# The sidecar.
-if [ ! -x "$SIDECAR_BIN" ]; then
-  if [ -z "${INFERGATE_SIDECAR_BIN:-}" ] && command -v cargo >/dev/null 2>&1; then
-    log "building the sidecar (cargo build -p infergate-sidecar)"
-    cargo build -q -p infergate-sidecar
-  else
-    log "sidecar binary not found at $SIDECAR_BIN (build it: cargo build -p infergate-sidecar)"
-    exit 1
-  fi
-fi
+ensure_sidecar
 
 # ------------------------------------------------------------------ run
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/infergate-upstream.XXXXXX")"
@@ -58,8 +51,6 @@ SIDECAR_PID=""
 RC=1
 
 LIB_PY="$TPY"
-# shellcheck source=lib.sh
-source "$REPO_ROOT/tests/upstream/lib.sh"
 
 cleanup() {
   trap - EXIT INT TERM

@@ -17,50 +17,13 @@ TRITON_VENV="${INFERGATE_TRITON_VENV:-$REPO_ROOT/.venv-triton}"
 TEST_VENV="${INFERGATE_VENV:-$REPO_ROOT/.venv}"
 PIP_FLAGS="${PIP_FLAGS:-}"
 
-# shellcheck source=../tools/lib.sh
-source "$REPO_ROOT/tests/tools/lib.sh"
-
-dist_version() { # venv, distribution
-  "$1/bin/python" - "$2" <<'PY' 2>/dev/null || true
-import sys
-from importlib import metadata
-try:
-    print(metadata.version(sys.argv[1]))
-except metadata.PackageNotFoundError:
-    pass
-PY
-}
-
-default_python() {
-  if command -v python3.11 >/dev/null 2>&1; then echo python3.11; else echo python3; fi
-}
-
-# Debian's interpreters need python3-venv (ensurepip) to create venvs.
-ensure_venv_support() {
-  command -v "$1" >/dev/null 2>&1 || { log "no Python interpreter '$1'"; exit 1; }
-  "$1" -c 'import ensurepip' >/dev/null 2>&1 || apt_install python3-venv
-}
-
-# The conformance venv (tritonclient, pytest, perf_analyzer); idempotent.
-if [ ! -x "$TEST_VENV/bin/python" ]; then
-  ensure_venv_support "${INFERGATE_PYTHON:-$(default_python)}"
-fi
-INFERGATE_VENV="$TEST_VENV" "$REPO_ROOT/tests/tools/setup-python.sh" >&2
-
-# The Triton venv.
-if [ ! -x "$TRITON_VENV/bin/python" ]; then
-  PY="${INFERGATE_TRITON_PYTHON:-$(default_python)}"
-  ensure_venv_support "$PY"
-  log "creating venv $TRITON_VENV with $PY"
-  "$PY" -m venv "$TRITON_VENV"
-fi
+# shellcheck source=venv.sh
+source "$REPO_ROOT/tests/upstream/venv.sh"
+ensure_test_venv
+# numpy is checked too: the python backend's models need it.
+ensure_server_venv "$TRITON_VENV" "${INFERGATE_TRITON_PYTHON:-$(default_python)}" \
+  nvidia-pytriton "$PYTRITON_VERSION" numpy
 TPY="$TRITON_VENV/bin/python"
-if [ "$(dist_version "$TRITON_VENV" nvidia-pytriton)" != "$PYTRITON_VERSION" ] ||
-   [ -z "$(dist_version "$TRITON_VENV" numpy)" ]; then
-  log "pip install nvidia-pytriton==$PYTRITON_VERSION into $TRITON_VENV (about 1 minute)"
-  # shellcheck disable=SC2086
-  "$TPY" -m pip install -q --disable-pip-version-check $PIP_FLAGS "nvidia-pytriton==$PYTRITON_VERSION"
-fi
 
 SITE_PACKAGES="$("$TPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 TRITON_HOME="$SITE_PACKAGES/pytriton/tritonserver"

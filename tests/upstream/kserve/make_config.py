@@ -3,7 +3,7 @@
 
 Usage: make_config.py --grpc-port Q --workdir DIR > sidecar.yaml
 
-Every model of contracts.py is listed under backend.models (the ModelServer's gRPC has no
+Every model of ../contracts.py is listed under backend.models (the ModelServer's gRPC has no
 RepositoryIndex, so the sidecar cannot list them itself), each with:
 
 * `config`: its Triton model configuration from the catalog, set over the one the sidecar
@@ -24,8 +24,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import contracts  # noqa: E402  (beside this file)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import contracts  # noqa: E402  (tests/upstream/contracts.py)
 
 
 def sidecar_config(grpc_port: int, labels_path: str) -> str:

@@ -4,7 +4,7 @@
 Usage: server.py --http-port P --grpc-port Q [ModelServer flags...]
 
 Starts one `kserve.ModelServer` (REST on P, gRPC on Q) with one `kserve.Model` per contract of
-contracts.py: simple, simple_string, simple_identity, classifier, identity_<dtype> for the 14
+../contracts.py: simple, simple_string, simple_identity, classifier, identity_<dtype> for the 14
 datatypes and the four sequence models. The arithmetic is that of
 sidecar/src/backend/builtin/compute.rs, so the conformance suite (tests/conformance) can run
 against the sidecar in front of this server (tests/upstream/run-kserve.sh).
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import contracts  # noqa: E402  (beside this file)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import contracts  # noqa: E402  (tests/upstream/contracts.py)
 
 # The largest gRPC message either way. The ModelServer's default (8 MiB) is smaller than the
 # tensors the conformance suite sends; the sidecar accepts up to 2 GiB.

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import contracts  # noqa: E402  (beside this file)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import contracts  # noqa: E402  (tests/upstream/contracts.py)
 
 ADMIN = os.environ.get("INFERGATE_ADMIN_URL", "")
 SEQUENCE_MODELS = [name for name, c in contracts.configs().items() if "sequence_batching" in c]

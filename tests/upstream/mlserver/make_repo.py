@@ -40,117 +40,27 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RUNTIME_MODULE = "infergate_runtimes"
 
-# Datatypes of identity_<dtype>: protocol name -> configuration name (catalog.rs: DataType::ALL).
-DTYPES = {
-    "BOOL": "TYPE_BOOL",
-    "UINT8": "TYPE_UINT8",
-    "UINT16": "TYPE_UINT16",
-    "UINT32": "TYPE_UINT32",
-    "UINT64": "TYPE_UINT64",
-    "INT8": "TYPE_INT8",
-    "INT16": "TYPE_INT16",
-    "INT32": "TYPE_INT32",
-    "INT64": "TYPE_INT64",
-    "FP16": "TYPE_FP16",
-    "FP32": "TYPE_FP32",
-    "FP64": "TYPE_FP64",
-    "BF16": "TYPE_BF16",
-    "BYTES": "TYPE_STRING",
-}
-CONFIG_TO_PROTOCOL = {v: k for k, v in DTYPES.items()}
+# The 22 contracts, shared with the KServe run (tests/upstream/contracts.py).
+sys.path.insert(0, str(HERE.parent))
+from contracts import CONFIG_TO_PROTOCOL, DTYPES, LABELS, configs  # noqa: E402
 
 # Datatypes mlserver.types.Datatype knows (it has no BF16).
 MLSERVER_DTYPES = set(DTYPES) - {"BF16"}
 
-LABELS = "label0\nlabel1\nlabel2\nlabel3\n"
-
-
-# --------------------------------------------------------------------------- configurations
-# The built-in configurations in the JSON form of GET /v2/models/<m>/config.
-def tensor(name: str, data_type: str, dims, label_filename: str = "") -> dict:
-    out = {"name": name, "data_type": data_type, "dims": list(dims)}
-    if label_filename:
-        out["label_filename"] = label_filename
-    return out
-
-
-def io_config(max_batch_size: int, inputs, outputs) -> dict:
-    return {"max_batch_size": max_batch_size, "input": inputs, "output": outputs}
-
-
-def control(name: str, kind: str, data_type: str = "") -> dict:
-    spec = {"kind": kind}
-    if data_type:
-        spec["data_type"] = data_type
-    else:
-        spec["int32_false_true"] = [0, 1]
-    return {"name": name, "control": [spec]}
-
-
-START = control("START", "CONTROL_SEQUENCE_START")
-END = control("END", "CONTROL_SEQUENCE_END")
-READY = control("READY", "CONTROL_SEQUENCE_READY")
-CORRID_U64 = control("CORRID", "CONTROL_SEQUENCE_CORRID", "TYPE_UINT64")
-CORRID_STRING = control("CORRID", "CONTROL_SEQUENCE_CORRID", "TYPE_STRING")
-OLDEST = {"max_candidate_sequences": 64, "max_queue_delay_microseconds": 1000}
-
-
-def sequence_config(controls, oldest: bool) -> dict:
-    batching = {"max_sequence_idle_microseconds": 5000000, "control_input": controls}
-    if oldest:
-        batching["oldest"] = dict(OLDEST)
-    config = io_config(
-        8, [tensor("INPUT", "TYPE_INT32", [1])], [tensor("OUTPUT", "TYPE_INT32", [1])]
-    )
-    config["sequence_batching"] = batching
-    return config
+# The MLModel class (runtimes.py) of each model; every other model is an identity.
+RUNTIMES = {
+    "simple": "AddSubInt32",
+    "simple_string": "AddSubString",
+    "simple_sequence": "SequenceSimple",
+    "simple_dyna_sequence": "SequenceDyna",
+    "sequence_accumulator": "Accumulate",
+    "simple_string_dyna_sequence": "AccumulateStringId",
+}
 
 
 def catalog() -> dict:
-    """name -> (runtime class, configuration); the order of catalog.rs."""
-    int16 = [tensor(n, "TYPE_INT32", [16]) for n in ("INPUT0", "INPUT1")]
-    out16 = [tensor(n, "TYPE_INT32", [16]) for n in ("OUTPUT0", "OUTPUT1")]
-    str16 = [tensor(n, "TYPE_STRING", [16]) for n in ("INPUT0", "INPUT1")]
-    strout16 = [tensor(n, "TYPE_STRING", [16]) for n in ("OUTPUT0", "OUTPUT1")]
-    models = {
-        "simple": ("AddSubInt32", io_config(8, int16, out16)),
-        "simple_string": ("AddSubString", io_config(8, str16, strout16)),
-        "simple_identity": (
-            "Identity",
-            io_config(
-                8,
-                [tensor("INPUT0", "TYPE_STRING", [-1])],
-                [tensor("OUTPUT0", "TYPE_STRING", [-1])],
-            ),
-        ),
-        "simple_sequence": ("SequenceSimple", sequence_config([START, READY], oldest=False)),
-        "simple_dyna_sequence": (
-            "SequenceDyna",
-            sequence_config([START, END, READY, CORRID_U64], oldest=True),
-        ),
-        "sequence_accumulator": (
-            "Accumulate",
-            sequence_config([START, END, READY, CORRID_U64], oldest=False),
-        ),
-        "simple_string_dyna_sequence": (
-            "AccumulateStringId",
-            sequence_config([START, END, READY, CORRID_STRING], oldest=True),
-        ),
-        "classifier": (
-            "Identity",
-            io_config(
-                8,
-                [tensor("INPUT0", "TYPE_FP32", [4])],
-                [tensor("OUTPUT0", "TYPE_FP32", [4], label_filename="labels.txt")],
-            ),
-        ),
-    }
-    for dtype, config_type in DTYPES.items():
-        models[f"identity_{dtype.lower()}"] = (
-            "Identity",
-            io_config(0, [tensor("INPUT0", config_type, [-1])], [tensor("OUTPUT0", config_type, [-1])]),
-        )
-    return models
+    """name -> (runtime class, configuration in the JSON form of GET /v2/models/<m>/config)."""
+    return {name: (RUNTIMES.get(name, "Identity"), config) for name, config in configs().items()}
 
 
 # --------------------------------------------------------------------------- MLServer side

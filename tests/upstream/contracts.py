@@ -1,10 +1,12 @@
 """The 22 model contracts of the sidecar's built-in catalog, as Triton model configurations.
 
-One source for both sides of the KServe run (tests/upstream/run-kserve.sh):
+Shared by the KServe run (tests/upstream/run-kserve.sh) and the MLServer run
+(mlserver/make_repo.py hands each configuration to the sidecar and derives MLServer's metadata
+from it). For KServe it is one source for both sides:
 
-* server.py publishes each model's V2 metadata from it (the ModelServer has no configuration
+* kserve/server.py publishes each model's V2 metadata from it (the ModelServer has no configuration
   endpoint, so metadata is all the sidecar can learn from it);
-* make_config.py hands each configuration to the sidecar as `backend.models[].config`, so that
+* kserve/make_config.py hands each configuration to the sidecar as `backend.models[].config`, so that
   the configuration the sidecar serves (and validates requests against) is exactly the one of
   sidecar/src/backend/builtin/catalog.rs: names, datatypes, dims, max_batch_size, sequence
   batching with its control inputs, strategy and idle timeout.
