@@ -42,6 +42,9 @@ tests/upstream/run-kserve.sh
 step "conformance suite through the sidecar in front of MLServer (sequences emulated)"
 tests/upstream/run-mlserver.sh
 
+step "soak: 30 s of mixed HTTP, gRPC, shared-memory and sequence load (no error, no leak)"
+"$venv/bin/python" tests/soak/soak.py --seconds 30
+
 step "operator manifests against Kubernetes' schemas (kubernetes-validate, 1.29 and newest)"
 cargo build --locked -p infergate-operator
 tests/manifests/validate.sh
