@@ -17,6 +17,8 @@ sidecar answers for its catalog), limited to the fields the catalog sets. Standa
 
 from __future__ import annotations
 
+import json
+
 # Datatypes of identity_<dtype>: protocol name -> configuration name (catalog.rs: DataType::ALL).
 DTYPES = {
     "BOOL": "TYPE_BOOL",
@@ -128,3 +130,28 @@ def metadata_tensors(config: dict, key: str) -> list:
         }
         for t in config[key]
     ]
+
+
+def sidecar_config(grpc_port: int, labels_path) -> str:
+    """The sidecar's YAML configuration in front of an upstream without a configuration endpoint
+    or system shared memory: every model with its configuration, the sequence models run by the
+    sidecar, labelled outputs read from labels_path(model, filename). JSON flow values are YAML."""
+    lines = [
+        "server: {host: 127.0.0.1, http_port: 0, grpc_port: 0, metrics_port: 0, admin_port: 0, "
+        "allow_client_shm: true, log_format: json}",
+        "backend:",
+        "  kind: upstream",
+        f"  url: grpc://127.0.0.1:{grpc_port}",
+        "  probe_interval_seconds: 1",
+        "  staging_shm_bytes: 0",
+        "  models:",
+    ]
+    for name, config in configs().items():
+        entry = {"name": name, "config": config}
+        labelled = [o for o in config["output"] if o.get("label_filename")]
+        if labelled:
+            entry["labels"] = {o["name"]: labels_path(name, o["label_filename"]) for o in labelled}
+        if "sequence_batching" in config:
+            entry["sequence"] = "sidecar"
+        lines.append(f"    - {json.dumps(entry)}")
+    return "\n".join(lines) + "\n"

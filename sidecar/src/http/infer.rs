@@ -427,14 +427,7 @@ pub fn encode(
         w.key("datatype")
             .string(tensor.datatype.as_protocol().as_bytes())
             .byte(b',');
-        w.key("shape").byte(b'[');
-        for (j, d) in tensor.shape.iter().enumerate() {
-            if j > 0 {
-                w.byte(b',');
-            }
-            w.i64(*d);
-        }
-        w.byte(b']');
+        w.key("shape").i64_array(&tensor.shape);
         if requested.shm.is_some() {
             // The bytes are in the client's region; the entry names the tensor only.
         } else if requested.binary {

@@ -77,6 +77,18 @@ impl Writer {
         self
     }
 
+    /// A tensor shape: `[d0,d1,...]`.
+    pub fn i64_array(&mut self, values: &[i64]) -> &mut Self {
+        self.byte(b'[');
+        for (i, v) in values.iter().enumerate() {
+            if i > 0 {
+                self.byte(b',');
+            }
+            self.i64(*v);
+        }
+        self.byte(b']')
+    }
+
     pub fn f64(&mut self, v: f64) -> &mut Self {
         write_f64(&mut self.buf, v);
         self

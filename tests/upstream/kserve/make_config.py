@@ -20,35 +20,11 @@ Standard library only (the output is YAML in its JSON-compatible flow form).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import contracts  # noqa: E402  (tests/upstream/contracts.py)
-
-
-def sidecar_config(grpc_port: int, labels_path: str) -> str:
-    lines = [
-        "server: {host: 127.0.0.1, http_port: 0, grpc_port: 0, metrics_port: 0, admin_port: 0, "
-        "allow_client_shm: true, log_format: json}",
-        "backend:",
-        "  kind: upstream",
-        f"  url: grpc://127.0.0.1:{grpc_port}",
-        "  probe_interval_seconds: 1",
-        "  staging_shm_bytes: 0",
-        "  models:",
-    ]
-    for name, config in contracts.configs().items():
-        entry = {"name": name, "config": config}
-        if "sequence_batching" in config:
-            entry["sequence"] = "sidecar"
-        if any(o.get("label_filename") for o in config["output"]):
-            entry["labels"] = {
-                o["name"]: labels_path for o in config["output"] if o.get("label_filename")
-            }
-        lines.append(f"    - {json.dumps(entry)}")
-    return "\n".join(lines) + "\n"
 
 
 def main(argv) -> int:
@@ -61,7 +37,7 @@ def main(argv) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     labels = args.workdir.resolve() / "labels.txt"
     labels.write_text(contracts.LABELS)
-    sys.stdout.write(sidecar_config(args.grpc_port, str(labels)))
+    sys.stdout.write(contracts.sidecar_config(args.grpc_port, lambda _model, _file: str(labels)))
     return 0
 
 

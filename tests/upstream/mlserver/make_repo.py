@@ -42,7 +42,7 @@ RUNTIME_MODULE = "infergate_runtimes"
 
 # The 22 contracts, shared with the KServe run (tests/upstream/contracts.py).
 sys.path.insert(0, str(HERE.parent))
-from contracts import CONFIG_TO_PROTOCOL, DTYPES, LABELS, configs  # noqa: E402
+from contracts import CONFIG_TO_PROTOCOL, DTYPES, LABELS, configs, sidecar_config  # noqa: E402
 
 # Datatypes mlserver.types.Datatype knows (it has no BF16).
 MLSERVER_DTYPES = set(DTYPES) - {"BF16"}
@@ -127,32 +127,6 @@ def write_repository(outdir: Path, http_port: int, grpc_port: int) -> list:
     return names
 
 
-# --------------------------------------------------------------------------- sidecar side
-def sidecar_config(outdir: Path, grpc_port: int) -> str:
-    """The sidecar's YAML configuration (JSON flow values are valid YAML)."""
-    lines = [
-        "server: {host: 127.0.0.1, http_port: 0, grpc_port: 0, metrics_port: 0, admin_port: 0, "
-        "allow_client_shm: true, log_format: json}",
-        "backend:",
-        "  kind: upstream",
-        f"  url: grpc://127.0.0.1:{grpc_port}",
-        "  probe_interval_seconds: 1",
-        "  staging_shm_bytes: 0",
-        "  models:",
-    ]
-    for name, (_, config) in sorted(catalog().items()):
-        entry = {"name": name, "config": config}
-        labelled = [o for o in config["output"] if o.get("label_filename")]
-        if labelled:
-            entry["labels"] = {
-                o["name"]: str((outdir / name / o["label_filename"]).resolve()) for o in labelled
-            }
-        if "sequence_batching" in config:
-            entry["sequence"] = "sidecar"
-        lines.append(f"    - {json.dumps(entry)}")
-    return "\n".join(lines) + "\n"
-
-
 def main(argv) -> int:
     parser = argparse.ArgumentParser(
         description="Write an MLServer repository with the sidecar's built-in model contracts."
@@ -167,7 +141,11 @@ def main(argv) -> int:
     names = write_repository(args.outdir, args.http_port, args.grpc_port)
     print(f"wrote {len(names)} models to {args.outdir}", file=sys.stderr)
     if args.sidecar_config:
-        args.sidecar_config.write_text(sidecar_config(args.outdir, args.grpc_port))
+        args.sidecar_config.write_text(
+            sidecar_config(
+                args.grpc_port, lambda model, file: str((args.outdir / model / file).resolve())
+            )
+        )
         print(f"wrote {args.sidecar_config}", file=sys.stderr)
     return 0
 

@@ -311,14 +311,7 @@ fn encode_request(
         w.key("datatype")
             .string(input.datatype.as_bytes())
             .byte(b',');
-        w.key("shape").byte(b'[');
-        for (j, d) in input.shape.iter().enumerate() {
-            if j > 0 {
-                w.byte(b',');
-            }
-            w.i64(*d);
-        }
-        w.byte(b']');
+        w.key("shape").i64_array(&input.shape);
         // Inputs in a shared-memory region have no bytes here (the staging plan left them out
         // of the raw contents).
         let in_region = input.parameters.contains_key("shared_memory_region");
