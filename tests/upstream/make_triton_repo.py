@@ -12,6 +12,10 @@ sidecar/src/backend/builtin/compute.rs, so the conformance suite
 `instance_group [ { count: 1 kind: KIND_CPU } ]` (what the sidecar reports for its built-in
 models anyway), so that Triton runs one CPU instance per model on any machine.
 
+One model is not in the catalog: `slow_identity` (FP32 identity that takes 2 s per batch, with a
+dynamic batcher so that concurrent requests share the wait), used by fault_check.py to have
+requests in flight inside the upstream when it is killed or the sidecar is stopped.
+
 Standard library only; OUTDIR is created (existing model folders are replaced).
 """
 
@@ -344,6 +348,33 @@ def accumulator_py(string_id: bool) -> str:
 
 
 # --------------------------------------------------------------------------- repository
+SLOW_IDENTITY = (
+    'name: "slow_identity"\nbackend: "python"\nmax_batch_size: 8\n'
+    "dynamic_batching { max_queue_delay_microseconds: 200000 }\n"
+    'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+    'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n' + CPU_INSTANCE
+)
+
+SLOW_IDENTITY_PY = '''"""OUTPUT0 = INPUT0 after 2 s per batch: requests stay in flight long enough to fault."""
+import time
+
+import triton_python_backend_utils as pb_utils
+
+DELAY_S = 2.0
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(DELAY_S)
+        responses = []
+        for request in requests:
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            output = pb_utils.Tensor("OUTPUT0", tensor.as_numpy())
+            responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
+        return responses
+'''
+
+
 def models() -> dict:
     """name -> (config.pbtxt text, model.py text, extra files {relative path: text})."""
     out = {
@@ -382,6 +413,7 @@ def models() -> dict:
             {},
         ),
     }
+    out["slow_identity"] = (SLOW_IDENTITY, SLOW_IDENTITY_PY, {})
     for dtype, config_type in DTYPES.items():
         name = f"identity_{dtype.lower()}"
         code = IDENTITY_PY.replace("{through_dlpack}", repr(dtype == "BF16"))

@@ -181,9 +181,38 @@ if [ "$#" -eq 0 ]; then
   log "upstream restart check exited with $RC"
 fi
 
+# Faults with requests in flight (tests/upstream/fault_check.py, model slow_identity): the
+# upstream is killed mid-request (clients get prompt 503/UNAVAILABLE, then service resumes),
+# then the sidecar gets SIGTERM mid-request (every request in flight is answered, it exits 0).
+sidecar_pid="$SIDECAR_PID"
+if [ "$#" -eq 0 ] && [ "$RC" -eq 0 ]; then
+  fault() { "$TEST_VENV/bin/python" tests/upstream/fault_check.py "$1" "$2" "$SIDECAR_HTTP" "$SIDECAR_GRPC"; }
+  set +e
+  log "fault: tritonserver killed (SIGKILL) with requests in flight"
+  fault upstream-dies "$TRITON_PID" && {
+    wait "$TRITON_PID" 2>/dev/null
+    # A killed Triton cannot remove its python-backend regions; its stubs notice and exit.
+    sleep 2
+    rm -f /dev/shm/triton_python_backend_shm_region_* 2>/dev/null
+    start_triton
+    wait_ready "http://127.0.0.1:$TRITON_HTTP_PORT/v2/health/ready" "$TRITON_PID" "$READY_TIMEOUT" &&
+      check resumed
+  } && {
+    log "fault: the sidecar gets SIGTERM with requests in flight through the upstream"
+    fault sigterm "$SIDECAR_PID"
+  } && {
+    wait "$SIDECAR_PID"
+    sidecar_rc=$?
+    SIDECAR_PID=""
+    [ "$sidecar_rc" -eq 0 ] || { log "the sidecar exited with $sidecar_rc after SIGTERM"; false; }
+  }
+  RC=$?
+  set -e
+  log "fault checks exited with $RC"
+fi
+
 # Nothing of the sidecar's may stay in /dev/shm once it has stopped.
 if [ "$RC" -eq 0 ]; then
-  sidecar_pid="$SIDECAR_PID"
   stop_pid "$SIDECAR_PID" 15
   SIDECAR_PID=""
   if [ -e "/dev/shm/infergate_staging_$sidecar_pid" ]; then

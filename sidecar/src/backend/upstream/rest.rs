@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{Method, StatusCode, header};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -96,7 +96,7 @@ impl RestClient {
             .client
             .request(request)
             .await
-            .map_err(|e| Status::unavailable(describe(&e)))?;
+            .map_err(|e| Status::unavailable(super::error_chain(&e)))?;
         let status = response.status();
         let header_length = response
             .headers()
@@ -107,7 +107,18 @@ impl RestClient {
             .collect()
             .await
             .map_err(|e| {
-                Status::resource_exhausted(format!("the upstream's answer could not be read: {e}"))
+                if e.is::<LengthLimitError>() {
+                    Status::resource_exhausted(format!(
+                        "the upstream's answer is larger than {} bytes",
+                        self.max_body
+                    ))
+                } else {
+                    // The connection broke in the middle of the answer: the upstream died.
+                    Status::unavailable(format!(
+                        "the upstream's answer was cut off: {}",
+                        super::error_chain(e.as_ref())
+                    ))
+                }
             })?
             .to_bytes();
         Ok(Reply {
@@ -520,17 +531,6 @@ fn error_status(status: StatusCode, body: &[u8]) -> Status {
 }
 
 /// A connection failure with its cause (hyper's top-level message alone says little).
-fn describe(error: &hyper_util::client::legacy::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 fn text(v: &J) -> String {
     v.as_str().unwrap_or_default().to_string()
 }
