@@ -101,7 +101,13 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     let mut background = Vec::new();
     let app = crate::http::router(state.clone());
     let stop = signal(rx.clone());
-    tasks.push(tokio::spawn(crate::http::serve::serve(http, app, stop)));
+    let header_timeout = state.limits.http_header_timeout();
+    tasks.push(tokio::spawn(crate::http::serve::serve(
+        http,
+        app,
+        header_timeout,
+        stop,
+    )));
 
     // HTTP/2's default 64 KiB flow-control windows cost a round trip per 64 KiB of a large
     // tensor; open them wide enough for multi-megabyte messages.

@@ -142,3 +142,114 @@ fn unknown_configuration_field_is_an_error() {
     assert_eq!(code, Some(2));
     assert!(stderr.contains("http_prot"), "{stderr}");
 }
+
+/// Sends one HTTP/1.1 POST and returns the whole answer.
+fn http_post(addr: &str, path: &str, headers: &str, body: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n{headers}\r\n",
+        body.len()
+    )
+    .unwrap();
+    stream.write_all(body).unwrap();
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Request payloads never reach the log, even at `trace` and even when the answer quotes them
+/// back to the client (an error naming the offending element).
+#[test]
+fn request_payloads_are_not_logged_even_at_trace() {
+    const SECRET: &str = "PAYLOAD-7f3a9c";
+    let mut child = Command::new(BIN)
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+            "--admin-port",
+            "0",
+            "--log-format",
+            "json",
+            "--log-level",
+            "trace",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            all.push(line);
+        }
+        all
+    });
+    let addr = loop {
+        let line = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if let Some(addr) = v.get("http_addr").and_then(|a| a.as_str()) {
+            break addr.to_string();
+        }
+    };
+
+    // JSON tensor data, served.
+    let json = format!(
+        r#"{{"inputs":[{{"name":"INPUT0","datatype":"BYTES","shape":[1,1],"data":["{SECRET}"]}}]}}"#
+    );
+    let answer = http_post(
+        &addr,
+        "/v2/models/simple_identity/infer",
+        "",
+        json.as_bytes(),
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.contains(SECRET),
+        "the answer carries the tensor: {answer}"
+    );
+    // Binary tensor data, served.
+    let header = r#"{"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[1,1],"parameters":{"binary_data_size":18}}]}"#;
+    let mut body = header.as_bytes().to_vec();
+    body.extend_from_slice(&(SECRET.len() as u32).to_le_bytes());
+    body.extend_from_slice(SECRET.as_bytes());
+    let answer = http_post(
+        &addr,
+        "/v2/models/simple_identity/infer",
+        &format!("Inference-Header-Content-Length: {}\r\n", header.len()),
+        &body,
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // Refused, with the element quoted back to the client.
+    let json = format!(
+        r#"{{"inputs":[{{"name":"INPUT0","datatype":"BYTES","shape":[1,16],"data":["{SECRET}","1","1","1","1","1","1","1","1","1","1","1","1","1","1","1"]}},{{"name":"INPUT1","datatype":"BYTES","shape":[1,16],"data":["1","1","1","1","1","1","1","1","1","1","1","1","1","1","1","1"]}}]}}"#
+    );
+    let answer = http_post(&addr, "/v2/models/simple_string/infer", "", json.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    // A malformed body (Triton's answer: 500 with the parser's message).
+    let answer = http_post(
+        &addr,
+        "/v2/models/simple/infer",
+        "",
+        format!("{{\"inputs\": [{SECRET}").as_bytes(),
+    );
+    assert!(answer.starts_with("HTTP/1.1 500"), "{answer}");
+
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    assert!(child.wait().unwrap().success());
+    let log = reader.join().unwrap();
+    assert!(log.len() > 5, "trace logging wrote almost nothing: {log:?}");
+    let leaked: Vec<&String> = log.iter().filter(|l| l.contains(SECRET)).collect();
+    assert!(leaked.is_empty(), "payload in the log: {leaked:#?}");
+}

@@ -78,6 +78,20 @@ pub struct Limits {
     pub max_shm_regions: u32,
     /// Most bytes of client shared memory mapped at once.
     pub max_shm_bytes: u64,
+    /// Longest a client may take to send its request headers on the HTTP port, in seconds
+    /// (then the connection is closed).
+    pub http_header_timeout_seconds: u64,
+    /// Longest a request body may go without sending a byte, in seconds (then 400).
+    pub http_body_timeout_seconds: u64,
+}
+
+impl Limits {
+    pub fn http_header_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.http_header_timeout_seconds)
+    }
+    pub fn http_body_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.http_body_timeout_seconds)
+    }
 }
 
 impl Default for Limits {
@@ -88,6 +102,8 @@ impl Default for Limits {
             max_json_depth: DEFAULT_MAX_JSON_DEPTH,
             max_shm_regions: 256,
             max_shm_bytes: 16 << 30,
+            http_header_timeout_seconds: 30,
+            http_body_timeout_seconds: 30,
         }
     }
 }
@@ -110,7 +126,7 @@ pub enum BackendConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
-    /// `grpc://HOST:PORT` (REST upstreams, `http://`, are not supported yet).
+    /// `grpc://HOST:PORT` (V2 gRPC, preferred) or `http://HOST:PORT` (V2 REST).
     pub url: String,
     /// Deadline of one upstream call, in seconds.
     #[serde(default = "default_upstream_timeout")]

@@ -74,6 +74,20 @@ impl SidecarConfig {
         if l.max_json_depth == 0 || l.max_json_depth > 1000 {
             err("limits.max_json_depth", "must be between 1 and 1000".into());
         }
+        for (name, seconds) in [
+            (
+                "limits.http_header_timeout_seconds",
+                l.http_header_timeout_seconds,
+            ),
+            (
+                "limits.http_body_timeout_seconds",
+                l.http_body_timeout_seconds,
+            ),
+        ] {
+            if seconds == 0 || seconds > 3600 {
+                err(name, "must be between 1 and 3600".into());
+            }
+        }
         // The sidecar's SIGBUS guard keeps a fixed table of mappings (4096, with room for its own).
         if l.max_shm_regions > 4000 {
             err("limits.max_shm_regions", "must be at most 4000".into());
@@ -157,6 +171,8 @@ mod tests {
         cfg.server.log_level = "loud".into();
         cfg.server.grpc_port = cfg.server.http_port;
         cfg.limits.max_json_depth = 0;
+        cfg.limits.http_header_timeout_seconds = 0;
+        cfg.limits.http_body_timeout_seconds = 3601;
         cfg.backend = BackendConfig::Builtin {
             models: vec!["nope".into()],
         };
@@ -168,6 +184,8 @@ mod tests {
                 "server.log_level",
                 "server.grpc_port",
                 "limits.max_json_depth",
+                "limits.http_header_timeout_seconds",
+                "limits.http_body_timeout_seconds",
                 "backend.models[0]"
             ]
         );

@@ -85,12 +85,14 @@ pub fn json_ok(value: &serde_json::Value) -> Response {
         .into_response()
 }
 
-/// How long a request body may go without sending a byte before it is refused.
-pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// Reads a request body, refusing more than `limit` bytes before buffering them, and one that
-/// stalls for `BODY_READ_TIMEOUT`.
-pub async fn read_body(body: Body, limit: u64, content_length: Option<u64>) -> Result<Bytes> {
+/// goes `stall` without sending a byte (`limits.http_body_timeout_seconds`).
+pub async fn read_body(
+    body: Body,
+    limit: u64,
+    content_length: Option<u64>,
+    stall: std::time::Duration,
+) -> Result<Bytes> {
     let too_large = || {
         Error::invalid_arg(format!(
             "request body size exceeds the maximum allowed input size of {limit} bytes"
@@ -103,12 +105,12 @@ pub async fn read_body(body: Body, limit: u64, content_length: Option<u64>) -> R
     let stalled = || {
         Error::invalid_arg(format!(
             "timed out reading the request body: no data for {} s",
-            BODY_READ_TIMEOUT.as_secs()
+            stall.as_secs()
         ))
     };
     let mut buf = BytesMut::with_capacity(content_length.unwrap_or(0).min(limit) as usize);
     let mut single: Option<Bytes> = None;
-    while let Some(frame) = tokio::time::timeout(BODY_READ_TIMEOUT, body.frame())
+    while let Some(frame) = tokio::time::timeout(stall, body.frame())
         .await
         .map_err(|_| stalled())?
     {

@@ -342,7 +342,7 @@ async fn run_infer(
     let limit = st.limits.max_http_body_bytes;
     let content_length = header(header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
     let result = async {
-        let raw = read_body(body, limit, content_length).await?;
+        let raw = read_body(body, limit, content_length, st.limits.http_body_timeout()).await?;
         let body = if encoding == Encoding::Identity {
             raw
         } else {
@@ -428,7 +428,7 @@ pub enum LogValue {
 
 async fn logging_post(State(st): State<SharedState>, body: Body) -> Response {
     let result = async {
-        let raw = read_body(body, 1 << 20, None).await?;
+        let raw = read_body(body, 1 << 20, None, st.limits.http_body_timeout()).await?;
         let doc = json::parse(&raw, 16).map_err(|e| Error::invalid_arg(e.request_message()))?;
         let Value::Object(members) = &doc else {
             return Err(Error::invalid_arg("expected a JSON object of log settings"));
@@ -453,8 +453,8 @@ async fn logging_post(State(st): State<SharedState>, body: Body) -> Response {
     respond(result)
 }
 
-async fn optional_json(body: Body) -> Result<Option<J>> {
-    let raw = read_body(body, 64 << 20, None).await?;
+async fn optional_json(body: Body, stall: std::time::Duration) -> Result<Option<J>> {
+    let raw = read_body(body, 64 << 20, None, stall).await?;
     if raw.iter().all(|b| b.is_ascii_whitespace()) {
         return Ok(None);
     }
@@ -465,7 +465,7 @@ async fn optional_json(body: Body) -> Result<Option<J>> {
 
 async fn repository_index(State(st): State<SharedState>, body: Body) -> Response {
     let result = async {
-        let ready = match optional_json(body).await? {
+        let ready = match optional_json(body, st.limits.http_body_timeout()).await? {
             None => false,
             Some(doc) => match doc.get("ready") {
                 None => false,
@@ -505,7 +505,7 @@ async fn repository_index(State(st): State<SharedState>, body: Body) -> Response
 async fn load(State(st): State<SharedState>, Path(model): Path<String>, body: Body) -> Response {
     let result = async {
         let mut config_override = None;
-        let doc = optional_json(body).await?;
+        let doc = optional_json(body, st.limits.http_body_timeout()).await?;
         let params = doc
             .as_ref()
             .and_then(|d| d.get("parameters"))
@@ -539,7 +539,7 @@ async fn load(State(st): State<SharedState>, Path(model): Path<String>, body: Bo
 
 async fn unload(State(st): State<SharedState>, Path(model): Path<String>, body: Body) -> Response {
     let result = async {
-        let doc = optional_json(body).await?;
+        let doc = optional_json(body, st.limits.http_body_timeout()).await?;
         let dependents = doc
             .as_ref()
             .and_then(|d| d.get("parameters"))
@@ -602,7 +602,9 @@ async fn system_shm_register(
         if !st.shm.allowed() {
             return Err(Error::unsupported(crate::shm::registry::DISABLED));
         }
-        let doc = optional_json(body).await?.unwrap_or(J::Null);
+        let doc = optional_json(body, st.limits.http_body_timeout())
+            .await?
+            .unwrap_or(J::Null);
         let key = match doc.get("key") {
             None => {
                 return Err(Error::invalid_arg(
@@ -685,7 +687,9 @@ async fn cuda_shm_register(
         if !st.shm.allowed() {
             return Err(Error::unsupported(crate::shm::registry::DISABLED));
         }
-        let doc = optional_json(body).await?.unwrap_or(J::Null);
+        let doc = optional_json(body, st.limits.http_body_timeout())
+            .await?
+            .unwrap_or(J::Null);
         let handle = match doc.get("raw_handle") {
             None => {
                 return Err(Error::invalid_arg(

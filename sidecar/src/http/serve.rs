@@ -13,16 +13,19 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
-/// How long a client may take to send its request headers (hyper's usual figure).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Serves `app` on `listener` until `stop` completes, then waits for open connections.
-pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output = ()>) {
+/// Serves `app` on `listener` until `stop` completes, then waits for open connections. A client
+/// gets `header_timeout` to send its request headers (`limits.http_header_timeout_seconds`).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    header_timeout: Duration,
+    stop: impl Future<Output = ()>,
+) {
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .header_read_timeout(header_timeout)
         // A client that ends its side after sending (shutdown(SHUT_WR)) still gets its answer,
         // however long the model takes.
         .half_close(true);
