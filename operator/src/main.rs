@@ -94,6 +94,10 @@ struct RunArgs {
     /// How often a service that is not Ready is looked at again, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     requeue_seconds: u64,
+    /// Longest one reconcile may take (API calls and probes) before it fails and is retried
+    /// with backoff, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    reconcile_timeout_seconds: u64,
     /// Test only: probe POD_IP:PORT at HOST:PORT instead (repeatable; `*:PORT` matches any pod).
     /// For clusters whose pods are not real processes.
     #[arg(long, value_name = "FROM=TO", hide = true)]
@@ -135,6 +139,7 @@ fn run_controller(args: RunArgs) -> anyhow::Result<()> {
         probe_address_map: controller::probe::parse_address_map(&args.probe_address_map)
             .map_err(anyhow::Error::msg)?,
         requeue_not_ready: std::time::Duration::from_secs(args.requeue_seconds.max(1)),
+        reconcile_timeout: std::time::Duration::from_secs(args.reconcile_timeout_seconds.max(1)),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

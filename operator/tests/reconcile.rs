@@ -341,6 +341,61 @@ async fn conflicts_are_errors_too() {
     );
 }
 
+/// An API server that accepts the connection and never answers: the reconcile gives up after
+/// `reconcile_timeout` instead of holding the resource for ever, and is retried with backoff.
+#[tokio::test(start_paused = true)]
+async fn an_api_server_that_never_answers_times_out_and_backs_off() {
+    let (api, mut handle) = tower_test::mock::pair::<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >();
+    let mut ctx = Context::new(
+        kube::Client::new(api, "default"),
+        OperatorSettings::default(),
+        Prober::new(Duration::from_millis(200), HashMap::new()),
+        Arc::new(Metrics::default()),
+        None,
+    );
+    ctx.reconcile_timeout = Duration::from_secs(30);
+    let ctx = Arc::new(ctx);
+    // Hold every request without answering (dropping the reply would be an error, not a hang).
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Some((request, reply)) = handle.next_request().await {
+            held.push((request.uri().path().to_string(), reply));
+        }
+        held.len()
+    });
+    let isvc = Arc::new(service(1));
+    let started = tokio::time::Instant::now();
+    let error = reconcile::reconcile(isvc.clone(), ctx.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, reconcile::Error::Timeout(d) if d == Duration::from_secs(30)));
+    assert_eq!(started.elapsed(), Duration::from_secs(30));
+    assert!(error.to_string().contains("not answering"), "{error}");
+    assert_eq!(
+        ctx.metrics
+            .reconcile_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(
+        reconcile::error_policy(isvc.clone(), &error, ctx.clone()),
+        Action::requeue(Duration::from_secs(1))
+    );
+    assert_eq!(
+        reconcile::error_policy(isvc, &error, ctx.clone()),
+        Action::requeue(Duration::from_secs(2))
+    );
+    drop(ctx);
+    assert_eq!(
+        held.await.unwrap(),
+        1,
+        "one request was in flight when it gave up"
+    );
+}
+
 #[tokio::test]
 async fn invalid_spec_is_reported_in_status_without_children() {
     // A container name the sidecar reserves: the schema lets it through, validation does not.

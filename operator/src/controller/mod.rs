@@ -60,6 +60,8 @@ pub struct RunConfig {
     pub probe_address_map: HashMap<String, String>,
     /// Requeue interval while a service is not Ready.
     pub requeue_not_ready: Duration,
+    /// Longest one reconcile may take before it fails and is retried with backoff.
+    pub reconcile_timeout: Duration,
 }
 
 /// Runs until SIGTERM/SIGINT (graceful: reconciles in flight finish; exit 0) or until leadership
@@ -109,6 +111,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         Some(recorder),
     );
     context.requeue_not_ready = config.requeue_not_ready;
+    context.reconcile_timeout = config.reconcile_timeout;
     let context = Arc::new(context);
 
     let (services, deployments, config_maps, pdbs) = match &config.namespace {

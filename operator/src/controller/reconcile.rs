@@ -34,6 +34,10 @@ pub enum Error {
     Render(#[from] RenderError),
     #[error("the InferenceService has no namespace")]
     NoNamespace,
+    /// The API server (or a probe) did not answer in time: a hung connection must not hold the
+    /// resource's reconcile for ever; it is retried with backoff like any API error.
+    #[error("reconcile did not finish within {}s (Kubernetes API not answering)", .0.as_secs())]
+    Timeout(Duration),
 }
 
 /// Shared by every reconcile.
@@ -50,6 +54,8 @@ pub struct Context {
     pub requeue_not_ready: Duration,
     /// Requeue interval once Ready (to notice changes that no watch event reports).
     pub requeue_ready: Duration,
+    /// Longest one reconcile may take, API calls and probes included.
+    pub reconcile_timeout: Duration,
 }
 
 impl Context {
@@ -69,6 +75,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             requeue_not_ready: Duration::from_secs(10),
             requeue_ready: Duration::from_secs(120),
+            reconcile_timeout: Duration::from_secs(60),
         }
     }
 
@@ -109,7 +116,9 @@ impl Context {
 /// The reconcile function the controller runs.
 pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let result = reconcile_inner(&isvc, &ctx).await;
+    let result = tokio::time::timeout(ctx.reconcile_timeout, reconcile_inner(&isvc, &ctx))
+        .await
+        .unwrap_or(Err(Error::Timeout(ctx.reconcile_timeout)));
     ctx.metrics
         .observe_reconcile(started.elapsed(), result.is_ok());
     if result.is_ok() {
