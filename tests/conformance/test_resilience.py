@@ -5,6 +5,7 @@ import socket
 import threading
 import time
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -215,4 +216,34 @@ def test_grpc_deadline_exceeded_then_serving(grpc_stub, http_url):
             assert exc.code().name in ("DEADLINE_EXCEEDED", "CANCELLED"), exc
     resp = grpc_stub.ModelInfer(req, timeout=30)
     assert len(resp.raw_output_contents[0]) == 4 << 20
+    assert_serving(http_url)
+
+
+def test_grpc_stream_cancelled_with_requests_in_flight_then_serving(grpc_stub, http_url):
+    """A client that cancels its stream while large requests are still in flight on it: the
+    stream ends with CANCELLED, and the server serves new streams and requests as before."""
+    import queue
+
+    pending = queue.Queue()
+    end = object()
+    responses = grpc_stub.ModelStreamInfer(iter(pending.get, end), timeout=60)
+    big = service_pb2.ModelInferRequest(model_name="identity_fp32")
+    big.inputs.add(name="INPUT0", datatype="FP32", shape=[1 << 20])
+    big.raw_input_contents.append(np.ones(1 << 20, np.float32).tobytes())
+    pending.put(big)
+    first = next(responses)
+    assert not first.error_message, first.error_message
+    for _ in range(8):
+        pending.put(big)
+    responses.cancel()
+    pending.put(end)
+    with pytest.raises(grpc.RpcError) as cancelled:
+        for _ in responses:
+            pass
+    assert cancelled.value.code() == grpc.StatusCode.CANCELLED
+    # A fresh stream on the same channel works.
+    again = grpc_stub.ModelStreamInfer(iter([big]), timeout=60)
+    answers = list(again)
+    assert len(answers) == 1 and not answers[0].error_message
+    assert len(answers[0].infer_response.raw_output_contents[0]) == 4 << 20
     assert_serving(http_url)
