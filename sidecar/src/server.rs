@@ -116,6 +116,9 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         .initial_stream_window_size(Some(16 << 20))
         .initial_connection_window_size(Some(32 << 20))
         .max_frame_size(Some(1 << 20))
+        .layer(tower::util::MapResponseLayer::new(
+            crate::grpc::as_resource_exhausted::<tonic::body::Body>,
+        ))
         .add_service(crate::grpc::inference_service(state.clone()))
         .add_service(crate::grpc::health_service(state.clone()));
     // The builder's `tcp_nodelay` only applies to listeners tonic binds itself: set it on every

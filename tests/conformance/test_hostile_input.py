@@ -876,3 +876,16 @@ def test_stalled_request_is_eventually_closed(http_url):
     finally:
         body.close()
         headers.close()
+
+
+def test_grpc_message_above_the_limit(grpc_stub):
+    """Row 2.15: a ModelInferRequest just over the 256 MiB message limit is refused by the gRPC
+    layer before it is buffered; the server keeps serving (autouse check)."""
+    n = (256 << 20) // 4 + 256
+    req = service_pb2.ModelInferRequest(model_name="identity_fp32")
+    req.inputs.add(name="INPUT0", datatype="FP32", shape=[n])
+    req.raw_input_contents.append(bytes(4 * n))
+    with pytest.raises(grpc.RpcError) as refused:
+        grpc_stub.ModelInfer(req, timeout=120)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value.details()
+    assert refused.value.details().startswith("Received message larger than max ("), refused.value.details()
