@@ -2,7 +2,8 @@
 # The whole test suite: formatting, lints, Rust unit and integration tests, then the black-box
 # conformance suite (real tritonclient and perf_analyzer) against the built sidecar binary, and
 # the operator's rendered manifests against Kubernetes' schemas, the Helm chart, and the operator,
-# chart and examples against a real Kubernetes control plane (tests/cluster/run; needs Go).
+# chart and examples against a real Kubernetes control plane (tests/cluster/run; needs Go), and
+# every fuzz target for a bounded time (fuzz/run.sh; installs cargo-fuzz).
 # Installs what it needs (Python venv with tritonclient, perf_analyzer, Debian's libb64).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,9 @@ tests/upstream/run-mlserver.sh
 
 step "soak: 30 s of mixed HTTP, gRPC, shared-memory and sequence load (no error, no leak)"
 "$venv/bin/python" tests/soak/soak.py --seconds 30
+
+step "fuzzing: every target for ${FUZZ_SECONDS:-30} s over its committed corpus and past findings (fuzz/run.sh)"
+fuzz/run.sh "${FUZZ_SECONDS:-30}"
 
 step "operator manifests against Kubernetes' schemas (kubernetes-validate, 1.29 and newest)"
 cargo build --locked -p infergate-operator

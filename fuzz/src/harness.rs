@@ -1,0 +1,50 @@
+//! What the request-level targets share: one runtime and one sidecar state (the built-in models,
+//! client shared memory allowed, one registered system region), built on first use.
+
+use std::sync::OnceLock;
+
+use infergate_proto::config::SidecarConfig;
+use infergate_sidecar::server;
+use infergate_sidecar::state::SharedState;
+use infergate_sidecar::telemetry::LogControl;
+
+/// The region every request may name; seeds use it for inputs and outputs in shared memory.
+pub const REGION: &str = "fuzz_region";
+pub const REGION_BYTES: u64 = 64 * 1024;
+
+pub fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("tokio runtime: {e}"))
+    })
+}
+
+pub fn sidecar() -> &'static SharedState {
+    static STATE: OnceLock<SharedState> = OnceLock::new();
+    STATE.get_or_init(|| {
+        let mut config = SidecarConfig::default();
+        config.server.allow_client_shm = true;
+        let state = server::build_state(&config, LogControl::detached("off"))
+            .unwrap_or_else(|e| panic!("sidecar state: {e}"));
+        state.health.set_ready(true);
+        register_region(&state);
+        state
+    })
+}
+
+/// Creates a `/dev/shm` object, registers it as [`REGION`] and unlinks it at once: the mapping
+/// lives as long as the process and nothing is left behind.
+fn register_region(state: &SharedState) {
+    let key = format!("infergate-fuzz-{}", std::process::id());
+    let path = format!("/dev/shm/{key}");
+    let file = std::fs::File::create(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    file.set_len(REGION_BYTES)
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let registered = state.shm.register_system(REGION, &key, 0, REGION_BYTES);
+    let _ = std::fs::remove_file(&path);
+    registered.unwrap_or_else(|e| panic!("register {REGION}: {}", e.message));
+}
