@@ -57,6 +57,7 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let termination = server::Termination::listen();
         let running = match server::start(&config, state).await {
             Ok(r) => r,
             Err(e) => {
@@ -73,7 +74,7 @@ fn main() -> ExitCode {
             version = env!("CARGO_PKG_VERSION"),
             "infergate-sidecar is serving"
         );
-        server::termination().await;
+        termination.wait().await;
         tracing::info!("shutting down: readiness is false, draining in-flight requests");
         running
             .shutdown(Duration::from_secs(config.server.shutdown_grace_seconds))

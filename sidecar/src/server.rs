@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use infergate_proto::config::{BackendConfig, SidecarConfig};
 use tokio::net::TcpListener;
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -206,26 +207,35 @@ impl Running {
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn termination() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+/// SIGTERM and SIGINT, listened for from the moment this is made. Make it before the server
+/// says it is up: until a handler exists, SIGTERM's default action kills the process, so a stop
+/// sent right after start-up would not be graceful.
+pub struct Termination {
+    term: Option<Signal>,
+    interrupt: Option<Signal>,
+}
+
+impl Termination {
+    pub fn listen() -> Termination {
+        Termination {
+            term: signal(SignalKind::terminate()).ok(),
+            interrupt: signal(SignalKind::interrupt()).ok(),
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+
+    /// Resolves on the first of the two signals (never, if neither could be listened for).
+    pub async fn wait(mut self) {
+        async fn next(signal: &mut Option<Signal>) {
+            match signal {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = next(&mut self.term) => {}
+            () = next(&mut self.interrupt) => {}
+        }
     }
 }

@@ -27,26 +27,21 @@ fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
-#[test]
-fn serves_on_chosen_ports_and_drains_on_sigterm() {
-    let mut child = Command::new(BIN)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--http-port",
-            "0",
-            "--grpc-port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--admin-port",
-            "0",
-            "--log-format",
-            "json",
-        ])
+/// The binary on loopback, every port chosen by the kernel, JSON logs on a piped stderr.
+fn spawn_on_free_ports(extra: &[&str]) -> std::process::Child {
+    Command::new(BIN)
+        .args(["--host", "127.0.0.1", "--log-format", "json"])
+        .args(["--http-port", "0", "--grpc-port", "0"])
+        .args(["--metrics-port", "0", "--admin-port", "0"])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn serves_on_chosen_ports_and_drains_on_sigterm() {
+    let mut child = spawn_on_free_ports(&[]);
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut http_addr = None;
     let mut admin_addr = None;
@@ -166,26 +161,7 @@ fn http_post(addr: &str, path: &str, headers: &str, body: &[u8]) -> String {
 #[test]
 fn request_payloads_are_not_logged_even_at_trace() {
     const SECRET: &str = "PAYLOAD-7f3a9c";
-    let mut child = Command::new(BIN)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--http-port",
-            "0",
-            "--grpc-port",
-            "0",
-            "--metrics-port",
-            "0",
-            "--admin-port",
-            "0",
-            "--log-format",
-            "json",
-            "--log-level",
-            "trace",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_on_free_ports(&["--log-level", "trace"]);
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let stderr = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
@@ -252,4 +228,22 @@ fn request_payloads_are_not_logged_even_at_trace() {
     assert!(log.len() > 5, "trace logging wrote almost nothing: {log:?}");
     let leaked: Vec<&String> = log.iter().filter(|l| l.contains(SECRET)).collect();
     assert!(leaked.is_empty(), "payload in the log: {leaked:#?}");
+}
+
+/// A stop sent the instant the server says it is serving is still a graceful stop: the signal
+/// handlers exist before that line is written (before, SIGTERM's default action killed it).
+#[test]
+fn sigterm_right_after_the_serving_line_is_graceful() {
+    for _ in 0..5 {
+        let mut child = spawn_on_free_ports(&[]);
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut rest = lines.map_while(Result::ok);
+        rest.by_ref()
+            .find(|l| l.contains("infergate-sidecar is serving"))
+            .expect("the serving line");
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        let status = child.wait().unwrap();
+        assert!(status.success(), "exit status {status}");
+        assert!(rest.any(|l| l.contains("\"stopped\"")), "no 'stopped' line");
+    }
 }
