@@ -12,19 +12,22 @@ use nix::unistd::Pid;
 
 const BIN: &str = env!("CARGO_BIN_EXE_infergate-sidecar");
 
-fn http_get(addr: &str, path: &str) -> String {
+/// Sends one request (head, then body) on a fresh connection and returns the whole answer.
+fn http_exchange(addr: &str, head: &str, body: &[u8]) -> String {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    stream.read_to_string(&mut out).unwrap();
-    out
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    http_exchange(addr, &head, b"")
 }
 
 /// The binary on loopback, every port chosen by the kernel, JSON logs on a piped stderr.
@@ -140,20 +143,11 @@ fn unknown_configuration_field_is_an_error() {
 
 /// Sends one HTTP/1.1 POST and returns the whole answer.
 fn http_post(addr: &str, path: &str, headers: &str, body: &[u8]) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(
-        stream,
+    let head = format!(
         "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n{headers}\r\n",
         body.len()
-    )
-    .unwrap();
-    stream.write_all(body).unwrap();
-    let mut out = Vec::new();
-    stream.read_to_end(&mut out).unwrap();
-    String::from_utf8_lossy(&out).into_owned()
+    );
+    http_exchange(addr, &head, body)
 }
 
 /// Request payloads never reach the log, even at `trace` and even when the answer quotes them
