@@ -30,16 +30,40 @@ fn http_get(addr: &str, path: &str) -> String {
     http_exchange(addr, &head, b"")
 }
 
+/// A spawned sidecar that is killed when the test ends, also when an assertion fails first.
+struct Spawned(std::process::Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Spawned {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
 /// The binary on loopback, every port chosen by the kernel, JSON logs on a piped stderr.
-fn spawn_on_free_ports(extra: &[&str]) -> std::process::Child {
-    Command::new(BIN)
+fn spawn_on_free_ports(extra: &[&str]) -> Spawned {
+    let child = Command::new(BIN)
         .args(["--host", "127.0.0.1", "--log-format", "json"])
         .args(["--http-port", "0", "--grpc-port", "0"])
         .args(["--metrics-port", "0", "--admin-port", "0"])
         .args(extra)
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap()
+        .unwrap();
+    Spawned(child)
 }
 
 #[test]
