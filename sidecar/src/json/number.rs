@@ -26,26 +26,71 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
     }
     // Whole numbers below 10^15 are exact as integers and laid out as `digits.0` either way;
     // itoa is several times cheaper than the shortest-digits search.
-    if value.fract() == 0.0 && value.abs() < 1e15 {
+    // (The cast, exact below 10^15, tests for a whole number without a call to libm's trunc.)
+    if value.abs() < 1e15 && (value as i64) as f64 == value {
         let mut buffer = itoa::Buffer::new();
         out.extend_from_slice(buffer.format(value as i64).as_bytes());
         out.extend_from_slice(b".0");
         return;
     }
+    if value.is_sign_negative() {
+        out.push(b'-');
+    }
+    let mut buf = [0u8; 24];
+    let (len, k) = dyadic_digits(value.abs(), &mut buf)
+        .unwrap_or_else(|| shortest_digits(value.abs(), &mut buf));
+    prettify(out, &buf[..len], k);
+}
+
+/// Powers of ten that are exact doubles.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// The digits of a positive `value` with `f` binary fraction digits (12.5, 0.375) whose exact
+/// decimal form has at most 15 significant digits, and the decimal exponent k (value = digits ×
+/// 10^k). A value with `f` binary fraction digits has exactly `f` decimal ones (2^-f = 5^f ×
+/// 10^-f); no other decimal of 15 digits or fewer rounds to the same double (their spacing is
+/// wider than a double's rounding interval), so this is the shortest round-trip form that the
+/// digits search would find, for a bit test and one exact multiply instead of the search.
+/// Covers the values an FP32 tensor often holds (halves, quarters, …); `None` for the rest.
+fn dyadic_digits(value: f64, buf: &mut [u8; 24]) -> Option<(usize, i32)> {
+    let bits = value.to_bits();
+    let biased_exponent = ((bits >> 52) & 0x7ff) as i32;
+    if biased_exponent == 0 {
+        return None; // subnormal
+    }
+    let significand = (bits & ((1 << 52) - 1)) | (1 << 52);
+    // value = significand × 2^(biased_exponent - 1075)
+    let fraction_bits = 1075 - biased_exponent - significand.trailing_zeros() as i32;
+    if !(1..POW10.len() as i32).contains(&fraction_bits) {
+        return None;
+    }
+    // value × 10^f is an integer; below 2^53 the multiply is exact.
+    let scaled = value * POW10[fraction_bits as usize];
+    if scaled >= 1e15 {
+        return None;
+    }
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(scaled as u64).as_bytes();
+    // The last digit is odd (an odd number times 5^f): no trailing zeros to strip.
+    buf[..digits.len()].copy_from_slice(digits);
+    Some((digits.len(), -fraction_bits))
+}
+
+/// ryu's shortest round-trip digits of a positive finite `value`, without trailing zeros, and
+/// the decimal exponent k (value = digits × 10^k).
+fn shortest_digits(value: f64, buf: &mut [u8; 24]) -> (usize, i32) {
     let mut buffer = ryu::Buffer::new();
     let text = buffer.format_finite(value).as_bytes();
-    // Split ryu's output into sign, significant digits and a decimal exponent k such that
+    // Split ryu's output into significant digits and a decimal exponent k such that
     // value = digits × 10^k.
-    let (negative, text) = match text.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, text),
-    };
     let (mantissa, exp10) = match text.iter().position(|&c| c == b'e') {
         Some(i) => (&text[..i], parse_exp(&text[i + 1..])),
         None => (text, 0),
     };
     // At most 17 significant digits: a stack buffer, as this runs once per element of a tensor.
-    let mut buf = [0u8; 24];
     let mut len = 0;
     let mut k = exp10;
     let mut push = |d: &[u8]| {
@@ -63,15 +108,13 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
     }
     // Normalize: no leading zeros, no trailing zeros.
     let lead = buf[..len].iter().take_while(|&&d| d == b'0').count();
-    let mut digits = &buf[lead..len];
-    while digits.len() > 1 && digits.last() == Some(&b'0') {
-        digits = &digits[..digits.len() - 1];
+    let mut end = len;
+    while end > lead + 1 && buf[end - 1] == b'0' {
+        end -= 1;
         k += 1;
     }
-    if negative {
-        out.push(b'-');
-    }
-    prettify(out, digits, k);
+    buf.copy_within(lead..end, 0);
+    (end - lead, k)
 }
 
 fn parse_exp(text: &[u8]) -> i32 {
@@ -151,6 +194,51 @@ mod tests {
         assert_eq!(f(1e15), "1000000000000000.0");
         assert_eq!(f(f64::NAN), "NaN");
         assert_eq!(f(f64::NEG_INFINITY), "-Infinity");
+    }
+
+    /// The digits search alone, for comparison with the dyadic shortcut.
+    fn searched(v: f64) -> String {
+        let mut buf = [0u8; 24];
+        let (len, k) = shortest_digits(v.abs(), &mut buf);
+        let mut out = Vec::new();
+        if v.is_sign_negative() {
+            out.push(b'-');
+        }
+        prettify(&mut out, &buf[..len], k);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn dyadic_shortcut_writes_what_the_search_finds() {
+        assert_eq!(f(12.5), "12.5");
+        assert_eq!(f(-0.375), "-0.375");
+        assert_eq!(f(0.5e-6), "5e-7");
+        assert_eq!(f(2.0f64.powi(-20)), "9.5367431640625e-7");
+        // Every FP32 value in a spread over all exponents, as an FP32 tensor is written, and
+        // halves, quarters, … of every size, each checked against the search.
+        let mut shortcut = 0;
+        for bits in (0..u32::MAX).step_by(4093) {
+            let v = f64::from(f32::from_bits(bits));
+            if !v.is_finite() || v == 0.0 || v.fract() == 0.0 && v.abs() < 1e15 {
+                continue;
+            }
+            let mut buf = [0u8; 24];
+            if dyadic_digits(v.abs(), &mut buf).is_some() {
+                shortcut += 1;
+            }
+            assert_eq!(f(v), searched(v), "{v:e} ({bits:#x})");
+        }
+        assert!(
+            shortcut > 10_000,
+            "the shortcut took only {shortcut} values"
+        );
+        for whole in [1u64, 3, 999, 123_456_789, 999_999_999_999_999] {
+            for f in 1..=22 {
+                let v = whole as f64 / 2f64.powi(f);
+                assert_eq!(self::f(v), searched(v), "{v:e}");
+                assert_eq!(self::f(-v), searched(-v), "{v:e}");
+            }
+        }
     }
 
     #[test]

@@ -431,81 +431,102 @@ impl<'a> Parser<'a> {
         if negative {
             self.pos += 1;
         }
-        if self.buf[self.pos..].starts_with(b"NaN") {
-            self.pos += 3;
-            return Ok(Number::Float(f64::NAN));
+        match self.peek() {
+            Some(b'N') if self.buf[self.pos..].starts_with(b"NaN") => {
+                self.pos += 3;
+                return Ok(Number::Float(f64::NAN));
+            }
+            Some(b'I') if self.buf[self.pos..].starts_with(b"Infinity") => {
+                self.pos += 8;
+                return Ok(Number::Float(if negative {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                }));
+            }
+            _ => {}
         }
-        if self.buf[self.pos..].starts_with(b"Infinity") {
-            self.pos += 8;
-            return Ok(Number::Float(if negative {
-                f64::NEG_INFINITY
-            } else {
-                f64::INFINITY
-            }));
-        }
+        // One pass over the digits, which also accumulates them (wrapping: only used where
+        // their count shows it cannot have wrapped).
+        let mut mantissa: u64 = 0;
         let int_start = self.pos;
         match self.peek() {
             Some(b'0') => self.pos += 1,
-            Some(b'1'..=b'9') => {
-                while matches!(self.peek(), Some(b'0'..=b'9')) {
-                    self.pos += 1;
-                }
-            }
+            Some(b'1'..=b'9') => mantissa = self.digits(0),
             _ => {
                 self.pos = start;
                 return Err(self.err("Invalid value."));
             }
         }
-        let int_end = self.pos;
+        let int_digits = self.pos - int_start;
+        let mut fraction_digits = 0;
         let mut is_float = false;
         if self.peek() == Some(b'.') {
             self.pos += 1;
             if !matches!(self.peek(), Some(b'0'..=b'9')) {
                 return Err(self.err("Missing fraction part in number."));
             }
-            while matches!(self.peek(), Some(b'0'..=b'9')) {
-                self.pos += 1;
-            }
+            let fraction_start = self.pos;
+            mantissa = self.digits(mantissa);
+            fraction_digits = self.pos - fraction_start;
             is_float = true;
         }
+        let mut exponent: Option<i32> = Some(0);
         if matches!(self.peek(), Some(b'e' | b'E')) {
             self.pos += 1;
+            let negative_exponent = self.peek() == Some(b'-');
             if matches!(self.peek(), Some(b'+' | b'-')) {
                 self.pos += 1;
             }
             if !matches!(self.peek(), Some(b'0'..=b'9')) {
                 return Err(self.err("Missing exponent in number."));
             }
-            while matches!(self.peek(), Some(b'0'..=b'9')) {
-                self.pos += 1;
-            }
+            let exponent_start = self.pos;
+            let e = self.digits(0);
+            // More than 4 digits: out of every fast path's range (and maybe wrapped).
+            exponent = (self.pos - exponent_start <= 4).then(|| {
+                if negative_exponent {
+                    -(e as i32)
+                } else {
+                    e as i32
+                }
+            });
             is_float = true;
         }
-        if !is_float {
-            let mut magnitude: u64 = 0;
-            let mut overflow = false;
-            for &d in &self.buf[int_start..int_end] {
-                match magnitude
-                    .checked_mul(10)
-                    .and_then(|m| m.checked_add(u64::from(d - b'0')))
-                {
-                    Some(m) => magnitude = m,
-                    None => {
-                        overflow = true;
-                        break;
-                    }
-                }
+        let digit_count = int_digits + fraction_digits;
+        if !is_float && digit_count <= 19 {
+            // At most 19 digits: `mantissa` is exact.
+            if !negative {
+                return Ok(Number::Uint(mantissa));
             }
-            if !overflow {
-                if !negative {
-                    return Ok(Number::Uint(magnitude));
-                }
-                if magnitude <= i64::MAX as u64 + 1 {
-                    return Ok(Number::Int((magnitude as i128).wrapping_neg() as i64));
-                }
+            if mantissa <= i64::MAX as u64 + 1 {
+                return Ok(Number::Int((mantissa as i128).wrapping_neg() as i64));
             }
         }
-        // SAFETY-free: the span is ASCII digits, sign, '.', 'e' only.
+        if digit_count <= 15
+            && let Some(exponent) = exponent
+            && let Some(value) = exact_float(mantissa, exponent - fraction_digits as i32)
+        {
+            return Ok(Number::Float(if negative { -value } else { value }));
+        }
+        if !is_float {
+            // 20 digits: may still fit in a u64.
+            let digits = &self.buf[int_start..self.pos];
+            let mut magnitude: Option<u64> = Some(0);
+            for &d in digits {
+                magnitude = magnitude
+                    .and_then(|m| m.checked_mul(10))
+                    .and_then(|m| m.checked_add(u64::from(d - b'0')));
+            }
+            match magnitude {
+                Some(m) if !negative => return Ok(Number::Uint(m)),
+                Some(m) if m <= i64::MAX as u64 + 1 => {
+                    return Ok(Number::Int((m as i128).wrapping_neg() as i64));
+                }
+                _ => {}
+            }
+        }
+        // The general case: the span is ASCII digits, sign, '.', 'e' only.
         let text = std::str::from_utf8(&self.buf[start..self.pos])
             .map_err(|_| self.err("Invalid value."))?;
         let value: f64 = text.parse().map_err(|_| self.err("Invalid value."))?;
@@ -516,6 +537,40 @@ impl<'a> Parser<'a> {
             });
         }
         Ok(Number::Float(value))
+    }
+
+    /// Consumes a run of ASCII digits, appending them to `acc` (wrapping on overflow).
+    fn digits(&mut self, mut acc: u64) -> u64 {
+        while let Some(&d @ b'0'..=b'9') = self.buf.get(self.pos) {
+            acc = acc.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+            self.pos += 1;
+        }
+        acc
+    }
+}
+
+/// Powers of ten that are exact doubles.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// `mantissa × 10^power` when Clinger's fast path applies: a mantissa below 2^53 (the caller
+/// passes at most 15 digits) and a power of ten up to 10^22 are both exact doubles, so one
+/// correctly rounded multiply or divide is the correctly rounded value. Most numbers in a tensor
+/// (`12.5`, `0.0625`, `3.14159`) qualify and skip the general parser's second pass over the
+/// text; `None` sends the rest there.
+fn exact_float(mut mantissa: u64, mut power: i32) -> Option<f64> {
+    // `3.0`, `2.50`: drop the fraction's trailing zeros, which often spares the division.
+    while power < 0 && mantissa != 0 && mantissa.is_multiple_of(10) {
+        mantissa /= 10;
+        power += 1;
+    }
+    let m = mantissa as f64;
+    match power {
+        0..=22 => Some(m * POW10[power as usize]),
+        -22..=-1 => Some(m / POW10[power.unsigned_abs() as usize]),
+        _ => None,
     }
 }
 
@@ -537,6 +592,15 @@ mod tests {
             Value::Number(Number::Int(i64::MIN))
         );
         assert_eq!(
+            p("-9223372036854775809").unwrap(),
+            Value::Number(Number::Float(-9223372036854775809.0))
+        );
+        assert_eq!(
+            p("9999999999999999999").unwrap(),
+            Value::Number(Number::Uint(9_999_999_999_999_999_999))
+        );
+        assert_eq!(p("-0").unwrap(), Value::Number(Number::Int(0)));
+        assert_eq!(
             p("18446744073709551615").unwrap(),
             Value::Number(Number::Uint(u64::MAX))
         );
@@ -555,6 +619,66 @@ mod tests {
             Value::String(Cow::Owned(b"a\0b\n".to_vec()))
         );
         assert_eq!(p(r#""\ud83d\ude00""#).unwrap().as_str(), Some("😀"));
+    }
+
+    #[test]
+    fn numbers_read_as_the_general_parser_reads_them() {
+        // Short and long mantissas, with fractions and exponents of every size, inside and
+        // outside the fast path's range; each must read as Rust's own (correctly rounded) parser
+        // reads it, sign of zero included.
+        let mut texts: Vec<String> = Vec::new();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let digits = 1 + (seed % 19) as usize;
+            let mantissa = format!("{:019}", seed >> 3);
+            let (int, fraction) = mantissa[19 - digits..].split_at((seed >> 60) as usize % digits);
+            let int = if int.is_empty() {
+                "0"
+            } else {
+                int.trim_start_matches('0')
+            };
+            let int = if int.is_empty() { "0" } else { int };
+            let sign = if seed & 1 == 1 { "-" } else { "" };
+            let exponent = match (seed >> 40) % 4 {
+                0 => String::new(),
+                1 => format!("e{}", (seed >> 20) % 30),
+                2 => format!("e-{}", (seed >> 20) % 30),
+                _ => format!("E+{}", (seed >> 20) % 400),
+            };
+            let fraction = if fraction.is_empty() { "0" } else { fraction };
+            texts.push(format!("{sign}{int}.{fraction}{exponent}"));
+        }
+        texts.extend(
+            [
+                "0.0",
+                "-0.0",
+                "3.000",
+                "2.50e1",
+                "1e-22",
+                "1e-23",
+                "0.0000001e30",
+                "12.5",
+                "0.1",
+                "3.14159",
+                "1e22",
+                "1e23",
+                "9007199254740993.0",
+            ]
+            .map(String::from),
+        );
+        for text in &texts {
+            let expected: f64 = text.parse().unwrap();
+            match p(text) {
+                Ok(Value::Number(Number::Float(v))) => {
+                    assert_eq!(v.to_bits(), expected.to_bits(), "{text}")
+                }
+                Err(_) => assert!(expected.is_infinite(), "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
     }
 
     #[test]
