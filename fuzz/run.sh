@@ -46,6 +46,12 @@ for target in "${targets[@]}"; do
   fi
 done
 
+# FUZZ_CLEAN=1 removes the instrumented build (about 3 GB) afterwards; CI sets it.
+if [ "${FUZZ_CLEAN:-0}" = 1 ]; then
+  log "removing fuzz/target (FUZZ_CLEAN=1)"
+  rm -rf fuzz/target
+fi
+
 if [ ${#failed[@]} -gt 0 ]; then
   log "failed: ${failed[*]}"
   exit 1
