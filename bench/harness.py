@@ -20,6 +20,7 @@ import json
 import multiprocessing
 import os
 import platform
+import random
 import re
 import signal
 import socket
@@ -63,6 +64,10 @@ class System:
     http: str
     grpc: str
     procs: list = field(default_factory=list)
+    # Rows this system can answer, when not every row: (case name, protocol) pairs.
+    only: set | None = None
+    # perf_analyzer flags it needs (the fixed answers name the model version, see start_fixed).
+    pa_extra: list = field(default_factory=list)
 
     def stop(self):
         for p in reversed(self.procs):
@@ -111,6 +116,125 @@ def start_triton(work: Path) -> System:
     return system
 
 
+def start_kserve(work: Path) -> tuple[System, Path]:
+    """KServe's ModelServer with the contracts' models (tests/upstream/kserve/server.py), and the
+    sidecar configuration that fronts it (every model listed, sequences and classification run
+    by the sidecar: the ModelServer has neither)."""
+    http, grpc = free_port(), free_port()
+    kpy = os.environ["KSERVE_PY"]
+    home = work / "kserve"
+    home.mkdir(exist_ok=True)
+    proc = spawn([kpy, str(REPO / "tests/upstream/kserve/server.py"), "--http-port", str(http),
+                  "--grpc-port", str(grpc)], work / "kserve.log", cwd=home)
+    system = System("kserve", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", [proc])
+    wait_ready(f"http://{system.http}/v2/health/ready", proc)
+    config = work / "sidecar-kserve.yaml"
+    config.write_bytes(subprocess.run(
+        [kpy, str(REPO / "tests/upstream/kserve/make_config.py"), "--grpc-port", str(grpc),
+         "--workdir", str(home)], check=True, capture_output=True).stdout)
+    return system, config
+
+
+def start_mlserver(work: Path) -> tuple[System, Path]:
+    """MLServer with the contracts' models (tests/upstream/mlserver/make_repo.py), and the
+    sidecar configuration that fronts it."""
+    http, grpc = free_port(), free_port()
+    home = work / "mlserver"
+    home.mkdir(exist_ok=True)
+    config = work / "sidecar-mlserver.yaml"
+    subprocess.run([os.environ["MLSERVER_PY"], str(REPO / "tests/upstream/mlserver/make_repo.py"),
+                    str(home / "models"), "--http-port", str(http), "--grpc-port", str(grpc),
+                    "--sidecar-config", str(config)], check=True, stdout=subprocess.DEVNULL)
+    # Run from its own directory: MLServer writes working files (.metrics, .envs) there.
+    proc = spawn([os.environ["MLSERVER_BIN"], "start", str(home / "models")], work / "mlserver.log",
+                 cwd=home)
+    system = System("mlserver", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", [proc])
+    wait_ready(f"http://{system.http}/v2/health/ready", proc)
+    return system, config
+
+
+FIXED_ROWS = {("identity_fp32[16]", "http"), ("identity_fp32[16]", "json")}
+
+
+def start_fixed(work: Path) -> tuple[System, System]:
+    """The round-trip ceiling: nginx answering every request for identity_fp32 with a constant —
+    the sidecar's own answers (server and model metadata, configuration, statistics, and the
+    response to 16 zeros), captured from a sidecar started for the purpose — and the cheapest
+    proxy hop there is, nginx proxying to that over kept-alive connections. No server answers
+    faster than the first; no process in front of a model server adds less than the second.
+    HTTP and JSON rows of identity_fp32[16] only."""
+    probe = start_sidecar("sidecar-for-fixed-answers", work, [])
+    answers = {}
+    try:
+        base = f"http://{probe.http}/v2"
+        for key, path in (("server", ""), ("metadata", "/models/identity_fp32"),
+                          ("config", "/models/identity_fp32/config"),
+                          ("stats", "/models/identity_fp32/stats")):
+            with urllib.request.urlopen(base + path, timeout=10) as r:
+                answers[key] = r.read().decode()
+        body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [16], "datatype": "FP32",
+                                       "data": [0.0] * 16}]}).encode()
+        request = urllib.request.Request(base + "/models/identity_fp32/infer", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            answers["infer"] = r.read().decode()
+    finally:
+        probe.stop()
+    if any("'" in a for a in answers.values()):
+        raise RuntimeError("an answer holds a quote; nginx cannot return it inline")
+    fixed_port, proxy_port = free_port(), free_port()
+    home = work / "nginx"
+    home.mkdir(exist_ok=True)
+    model = "^/v2/models/identity_fp32(/versions/1)?"
+    (home / "nginx.conf").write_text(f"""
+worker_processes auto;
+pid {home}/nginx.pid;
+error_log {home}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {home}/body;
+  client_max_body_size 64m;
+  keepalive_requests 1000000;
+  keepalive_timeout 600s;
+  default_type application/json;
+  server {{
+    listen 127.0.0.1:{fixed_port};
+    location = /v2 {{ return 200 '{answers["server"]}'; }}
+    location ~ ^/v2/health/(ready|live)$ {{ return 200 ''; }}
+    location ~ {model}$ {{ return 200 '{answers["metadata"]}'; }}
+    location ~ {model}/ready$ {{ return 200 ''; }}
+    location ~ {model}/config$ {{ return 200 '{answers["config"]}'; }}
+    location ~ {model}/stats$ {{ return 200 '{answers["stats"]}'; }}
+    location ~ {model}/infer$ {{ return 200 '{answers["infer"]}'; }}
+    location / {{ return 404 '{{"error":"not found"}}'; }}
+  }}
+  upstream fixed {{ server 127.0.0.1:{fixed_port}; keepalive 32; }}
+  server {{
+    listen 127.0.0.1:{proxy_port};
+    location / {{
+      proxy_pass http://fixed;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }}
+  }}
+}}
+""")
+    proc = spawn([os.environ["NGINX"], "-p", str(home), "-c", str(home / "nginx.conf"),
+                  "-g", "daemon off;"], work / "nginx.log")
+    # Constant statistics do not tell perf_analyzer which version ran: `-x 1` names it.
+    fixed = System("fixed", f"127.0.0.1:{fixed_port}", "", [proc], FIXED_ROWS, ["-x", "1"])
+    proxy = System("proxy→fixed", f"127.0.0.1:{proxy_port}", "", [], FIXED_ROWS, ["-x", "1"])
+    wait_ready(f"http://{fixed.http}/v2/health/ready", proc)
+    wait_ready(f"http://{proxy.http}/v2/health/ready", proc)
+    return fixed, proxy
+
+
+# Model servers the harness can stand up; each row's ratios are taken against each of them.
+UPSTREAMS = ("triton", "kserve", "mlserver")
+
+
 # ----------------------------------------------------------------------------- cases
 @dataclass(frozen=True)
 class Case:
@@ -118,6 +242,9 @@ class Case:
     model: str
     inputs: tuple  # (name, datatype, shape)
     output_bytes: int  # largest output, for --output-shared-memory-size
+    # JSON bodies: "halves" (0.0, 0.5, 1.0, …: short exact decimals) or "random" (uniform in
+    # [-10, 10) with 7 significant digits, as FP32 data printed by a client often looks).
+    json_values: str = "halves"
 
     def pa_args(self) -> list[str]:
         args = ["-m", self.model]
@@ -132,7 +259,10 @@ class Case:
             count = 1
             for d in shape:
                 count *= d
-            if datatype == "FP32":
+            if datatype == "FP32" and self.json_values == "random":
+                rng = random.Random(i)
+                data = [float(f"{rng.uniform(-10, 10):.7g}") for _ in range(count)]
+            elif datatype == "FP32":
                 data = [round((j % 1000) * 0.5 + i, 1) for j in range(count)]
             else:
                 data = [(j + i) % 100 for j in range(count)]
@@ -144,6 +274,9 @@ CASES = {
     "identity_fp32[16]": Case("identity_fp32[16]", "identity_fp32", (("INPUT0", "FP32", (16,)),), 64),
     "identity_fp32[1M]": Case("identity_fp32[1M]", "identity_fp32",
                               (("INPUT0", "FP32", (1048576,)),), 4 * 1048576),
+    # The same tensor; only its JSON body differs (the binary protocols send the same bytes).
+    "identity_fp32[1M] random": Case("identity_fp32[1M] random", "identity_fp32",
+                                     (("INPUT0", "FP32", (1048576,)),), 4 * 1048576, "random"),
     "simple": Case("simple", "simple", (("INPUT0", "INT32", (1, 16)), ("INPUT1", "INT32", (1, 16))), 64),
 }
 PROTOCOLS = ("http", "grpc", "shm", "json")
@@ -155,13 +288,19 @@ def perf_analyzer(system: System, case: Case, protocol: str, concurrency: int, i
     out = work / "pa.csv"
     out.unlink(missing_ok=True)
     url, kind = (system.http, "http") if protocol == "http" else (system.grpc, "grpc")
-    args = [os.environ["PERF_ANALYZER"], *case.pa_args(), "-u", url, "-i", kind,
+    args = [os.environ["PERF_ANALYZER"], *case.pa_args(), *system.pa_extra, "-u", url, "-i", kind,
             "--concurrency-range", str(concurrency), "--measurement-mode", "time_windows",
             "--measurement-interval", str(interval_ms), "--max-trials", "3",
             "--stability-percentage", "999", "-f", str(out)]
     if protocol == "shm":
         args += ["--shared-memory", "system", "--output-shared-memory-size", str(case.output_bytes)]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    try:
+        # Three windows take seconds; perf_analyzer 2.45 sometimes stalls for good at
+        # concurrency 8 against nginx's constant answers (both sides waiting with bytes queued).
+        result = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        return {"throughput": 0.0, "p50_us": None, "p99_us": None,
+                "errors": "perf_analyzer stalled: no result in 180 s"}
     if result.returncode != 0 or not out.exists():
         tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
         return {"throughput": 0.0, "p50_us": None, "p99_us": None, "errors": " | ".join(tail)}
@@ -292,15 +431,20 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
     for s in systems:
         head += [f"{s} infer/s", f"{s} p50", f"{s} p99"]
     ratios = []
-    if "sidecar" in systems and "triton" in systems:
-        ratios.append(("sidecar", "triton"))
-    for front in ("sidecar→triton", "sidecar→triton+pool"):
-        if front in systems and "triton" in systems:
-            ratios.append((front, "triton"))
+    for upstream in UPSTREAMS:
+        if "sidecar" in systems and upstream in systems:
+            ratios.append(("sidecar", upstream))
+    for a in ("sidecar", "proxy→fixed"):
+        if a in systems and "fixed" in systems:
+            ratios.append((a, "fixed"))
+    for upstream in UPSTREAMS:
+        for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool"):
+            if front in systems and upstream in systems:
+                ratios.append((front, upstream))
     head += [f"{a} / {b}" for a, b in ratios]
-    # Latency the sidecar adds in front of Triton (difference of p50s).
-    added = [a for a, b in ratios if a.startswith("sidecar→")]
-    head += [f"{a} added p50" for a in added]
+    # Latency the sidecar adds in front of each model server (difference of p50s).
+    added = [(a, b) for a, b in ratios if a.startswith(("sidecar→", "proxy→"))]
+    head += [f"{a} added p50" for a, _ in added]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows = {}
     for r in summary:
@@ -321,8 +465,8 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
                 cells.append(f"{ra['throughput'] / rb['throughput']:.2f}×")
             else:
                 cells.append("—")
-        for a in added:
-            ra, rb = by_system.get(a), by_system.get("triton")
+        for a, b in added:
+            ra, rb = by_system.get(a), by_system.get(b)
             if ra and rb and ra["p50_us"] is not None and rb["p50_us"] is not None:
                 delta = ra["p50_us"] - rb["p50_us"]
                 cells.append(("+" if delta >= 0 else "−") + fmt_us(abs(delta)))
@@ -377,7 +521,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer window")
     ap.add_argument("--systems", default="sidecar,triton,sidecar→triton,sidecar→triton+pool",
-                    help="sidecar→triton has the staging pool off; sidecar→triton+pool has it on")
+                    help="any of: sidecar, triton, sidecar→triton (staging pool off), "
+                         "sidecar→triton+pool (pool on), kserve, sidecar→kserve, mlserver, "
+                         "sidecar→mlserver, fixed (nginx returning constant answers: the "
+                         "round-trip ceiling), proxy→fixed (nginx proxying to those: the "
+                         "cheapest proxy hop); the last two answer identity_fp32[16] over "
+                         "http and json only")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--concurrency", default="1,8")
@@ -437,29 +586,61 @@ def main():
                     front.procs = front.procs + triton.procs
                     triton_owned = True
                 systems[name] = front
+        # KServe's ModelServer and MLServer have no system shared memory: the sidecar in front of
+        # them emulates it (and classification, sequences, binary data).
+        for upstream, start in (("kserve", start_kserve), ("mlserver", start_mlserver)):
+            front_name = f"sidecar→{upstream}"
+            if upstream not in systems_wanted and front_name not in systems_wanted:
+                continue
+            server, config = start(work)
+            if upstream in systems_wanted:
+                systems[upstream] = server
+            if front_name in systems_wanted:
+                front = start_sidecar(f"sidecar-{upstream}", work, ["--config", str(config)])
+                front.name = front_name
+                if upstream not in systems_wanted:
+                    front.procs = front.procs + server.procs
+                systems[front_name] = front
+        if "fixed" in systems_wanted or "proxy→fixed" in systems_wanted:
+            fixed, proxy = start_fixed(work)
+            if "proxy→fixed" in systems_wanted:
+                systems["proxy→fixed"] = proxy
+            if "fixed" in systems_wanted:
+                systems["fixed"] = fixed
+            else:
+                proxy.procs = fixed.procs
+        unknown = [s for s in systems_wanted if s not in systems]
+        if unknown:
+            raise SystemExit(f"unknown systems: {', '.join(unknown)}")
         order = [s for s in systems_wanted if s in systems]
-        total = args.rounds * len(cases) * len(protocols) * len(concurrencies) * len(order)
+        # A case that differs only in its JSON body is measured over JSON only.
+        rows_wanted = [(case, protocol) for case in cases for protocol in protocols
+                       if protocol == "json" or case.json_values == "halves"]
+        total = args.rounds * len(concurrencies) * sum(
+            1 for case, protocol in rows_wanted for name in order
+            if systems[name].only is None or (case.name, protocol) in systems[name].only)
         done = 0
         for rnd in range(args.rounds):
-            for case in cases:
-                for protocol in protocols:
-                    for conc in concurrencies:
-                        # Alternate: every system measured back to back on the same row, the
-                        # order rotated each round.
-                        rotated = order[rnd % len(order):] + order[:rnd % len(order)]
-                        for name in rotated:
-                            system = systems[name]
-                            if protocol == "json":
-                                r = wrk_json(system, case, conc, args.interval_ms, work)
-                            else:
-                                r = perf_analyzer(system, case, protocol, conc, args.interval_ms, work)
-                            row = {"round": rnd + 1, "system": name, "case": case.name,
-                                   "protocol": protocol, "concurrency": conc, **r}
-                            rows.append(row)
-                            done += 1
-                            print(f"[{done}/{total}] {name:15} {case.name:18} {protocol:5} c={conc}: "
-                                  f"{r['throughput']:10.1f}/s p50 {fmt_us(r['p50_us'])} "
-                                  f"p99 {fmt_us(r['p99_us'])} {r['errors']}", file=sys.stderr)
+            for case, protocol in rows_wanted:
+                for conc in concurrencies:
+                    # Alternate: every system measured back to back on the same row, the
+                    # order rotated each round.
+                    rotated = order[rnd % len(order):] + order[:rnd % len(order)]
+                    for name in rotated:
+                        system = systems[name]
+                        if system.only is not None and (case.name, protocol) not in system.only:
+                            continue
+                        if protocol == "json":
+                            r = wrk_json(system, case, conc, args.interval_ms, work)
+                        else:
+                            r = perf_analyzer(system, case, protocol, conc, args.interval_ms, work)
+                        row = {"round": rnd + 1, "system": name, "case": case.name,
+                               "protocol": protocol, "concurrency": conc, **r}
+                        rows.append(row)
+                        done += 1
+                        print(f"[{done}/{total}] {name:15} {case.name:18} {protocol:5} c={conc}: "
+                              f"{r['throughput']:10.1f}/s p50 {fmt_us(r['p50_us'])} "
+                              f"p99 {fmt_us(r['p99_us'])} {r['errors']}", file=sys.stderr)
     finally:
         for s in systems.values():
             s.stop()
