@@ -438,7 +438,7 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
         if a in systems and "fixed" in systems:
             ratios.append((a, "fixed"))
     for upstream in UPSTREAMS:
-        for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool"):
+        for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool", f"sidecar→{upstream}/rest"):
             if front in systems and upstream in systems:
                 ratios.append((front, upstream))
     head += [f"{a} / {b}" for a, b in ratios]
@@ -522,7 +522,8 @@ def main():
     ap.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer window")
     ap.add_argument("--systems", default="sidecar,triton,sidecar→triton,sidecar→triton+pool",
                     help="any of: sidecar, triton, sidecar→triton (staging pool off), "
-                         "sidecar→triton+pool (pool on), kserve, sidecar→kserve, mlserver, "
+                         "sidecar→triton+pool (pool on), sidecar→triton/rest (pool off, V2 "
+                         "REST to Triton instead of gRPC), kserve, sidecar→kserve, mlserver, "
                          "sidecar→mlserver, fixed (nginx returning constant answers: the "
                          "round-trip ceiling), proxy→fixed (nginx proxying to those: the "
                          "cheapest proxy hop); the last two answer identity_fp32[16] over "
@@ -568,6 +569,8 @@ def main():
             # Tensors of 64 KiB and more through the staging pool (room for 8 requests of 4 MiB
             # in and out at once).
             "sidecar→triton+pool": ["--staging-shm-bytes", str(256 << 20)],
+            # The same as sidecar→triton, speaking V2 REST to Triton instead of gRPC.
+            "sidecar→triton/rest": ["--staging-shm-bytes", "0"],
         }
         if "triton" in systems_wanted or any(f in systems_wanted for f in fronts):
             triton = start_triton(work)
@@ -578,8 +581,11 @@ def main():
             for name, extra in fronts.items():
                 if name not in systems_wanted:
                     continue
-                slug = "sidecar-upstream-pool" if name.endswith("pool") else "sidecar-upstream"
-                front = start_sidecar(slug, work, ["--upstream", f"grpc://{triton.grpc}", *extra])
+                slug = {"sidecar→triton": "sidecar-upstream", "sidecar→triton+pool":
+                        "sidecar-upstream-pool", "sidecar→triton/rest": "sidecar-upstream-rest"}[name]
+                upstream_url = (f"http://{triton.http}" if name.endswith("/rest")
+                                else f"grpc://{triton.grpc}")
+                front = start_sidecar(slug, work, ["--upstream", upstream_url, *extra])
                 front.name = name
                 if not triton_owned:
                     # The first front stops Triton with itself.
