@@ -259,8 +259,27 @@ def test_every_example_gets_its_children_and_an_honest_status(cluster, operator,
         # As the user does it: the file itself.
         cluster.kubectl("apply", "-n", namespace, "-f", str(path))
     assert len(names) >= 5
+
+    def diagnose(error):
+        # Seen intermittently (clean-clone CI runs, and once in four local runs): an example's
+        # pod not becoming, or not staying, ready. Say what the nodes and pods looked like then.
+        nodes = cluster.kubectl("get", "nodes", "-o", "wide", check=False).stdout
+        pods = cluster.kubectl("get", "pods,deployments", "-n", namespace, "-o", "wide",
+                               check=False).stdout
+        conditions = cluster.kubectl(
+            "get", "pods", "-n", namespace, "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.status.conditions}{\"\\n\"}{end}",
+            check=False).stdout
+        node_conditions = cluster.kubectl(
+            "get", "nodes", "-o", "jsonpath={.items[*].status.conditions}", check=False).stdout
+        return AssertionError(f"{error}\nnodes:\n{nodes}\n{node_conditions}\npods:\n{pods}\n"
+                              f"{conditions}")
+
     for name in names:
-        wait_available(cluster, namespace, name)
+        try:
+            wait_available(cluster, namespace, name)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            raise diagnose(e) from e
 
     def wants_cuda(obj):
         return obj["spec"].get("extensions", {}).get("cudaSharedMemory", {}).get("enabled")
@@ -280,7 +299,10 @@ def test_every_example_gets_its_children_and_an_honest_status(cluster, operator,
         return obj
 
     for name in names:
-        obj = wait_for(f"{name} status", lambda: settled(name), timeout=90)
+        try:
+            obj = wait_for(f"{name} status", lambda: settled(name), timeout=90)
+        except TimeoutError as e:
+            raise diagnose(e) from e
         ready = condition(obj, "Ready")
         if wants_cuda(obj):
             # The sidecar that answers has no GPU: the status must say so, not claim success.
