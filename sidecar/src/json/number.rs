@@ -42,8 +42,8 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
     prettify(out, &buf[..len], k);
 }
 
-/// Powers of ten that are exact doubles.
-const POW10: [f64; 23] = [
+/// Powers of ten that are exact doubles (also the reader's).
+pub(crate) const POW10: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];

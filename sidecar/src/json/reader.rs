@@ -549,18 +549,13 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// Powers of ten that are exact doubles.
-const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
-    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
-];
-
 /// `mantissa × 10^power` when Clinger's fast path applies: a mantissa below 2^53 (the caller
 /// passes at most 15 digits) and a power of ten up to 10^22 are both exact doubles, so one
 /// correctly rounded multiply or divide is the correctly rounded value. Most numbers in a tensor
 /// (`12.5`, `0.0625`, `3.14159`) qualify and skip the general parser's second pass over the
 /// text; `None` sends the rest there.
 fn exact_float(mut mantissa: u64, mut power: i32) -> Option<f64> {
+    use super::number::POW10;
     // `3.0`, `2.50`: drop the fraction's trailing zeros, which often spares the division.
     while power < 0 && mantissa != 0 && mantissa.is_multiple_of(10) {
         mantissa /= 10;
