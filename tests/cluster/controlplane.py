@@ -85,9 +85,17 @@ class ControlPlane:
             "client-key": str(self.pki / "admin.key"),
         })
         common = [f"--kubeconfig={self.kubeconfig}", "--leader-elect=false", "--v=1"]
+        # The node lifecycle controller judges a kubelet by its heartbeats, by default 50 s apart
+        # at most, while kwok's come every 20-45 s, later on a loaded machine. A late one made it
+        # call the fake node not ready and mark every pod on it not ready; kwok then reported the
+        # node ready again but never the pods, and Deployments lost their available replicas for
+        # good (seen in CI, and in the controller's log: "all Nodes are not-Ready. Entering master
+        # disruption mode"). The controller stays (it lifts the node's not-ready taint), with a
+        # grace period no test run reaches.
         self._start("kube-controller-manager", [
             *common,
             "--controllers=*",
+            "--node-monitor-grace-period=30m",
             "--use-service-account-credentials=false",
             f"--service-account-private-key-file={self.pki / 'sa.key'}",
             f"--root-ca-file={self.pki / 'ca.crt'}",
