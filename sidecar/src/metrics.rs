@@ -176,12 +176,18 @@ fn render_staging(out: &mut String, state: &SharedState) {
     );
     family(
         "infergate_passthrough_bytes_total",
-        "Output bytes the upstream wrote straight into clients' shared-memory regions",
+        "Tensor bytes the upstream read from and wrote to clients' shared-memory regions itself",
         "counter",
-        &[(
-            "{direction=\"output\"}",
-            handle.upstream.passthrough.output_bytes.load(Relaxed),
-        )],
+        &[
+            (
+                "{direction=\"input\"}",
+                handle.upstream.passthrough.input_bytes.load(Relaxed),
+            ),
+            (
+                "{direction=\"output\"}",
+                handle.upstream.passthrough.output_bytes.load(Relaxed),
+            ),
+        ],
     );
     family(
         "infergate_staging_pool_full_total",

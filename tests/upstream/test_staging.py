@@ -129,43 +129,69 @@ def test_many_concurrent_requests_share_the_pool_and_give_it_back():
     assert pool()["in_use_bytes"] == 0
 
 
-def test_an_output_for_a_client_region_is_written_there_by_triton_itself():
+def triton_regions():
+    return requests.get(f"http://{TRITON}/v2/systemsharedmemory/status", timeout=10).json()
+
+
+def held_by_triton(key):
+    """The name Triton knows the client's object `key` by, or None."""
+    mine = [r for r in triton_regions() if r["key"].lstrip("/") == key]
+    return mine[0]["name"] if mine else None
+
+
+def passed():
+    return (
+        metric("infergate_passthrough_bytes_total", '{direction="input"}'),
+        metric("infergate_passthrough_bytes_total", '{direction="output"}'),
+    )
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_client_regions_are_read_and_written_by_triton_itself(protocol):
     import time
 
     import tritonclient.utils.shared_memory as shm
 
     data = np.random.default_rng(11).standard_normal(ELEMENTS).astype(np.float32)
-    tag = f"igpass{os.getpid()}"
+    tag = f"igpass{os.getpid()}{protocol}"
     in_handle = shm.create_shared_memory_region(f"{tag}_in", f"/{tag}_in", data.nbytes)
     out_handle = shm.create_shared_memory_region(f"{tag}_out", f"/{tag}_out", data.nbytes)
-    client = httpclient.InferenceServerClient(HTTP)
+    lib = httpclient if protocol == "http" else grpcclient
+    client = lib.InferenceServerClient(HTTP if protocol == "http" else GRPC)
+    got = None
     try:
         shm.set_shared_memory_region(in_handle, [data])
         client.register_system_shared_memory(f"{tag}_in", f"/{tag}_in", data.nbytes)
         client.register_system_shared_memory(f"{tag}_out", f"/{tag}_out", data.nbytes)
-        inp = httpclient.InferInput("INPUT0", [ELEMENTS], "FP32")
+        inp = lib.InferInput("INPUT0", [ELEMENTS], "FP32")
         inp.set_shared_memory(f"{tag}_in", data.nbytes)
-        out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+        out = lib.InferRequestedOutput("OUTPUT0")
         out.set_shared_memory(f"{tag}_out", data.nbytes)
-        before = metric("infergate_passthrough_bytes_total", '{direction="output"}')
-        staged_before = staged()
+        passed_before, staged_before = passed(), staged()
         client.infer("identity_fp32", [inp], outputs=[out])
         got = shm.get_contents_as_numpy(out_handle, np.float32, [ELEMENTS])
         np.testing.assert_array_equal(got, data)
-        # Triton wrote the output into the client's region: the sidecar copied none of it.
-        assert metric("infergate_passthrough_bytes_total", '{direction="output"}') - before == data.nbytes
-        after = staged()
-        assert after[1] == staged_before[1], "the output did not go through the pool"
-        assert after[0] - staged_before[0] == data.nbytes, "the input still goes through the pool"
-        regions = requests.get(f"http://{TRITON}/v2/systemsharedmemory/status", timeout=10).json()
-        mine = [r for r in regions if r["key"].lstrip("/") == f"{tag}_out"]
-        assert mine and mine[0]["name"].startswith("infergate_client_"), regions
-        # The client lets go of it: the sidecar unregisters it from Triton on its next probes.
+        # Triton read the input from the client's region and wrote the output into the other
+        # one: the sidecar copied none of those bytes, not even into its pool.
+        passed_after, staged_after = passed(), staged()
+        assert passed_after[0] - passed_before[0] == data.nbytes, (passed_before, passed_after)
+        assert passed_after[1] - passed_before[1] == data.nbytes, (passed_before, passed_after)
+        assert staged_after == staged_before, (staged_before, staged_after)
+        for key in (f"{tag}_in", f"{tag}_out"):
+            name = held_by_triton(key)
+            assert name and name.startswith("infergate_client_"), triton_regions()
+        # The client changes its input in place: the next answer is from the new bytes.
+        shm.set_shared_memory_region(in_handle, [data * 2])
+        client.infer("identity_fp32", [inp], outputs=[out])
+        got = shm.get_contents_as_numpy(out_handle, np.float32, [ELEMENTS])
+        np.testing.assert_array_equal(got, data * 2)
+        # The client lets go of its regions: the sidecar unregisters them from Triton on its
+        # next probes.
+        client.unregister_system_shared_memory(f"{tag}_in")
         client.unregister_system_shared_memory(f"{tag}_out")
         deadline = time.monotonic() + 15
-        while any(r["key"].lstrip("/") == f"{tag}_out" for r in
-                  requests.get(f"http://{TRITON}/v2/systemsharedmemory/status", timeout=10).json()):
-            assert time.monotonic() < deadline, "Triton still holds the client's region"
+        while held_by_triton(f"{tag}_in") or held_by_triton(f"{tag}_out"):
+            assert time.monotonic() < deadline, f"Triton still holds the client's regions: {triton_regions()}"
             time.sleep(0.2)
     finally:
         client.unregister_system_shared_memory(f"{tag}_in")
@@ -173,3 +199,36 @@ def test_an_output_for_a_client_region_is_written_there_by_triton_itself():
         del got
         shm.destroy_shared_memory_region(in_handle)
         shm.destroy_shared_memory_region(out_handle)
+
+
+def test_a_region_input_beside_an_inline_one_and_a_window_inside_a_region():
+    # simple (INT32 [1,16] x2): INPUT0 from the middle of a client's region, INPUT1 in the
+    # request; outputs in the response.
+    import tritonclient.utils.shared_memory as shm
+
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.int32)
+    tag = f"igwin{os.getpid()}"
+    handle = shm.create_shared_memory_region(tag, f"/{tag}", 3 * a.nbytes)
+    client = grpcclient.InferenceServerClient(GRPC)
+    try:
+        shm.set_shared_memory_region(handle, [np.full((1, 16), -1, dtype=np.int32), a,
+                                              np.full((1, 16), -2, dtype=np.int32)])
+        client.register_system_shared_memory(tag, f"/{tag}", 3 * a.nbytes)
+        inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+                  grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_shared_memory(tag, a.nbytes, offset=a.nbytes)
+        inputs[1].set_data_from_numpy(b)
+        before = passed()[0]
+        result = client.infer("simple", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+        assert passed()[0] - before == a.nbytes
+        # A window that does not hold what the shape needs is the sidecar's to refuse, with
+        # Triton's words, before anything reaches Triton.
+        inputs[0].set_shared_memory(tag, a.nbytes - 4, offset=a.nbytes)
+        with pytest.raises(Exception, match="input byte size mismatch for input 'INPUT0'"):
+            client.infer("simple", inputs)
+    finally:
+        client.unregister_system_shared_memory(tag)
+        shm.destroy_shared_memory_region(handle)

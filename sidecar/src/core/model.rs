@@ -22,9 +22,15 @@ pub struct TensorSpec {
 }
 
 /// What a backend receives: validated inputs (full shapes, batch dimension included).
+#[derive(Clone, Copy)]
 pub struct Execution<'a> {
     pub model: &'a Model,
+    /// An input still in a client's region (`input_regions`) has no bytes here; only a backend
+    /// that `takes_client_regions` is given such inputs.
     pub inputs: &'a [Tensor],
+    /// Per input (aligned with `inputs`; missing entries are `None`), the client's
+    /// shared-memory region that holds it.
+    pub input_regions: &'a [Option<crate::shm::registry::ShmTarget>],
     /// Names of the outputs to produce.
     pub outputs: &'a [String],
     /// Batch size for batching models, 1 otherwise.
@@ -39,6 +45,12 @@ pub struct Execution<'a> {
 /// Runs a model. Implementations: in-process built-in models, an upstream model server.
 pub trait Backend: Send + Sync {
     fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>>;
+
+    /// Whether inputs in clients' shared-memory regions may reach `execute` unread (the backend
+    /// then reads them, or has its model server read them). Otherwise the pipeline reads them.
+    fn takes_client_regions(&self) -> bool {
+        false
+    }
 }
 
 pub struct Model {

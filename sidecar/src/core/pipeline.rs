@@ -31,6 +31,16 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
         None => None,
     };
 
+    // Inputs in clients' regions are read here, unless the backend can pass the regions on.
+    let mut request = request;
+    if !model.backend.takes_client_regions() {
+        for input in &mut request.inputs {
+            if let Err(e) = input.read_region() {
+                model.stats.record_failure(received.elapsed(), true);
+                return Err(e);
+            }
+        }
+    }
     let validated = match validate(&model, request) {
         Ok(v) => v,
         Err(e) => {
@@ -70,6 +80,7 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
     let execution = Execution {
         model: &model,
         inputs: &validated.inputs,
+        input_regions: &validated.input_regions,
         outputs: &output_names,
         batch_size: validated.batch_size,
         parameters: &parameters,

@@ -13,7 +13,11 @@ pub struct InputTensor {
     pub name: String,
     pub datatype: String,
     pub shape: Vec<i64>,
+    /// The bytes; empty while `shm` still holds them.
     pub data: Bytes,
+    /// The client's shared-memory region that holds this input, not read yet: the pipeline reads
+    /// it unless the backend can hand the region to its model server instead.
+    pub shm: Option<crate::shm::registry::ShmTarget>,
 }
 
 /// An output the client asked for, with its per-output options.
@@ -63,7 +67,51 @@ pub struct InferResponse {
 }
 
 impl InputTensor {
+    /// An input whose bytes came with the request.
+    pub fn inline(name: String, datatype: String, shape: Vec<i64>, data: Bytes) -> Self {
+        InputTensor {
+            name,
+            datatype,
+            shape,
+            data,
+            shm: None,
+        }
+    }
+
+    /// An input the client left in one of its shared-memory regions (already resolved, so the
+    /// window lies inside the region).
+    pub fn in_region(
+        name: String,
+        datatype: String,
+        shape: Vec<i64>,
+        region: crate::shm::registry::ShmTarget,
+    ) -> Self {
+        InputTensor {
+            name,
+            datatype,
+            shape,
+            data: Bytes::new(),
+            shm: Some(region),
+        }
+    }
+
     pub fn parsed_datatype(&self) -> Option<DataType> {
         DataType::from_protocol(&self.datatype)
+    }
+
+    /// The input's size in bytes, read or not.
+    pub fn byte_len(&self) -> u64 {
+        match &self.shm {
+            Some(region) => region.byte_size,
+            None => self.data.len() as u64,
+        }
+    }
+
+    /// Copies the bytes out of the client's region, if they are still there.
+    pub fn read_region(&mut self) -> crate::error::Result<()> {
+        if let Some(region) = self.shm.take() {
+            self.data = region.read()?;
+        }
+        Ok(())
     }
 }

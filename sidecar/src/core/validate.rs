@@ -6,6 +6,7 @@ use infergate_proto::DataType;
 use super::model::Model;
 use super::request::{InferRequest, RequestedOutput};
 use crate::error::{Error, Result, request_prefix};
+use crate::shm::registry::ShmTarget;
 use crate::tensor::Tensor;
 use crate::tensor::bytes_elements::{self, BytesError};
 use crate::tensor::shape::{byte_size, element_count, format_shape};
@@ -13,7 +14,11 @@ use crate::tensor::shape::{byte_size, element_count, format_shape};
 /// A request that may run: inputs with known datatypes, the outputs to return, the batch size.
 #[derive(Debug)]
 pub struct Validated {
+    /// Inputs still in a client's region (see `input_regions`) have no bytes here.
     pub inputs: Vec<Tensor>,
+    /// Per input (aligned with `inputs`; missing entries are `None`), the client's region that
+    /// still holds it.
+    pub input_regions: Vec<Option<ShmTarget>>,
     pub outputs: Vec<RequestedOutput>,
     pub batch_size: u64,
 }
@@ -103,7 +108,8 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
     // Batch size from the first dimension of every input of a batching model.
     let mut batch_size: Option<u64> = None;
     let mut inputs = Vec::with_capacity(request.inputs.len());
-    for input in request.inputs {
+    let mut input_regions = Vec::with_capacity(request.inputs.len());
+    for mut input in request.inputs {
         let Some(spec) = model.input(&input.name) else {
             continue;
         };
@@ -176,16 +182,21 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
         let count = element_count(&input.shape, &input.name)?;
         match byte_size(datatype, count, &input.name)? {
             Some(expected) => {
-                if expected != input.data.len() as u64 {
+                if expected != input.byte_len() {
                     return Err(Error::invalid_arg(format!(
                         "{prefix}input byte size mismatch for input '{}' for model '{m}'. Expected {expected}, got {}",
                         input.name,
-                        input.data.len()
+                        input.byte_len()
                     )));
                 }
             }
-            None => check_bytes_elements(&input.data, count, &input.name, m, &prefix)?,
+            None => {
+                // Strings are checked element by element: their bytes are needed here.
+                input.read_region()?;
+                check_bytes_elements(&input.data, count, &input.name, m, &prefix)?
+            }
         }
+        input_regions.push(input.shm);
         inputs.push(Tensor {
             name: input.name,
             datatype,
@@ -196,6 +207,7 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
 
     Ok(Validated {
         inputs,
+        input_regions,
         outputs,
         batch_size: batch_size.unwrap_or(1),
     })

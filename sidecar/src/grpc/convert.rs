@@ -29,16 +29,28 @@ pub fn request(req: ModelInferRequest, shm: &Registry) -> Result<InferRequest> {
     let using_raw = raw.len() > 0;
     for input in req.inputs {
         let shm_params = tensor_shm(&input.parameters, &input.name)?;
-        let data = if let Some(params) = shm_params {
+        if let Some(params) = shm_params {
             if input.contents.is_some() {
                 return Err(Error::invalid_arg(format!(
                     "unexpected 'content' provided when using shared memory for input tensor '{}' for model '{model}'",
                     input.name
                 )));
             }
-            shm.resolve(&params.region, params.offset, params.byte_size)?
-                .read(params.offset, params.byte_size)?
-        } else if let Some(contents) = input.contents {
+            let region = shm.resolve(&params.region, params.offset, params.byte_size)?;
+            let target = ShmTarget {
+                region,
+                offset: params.offset,
+                byte_size: params.byte_size,
+            };
+            out.inputs.push(InputTensor::in_region(
+                input.name,
+                input.datatype,
+                input.shape,
+                target,
+            ));
+            continue;
+        }
+        let data = if let Some(contents) = input.contents {
             if using_raw {
                 return Err(Error::invalid_arg(format!(
                     "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
@@ -54,12 +66,12 @@ pub fn request(req: ModelInferRequest, shm: &Registry) -> Result<InferRequest> {
                 ))
             })?
         };
-        out.inputs.push(InputTensor {
-            name: input.name,
-            datatype: input.datatype,
-            shape: input.shape,
+        out.inputs.push(InputTensor::inline(
+            input.name,
+            input.datatype,
+            input.shape,
             data,
-        });
+        ));
     }
     for output in req.outputs {
         let mut requested = RequestedOutput::named(output.name.clone());

@@ -143,11 +143,21 @@ fn decode_json(
                 "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. {which}"
             )));
         }
-        let bytes = if let Some(region) = params.shm_region {
+        if let Some(region) = params.shm_region {
             let offset = params.shm_offset.unwrap_or(0);
-            let size = params.shm_byte_size.unwrap_or(0);
-            shm.resolve(&region, offset, size)?.read(offset, size)?
-        } else if let Some(size) = params.binary_data_size {
+            let byte_size = params.shm_byte_size.unwrap_or(0);
+            let region = shm.resolve(&region, offset, byte_size)?;
+            let target = ShmTarget {
+                region,
+                offset,
+                byte_size,
+            };
+            request
+                .inputs
+                .push(InputTensor::in_region(name, datatype, shape, target));
+            continue;
+        }
+        let bytes = if let Some(size) = params.binary_data_size {
             let size = usize::try_from(size).unwrap_or(usize::MAX);
             if binary.len() - offset < size {
                 return Err(Error::invalid_arg(format!(
@@ -161,12 +171,9 @@ fn decode_json(
         } else {
             json_data(&name, &datatype, &shape, data, limits)?
         };
-        request.inputs.push(InputTensor {
-            name,
-            datatype,
-            shape,
-            data: bytes,
-        });
+        request
+            .inputs
+            .push(InputTensor::inline(name, datatype, shape, bytes));
     }
     if offset != binary.len() {
         return Err(Error::invalid_arg(format!(
@@ -385,12 +392,12 @@ fn raw_input(model: &Model, body: Bytes) -> Result<InputTensor> {
             }
         }
     }
-    Ok(InputTensor {
-        name: spec.name.clone(),
-        datatype: spec.datatype.as_protocol().to_string(),
+    Ok(InputTensor::inline(
+        spec.name.clone(),
+        spec.datatype.as_protocol().to_string(),
         shape,
-        data: body,
-    })
+        body,
+    ))
 }
 
 /// Encodes a response: JSON, then the binary chunks of binary outputs in output order.

@@ -352,6 +352,11 @@ pub struct ShmTarget {
 }
 
 impl ShmTarget {
+    /// Copies the window's bytes out of the region (an input the client placed there).
+    pub fn read(&self) -> Result<Bytes> {
+        self.region.read(self.offset, self.byte_size)
+    }
+
     /// Writes an output's bytes, refusing results larger than the space the client gave.
     pub fn write(&self, output: &str, data: &[u8]) -> Result<()> {
         if data.len() as u64 > self.byte_size {

@@ -34,12 +34,13 @@ use tonic::transport::Endpoint;
 pub use discovery::{UpstreamLoader, run_discovery};
 use passthrough::Passthrough;
 use rest::RestClient;
-use staging::{ClientOutput, Plan, Staging};
+use staging::{ClientWindow, Plan, Staging};
 pub use transport::Transport;
 
 use crate::core::model::{Backend, Execution};
 use crate::core::params::ParamValue;
 use crate::error::{Code, Error, Result};
+use crate::shm::registry::ShmTarget;
 use crate::tensor::Tensor;
 use crate::tensor::shape::fixed_byte_size as byte_size;
 
@@ -51,7 +52,8 @@ pub struct Upstream {
     in_flight: Arc<Semaphore>,
     /// Shared memory with the model container for large tensors.
     pub staging: Staging,
-    /// Clients' regions registered with the upstream, for outputs it writes there itself.
+    /// Clients' regions registered with the upstream, for inputs it reads and outputs it writes
+    /// there itself.
     pub passthrough: Passthrough,
 }
 
@@ -174,7 +176,7 @@ impl UpstreamModel {
     /// Where each requested output goes when the client named a region for it: straight into that
     /// region, registered with the upstream, when the staging pool proves the upstream shares
     /// this container's `/dev/shm`.
-    async fn client_outputs(&self, execution: &Execution<'_>) -> Vec<Option<ClientOutput>> {
+    async fn client_outputs(&self, execution: &Execution<'_>) -> Vec<Option<ClientWindow>> {
         let mut places = Vec::with_capacity(execution.outputs.len());
         for i in 0..execution.outputs.len() {
             let target = execution.output_shm.get(i).and_then(Option::as_ref);
@@ -185,9 +187,9 @@ impl UpstreamModel {
                     .passthrough
                     .upstream_name(&self.upstream, &t.region)
                     .await
-                    .map(|region| ClientOutput {
+                    .map(|(region, base)| ClientWindow {
                         region,
-                        offset: t.offset,
+                        offset: base.saturating_add(t.offset),
                         byte_size: t.byte_size,
                     }),
                 _ => None,
@@ -197,11 +199,50 @@ impl UpstreamModel {
         places
     }
 
+    /// The inputs a client left in its regions: handed to the upstream by region where `pass` and
+    /// the upstream can open the region (the sidecar then copies none of those bytes), read here
+    /// otherwise.
+    async fn client_inputs(&self, execution: &Execution<'_>, pass: bool) -> Result<ClientInputs> {
+        let mut resolved = ClientInputs {
+            windows: vec![None; execution.inputs.len()],
+            read: None,
+        };
+        for (i, target) in execution.input_regions.iter().enumerate() {
+            let Some(target) = target else { continue };
+            let window = if pass && target.byte_size > 0 {
+                self.upstream
+                    .passthrough
+                    .upstream_name(&self.upstream, &target.region)
+                    .await
+                    .map(|(region, base)| ClientWindow {
+                        region,
+                        offset: base.saturating_add(target.offset),
+                        byte_size: target.byte_size,
+                    })
+            } else {
+                None
+            };
+            if window.is_some() {
+                resolved.windows[i] = window;
+                continue;
+            }
+            let (inputs, regions) = resolved.read.get_or_insert_with(|| {
+                (execution.inputs.to_vec(), execution.input_regions.to_vec())
+            });
+            if let (Some(tensor), Some(region)) = (inputs.get_mut(i), regions.get_mut(i)) {
+                tensor.data = target.read()?;
+                *region = None;
+            }
+        }
+        Ok(resolved)
+    }
+
     fn request(
         &self,
         execution: &Execution<'_>,
         plan: &Plan,
-        client_outputs: &[Option<ClientOutput>],
+        client_inputs: &[Option<ClientWindow>],
+        client_outputs: &[Option<ClientWindow>],
     ) -> ModelInferRequest {
         let region = self.upstream.staging.region().unwrap_or_default();
         let mut parameters = HashMap::new();
@@ -241,10 +282,14 @@ impl UpstreamModel {
                     name: t.name.clone(),
                     datatype: t.datatype.as_protocol().to_string(),
                     shape: t.shape.clone(),
-                    parameters: plan
-                        .input(i)
-                        .map(|slot| shm_parameters(region, slot.offset(), t.data.len() as u64))
-                        .unwrap_or_default(),
+                    parameters: match (client_inputs.get(i).and_then(Option::as_ref), plan.input(i))
+                    {
+                        (Some(c), _) => shm_parameters(&c.region, c.offset, c.byte_size),
+                        (None, Some(slot)) => {
+                            shm_parameters(region, slot.offset(), t.data.len() as u64)
+                        }
+                        (None, None) => HashMap::new(),
+                    },
                     contents: None,
                 })
                 .collect(),
@@ -265,12 +310,15 @@ impl UpstreamModel {
                 })
                 .collect(),
             // Reference-counted slices of the client's request: not copied until encoding. Only
-            // inputs that are not staged (the upstream skips staged ones when counting raw entries).
+            // inputs that are not in shared memory (the upstream skips those when counting raw
+            // entries).
             raw_input_contents: execution
                 .inputs
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| plan.input(*i).is_none())
+                .filter(|(i, _)| {
+                    plan.input(*i).is_none() && client_inputs.get(*i).is_none_or(Option::is_none)
+                })
                 .map(|(_, t)| t.data.clone())
                 .collect(),
         }
@@ -298,7 +346,7 @@ impl UpstreamModel {
         &self,
         execution: &Execution<'_>,
         plan: &Plan,
-        client_outputs: &[Option<ClientOutput>],
+        client_outputs: &[Option<ClientWindow>],
         response: ModelInferResponse,
     ) -> Result<Vec<Tensor>> {
         // Triton keeps one raw entry per output (empty for outputs in shared memory); other
@@ -367,6 +415,34 @@ impl UpstreamModel {
     }
 }
 
+/// Inputs in clients' regions, resolved for one upstream call.
+struct ClientInputs {
+    /// Per input, the window the upstream reads itself.
+    windows: Vec<Option<ClientWindow>>,
+    /// When some region had to be read here: the inputs with those bytes filled in, and the
+    /// regions that still hold the others.
+    read: Option<(Vec<Tensor>, Vec<Option<ShmTarget>>)>,
+}
+
+impl ClientInputs {
+    /// The execution as the upstream call carries it: regions read here replaced by their bytes.
+    fn apply<'a>(&'a self, execution: Execution<'a>) -> Execution<'a> {
+        match &self.read {
+            Some((inputs, regions)) => Execution {
+                inputs,
+                input_regions: regions,
+                ..execution
+            },
+            None => execution,
+        }
+    }
+
+    /// Bytes the upstream read straight from clients' regions.
+    fn passed_bytes(&self) -> u64 {
+        self.windows.iter().flatten().map(|w| w.byte_size).sum()
+    }
+}
+
 /// Whether a typed `contents` message carries no element at all.
 fn contents_empty(c: &InferTensorContents) -> bool {
     c.bool_contents.is_empty()
@@ -424,6 +500,12 @@ fn output_slot_too_small(status: &tonic::Status) -> bool {
 }
 
 impl Backend for UpstreamModel {
+    /// While the staging pool is active the upstream shares this container's `/dev/shm`, so it
+    /// can be handed clients' regions.
+    fn takes_client_regions(&self) -> bool {
+        self.upstream.staging.is_active()
+    }
+
     fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>> {
         async move {
             let _permit = self
@@ -440,15 +522,21 @@ impl Backend for UpstreamModel {
                 Some(SchedulingChoice::SequenceBatching(_))
             );
             let estimate = !stateful && !self.variable_outputs_inline.load(Ordering::Relaxed);
+            let pass = staging.is_active();
+            let mut client_inputs = self.client_inputs(&execution, pass).await?;
             let mut client_outputs = self.client_outputs(&execution).await;
-            let mut plan = staging.plan(&execution, estimate, &client_outputs);
+            let mut plan = staging.plan(&client_inputs.apply(execution), estimate, &client_outputs);
             let mut retried = false;
             loop {
-                let request = self.request(&execution, &plan, &client_outputs);
+                let sent = client_inputs.apply(execution);
+                let request = self.request(&sent, &plan, &client_inputs.windows, &client_outputs);
                 let answer = self.call(request).await?;
                 let status = match answer {
                     Ok(response) => {
-                        return self.outputs(&execution, &plan, &client_outputs, response);
+                        self.upstream
+                            .passthrough
+                            .count_input(client_inputs.passed_bytes());
+                        return self.outputs(&sent, &plan, &client_outputs, response);
                     }
                     Err(status) => status,
                 };
@@ -461,6 +549,7 @@ impl Backend for UpstreamModel {
                     // over the socket, while the prober registers the pool again.
                     staging.lost();
                     self.upstream.passthrough.forget_all();
+                    client_inputs = self.client_inputs(&execution, false).await?;
                     client_outputs = vec![None; execution.outputs.len()];
                     plan = Plan::default();
                 } else if plan.estimated_outputs && output_slot_too_small(&status) {

@@ -1,7 +1,7 @@
-//! Client regions handed to the upstream: when a client asks for an output in its own system
-//! shared-memory region, the sidecar registers that region with the upstream (once, under a name of
-//! its own) and lets the upstream write the output there, so the bytes are never copied by the
-//! sidecar. Only where the staging pool is active, which proves the upstream sees this container's
+//! Client regions handed to the upstream: when a client places an input in its own system
+//! shared-memory region, or asks for an output there, the sidecar registers that region with the
+//! upstream (once, under a name of its own) and lets the upstream read the input or write the
+//! output there, so the bytes are never copied by the sidecar. Only where the staging pool is active, which proves the upstream sees this container's
 //! `/dev/shm`; a region the upstream cannot open is remembered and served the ordinary way.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,30 +31,40 @@ pub struct Passthrough {
     next: AtomicU64,
     /// Output bytes the upstream wrote straight into clients' regions.
     pub output_bytes: AtomicU64,
+    /// Input bytes the upstream read straight from clients' regions.
+    pub input_bytes: AtomicU64,
 }
 
 impl Passthrough {
-    /// The upstream's name for `region`, registering it on first use; `None` when it is not a
-    /// system region or the upstream cannot use it.
-    pub async fn upstream_name(&self, upstream: &Upstream, region: &Arc<Region>) -> Option<String> {
+    /// The upstream's name for `region`, registering it on first use, and where the client's
+    /// registration starts in it (add it to offsets inside the client's region); `None` when it
+    /// is not a system region or the upstream cannot use it.
+    pub async fn upstream_name(
+        &self,
+        upstream: &Upstream,
+        region: &Arc<Region>,
+    ) -> Option<(String, u64)> {
         let Region::System(system) = region.as_ref() else {
             return None;
         };
         if let Some(known) = self.lookup(region) {
-            return known;
+            return known.map(|name| (name, system.offset));
         }
         let name = format!(
             "{NAME_PREFIX}client_{}_{}",
             std::process::id(),
             self.next.fetch_add(1, Ordering::Relaxed)
         );
+        // Registered from the object's start, the client's offset added to each tensor's offset
+        // instead: Triton 2.51 applies a registration offset twice when it reads a region, and
+        // maps from it, so it must be page-aligned there; the client's may be anything.
         let client = upstream.client();
         let registered = client
             .system_shared_memory_register(SystemSharedMemoryRegisterRequest {
                 name: name.clone(),
                 key: system.key.clone(),
-                offset: system.offset,
-                byte_size: system.byte_size,
+                offset: 0,
+                byte_size: system.offset.saturating_add(system.byte_size),
             })
             .await;
         let upstream_name = match registered {
@@ -68,7 +78,7 @@ impl Passthrough {
             region: Arc::downgrade(region),
             upstream_name: upstream_name.clone(),
         });
-        upstream_name
+        upstream_name.map(|name| (name, system.offset))
     }
 
     fn lookup(&self, region: &Arc<Region>) -> Option<Option<String>> {
@@ -122,6 +132,12 @@ impl Passthrough {
     /// The upstream restarted: it knows none of the regions any more.
     pub fn forget_all(&self) {
         self.entries.lock().clear();
+    }
+
+    pub fn count_input(&self, len: u64) {
+        if len > 0 {
+            self.input_bytes.fetch_add(len, Ordering::Relaxed);
+        }
     }
 
     pub fn count_output(&self, len: u64) {

@@ -244,16 +244,18 @@ impl Staging {
         &self,
         execution: &Execution<'_>,
         estimate_variable_outputs: bool,
-        client_outputs: &[Option<ClientOutput>],
+        client_outputs: &[Option<ClientWindow>],
     ) -> Plan {
         let Some(pool) = self.active_pool() else {
             return Plan::default();
         };
         let mut plan = Plan::default();
         let mut largest_input = 0u64;
-        for tensor in execution.inputs {
+        for (i, tensor) in execution.inputs.iter().enumerate() {
             let len = tensor.data.len() as u64;
-            largest_input = largest_input.max(len);
+            // An input the upstream reads from the client's region has no bytes here.
+            let in_region = execution.input_regions.get(i).and_then(Option::as_ref);
+            largest_input = largest_input.max(in_region.map_or(len, |r| r.byte_size));
             let slot = if len >= self.min_bytes.max(1) {
                 self.take(pool, len)
                     .filter(|slot| slot.write(&tensor.data).is_ok())
@@ -296,10 +298,10 @@ impl Staging {
     }
 }
 
-/// An output the upstream writes straight into a client's region: the upstream's name for the
-/// region, and the offset and size the client gave.
+/// A window of a client's region that the upstream reads (an input) or writes (an output) itself:
+/// the upstream's name for the region, and the offset and size the client gave.
 #[derive(Clone, Debug)]
-pub struct ClientOutput {
+pub struct ClientWindow {
     pub region: String,
     pub offset: u64,
     pub byte_size: u64,
