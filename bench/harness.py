@@ -97,6 +97,7 @@ def start_sidecar(name: str, work: Path, extra: list[str]) -> System:
 
 
 def start_triton(work: Path) -> System:
+    work.mkdir(parents=True, exist_ok=True)
     repo = work / "models"
     subprocess.run([sys.executable, str(REPO / "tests/upstream/make_triton_repo.py"), str(repo)],
                    check=True, stdout=subprocess.DEVNULL)
@@ -572,12 +573,14 @@ def main():
             # The same as sidecar→triton, speaking V2 REST to Triton instead of gRPC.
             "sidecar→triton/rest": ["--staging-shm-bytes", "0"],
         }
-        if "triton" in systems_wanted or any(f in systems_wanted for f in fronts):
-            triton = start_triton(work)
+        if "triton" in systems_wanted:
+            systems["triton"] = start_triton(work)
+        if any(f in systems_wanted for f in fronts):
+            # The fronts get a Triton of their own: perf_analyzer unregisters every shared-memory
+            # region of the server it drives, which, on a shared Triton, would drop the regions
+            # the sidecar registered there (its staging pool, clients' regions) at each row.
+            triton = start_triton(work / "upstream")
             triton_owned = False
-            if "triton" in systems_wanted:
-                systems["triton"] = triton
-                triton_owned = True
             for name, extra in fronts.items():
                 if name not in systems_wanted:
                     continue
