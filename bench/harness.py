@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import getpass
 import json
 import multiprocessing
 import os
@@ -154,7 +155,9 @@ def start_mlserver(work: Path) -> tuple[System, Path]:
     return system, config
 
 
-FIXED_ROWS = {("identity_fp32[16]", "http"), ("identity_fp32[16]", "json")}
+FIXED_ROWS = {("identity_fp32[16]", "http"), ("identity_fp32[16]", "json"),
+              ("identity_fp32[1M]", "http")}
+LARGE = 1048576  # elements of the large identity_fp32 case
 
 
 def start_fixed(work: Path) -> tuple[System, System]:
@@ -163,7 +166,7 @@ def start_fixed(work: Path) -> tuple[System, System]:
     response to 16 zeros), captured from a sidecar started for the purpose — and the cheapest
     proxy hop there is, nginx proxying to that over kept-alive connections. No server answers
     faster than the first; no process in front of a model server adds less than the second.
-    HTTP and JSON rows of identity_fp32[16] only."""
+    identity_fp32[16] over HTTP and JSON, identity_fp32[1M] over HTTP (binary data)."""
     probe = start_sidecar("sidecar-for-fixed-answers", work, [])
     answers = {}
     try:
@@ -186,8 +189,18 @@ def start_fixed(work: Path) -> tuple[System, System]:
     fixed_port, proxy_port = free_port(), free_port()
     home = work / "nginx"
     home.mkdir(exist_ok=True)
+    # The large case's answer: binary tensor data, as the sidecar frames it (JSON header, then
+    # the output's bytes), served as a file for requests with a body of a megabyte or more.
+    header = json.dumps({"model_name": "identity_fp32", "model_version": "1", "outputs": [
+        {"name": "OUTPUT0", "datatype": "FP32", "shape": [LARGE],
+         "parameters": {"binary_data_size": 4 * LARGE}}]}, separators=(",", ":")).encode()
+    (home / "large").mkdir(exist_ok=True)
+    (home / "large" / "infer").write_bytes(header + bytes(4 * LARGE))
     model = "^/v2/models/identity_fp32(/versions/1)?"
+    # Started by root, nginx's workers would run as nobody, who cannot read the work directory.
+    user = f"user {getpass.getuser()};" if os.geteuid() == 0 else ""
     (home / "nginx.conf").write_text(f"""
+{user}
 worker_processes auto;
 pid {home}/nginx.pid;
 error_log {home}/error.log warn;
@@ -196,6 +209,7 @@ http {{
   access_log off;
   client_body_temp_path {home}/body;
   client_max_body_size 64m;
+  client_body_buffer_size 8m;
   keepalive_requests 1000000;
   keepalive_timeout 600s;
   default_type application/json;
@@ -207,7 +221,18 @@ http {{
     location ~ {model}/ready$ {{ return 200 ''; }}
     location ~ {model}/config$ {{ return 200 '{answers["config"]}'; }}
     location ~ {model}/stats$ {{ return 200 '{answers["stats"]}'; }}
-    location ~ {model}/infer$ {{ return 200 '{answers["infer"]}'; }}
+    location ~ {model}/infer$ {{
+      # An error page is how nginx answers a POST with a file (the redirect makes it a GET).
+      error_page 405 =200 /large/infer;
+      if ($content_length ~ "^[0-9]{{7,}}$") {{ return 405; }}
+      return 200 '{answers["infer"]}';
+    }}
+    location = /large/infer {{
+      internal;
+      root {home};
+      default_type application/octet-stream;
+      add_header Inference-Header-Content-Length {len(header)};
+    }}
     location / {{ return 404 '{{"error":"not found"}}'; }}
   }}
   upstream fixed {{ server 127.0.0.1:{fixed_port}; keepalive 32; }}
@@ -218,6 +243,7 @@ http {{
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
+      proxy_request_buffering off;
     }}
   }}
 }}
@@ -528,7 +554,7 @@ def main():
                          "sidecar→mlserver, fixed (nginx returning constant answers: the "
                          "round-trip ceiling), proxy→fixed (nginx proxying to those: the "
                          "cheapest proxy hop); the last two answer identity_fp32[16] over "
-                         "http and json only")
+                         "http and json and identity_fp32[1M] over http only")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--concurrency", default="1,8")
