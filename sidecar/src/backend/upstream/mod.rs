@@ -182,21 +182,29 @@ impl UpstreamModel {
             let target = execution.output_shm.get(i).and_then(Option::as_ref);
             let place = match target {
                 // An empty window is the sidecar's to refuse, with Triton's own words.
-                Some(t) if self.upstream.staging.is_active() && t.byte_size > 0 => self
-                    .upstream
-                    .passthrough
-                    .upstream_name(&self.upstream, &t.region)
-                    .await
-                    .map(|(region, base)| ClientWindow {
-                        region,
-                        offset: base.saturating_add(t.offset),
-                        byte_size: t.byte_size,
-                    }),
+                Some(t) if self.upstream.staging.is_active() && t.byte_size > 0 => {
+                    self.window(t).await
+                }
                 _ => None,
             };
             places.push(place);
         }
         places
+    }
+
+    /// The client's window as the upstream knows it, registering the region with the upstream on
+    /// first use; `None` when the upstream cannot use it.
+    async fn window(&self, target: &ShmTarget) -> Option<ClientWindow> {
+        let (region, base) = self
+            .upstream
+            .passthrough
+            .upstream_name(&self.upstream, &target.region)
+            .await?;
+        Some(ClientWindow {
+            region,
+            offset: base.saturating_add(target.offset),
+            byte_size: target.byte_size,
+        })
     }
 
     /// The inputs a client left in its regions: handed to the upstream by region where `pass` and
@@ -210,15 +218,7 @@ impl UpstreamModel {
         for (i, target) in execution.input_regions.iter().enumerate() {
             let Some(target) = target else { continue };
             let window = if pass && target.byte_size > 0 {
-                self.upstream
-                    .passthrough
-                    .upstream_name(&self.upstream, &target.region)
-                    .await
-                    .map(|(region, base)| ClientWindow {
-                        region,
-                        offset: base.saturating_add(target.offset),
-                        byte_size: target.byte_size,
-                    })
+                self.window(target).await
             } else {
                 None
             };
