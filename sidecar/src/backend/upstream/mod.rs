@@ -212,18 +212,22 @@ impl UpstreamModel {
     /// otherwise.
     async fn client_inputs(&self, execution: &Execution<'_>, pass: bool) -> Result<ClientInputs> {
         let mut resolved = ClientInputs {
-            windows: vec![None; execution.inputs.len()],
+            windows: Vec::new(),
             read: None,
         };
         for (i, target) in execution.input_regions.iter().enumerate() {
             let Some(target) = target else { continue };
+            // Allocated only for requests that name a region (most do not).
+            if resolved.windows.is_empty() {
+                resolved.windows = vec![None; execution.inputs.len()];
+            }
             let window = if pass && target.byte_size > 0 {
                 self.window(target).await
             } else {
                 None
             };
-            if window.is_some() {
-                resolved.windows[i] = window;
+            if let (Some(window), Some(slot)) = (window, resolved.windows.get_mut(i)) {
+                *slot = Some(window);
                 continue;
             }
             let (inputs, regions) = resolved.read.get_or_insert_with(|| {
@@ -417,7 +421,7 @@ impl UpstreamModel {
 
 /// Inputs in clients' regions, resolved for one upstream call.
 struct ClientInputs {
-    /// Per input, the window the upstream reads itself.
+    /// Per input, the window the upstream reads itself (empty when no input is in a region).
     windows: Vec<Option<ClientWindow>>,
     /// When some region had to be read here: the inputs with those bytes filled in, and the
     /// regions that still hold the others.
