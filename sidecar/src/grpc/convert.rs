@@ -13,7 +13,6 @@ use crate::core::params::{ParamValue, Parameters};
 use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
 use crate::error::{Error, Result};
 use crate::shm::Registry;
-use crate::shm::registry::ShmTarget;
 use crate::tensor::bytes_elements;
 use std::collections::HashMap;
 
@@ -36,12 +35,7 @@ pub fn request(req: ModelInferRequest, shm: &Registry) -> Result<InferRequest> {
                     input.name
                 )));
             }
-            let region = shm.resolve(&params.region, params.offset, params.byte_size)?;
-            let target = ShmTarget {
-                region,
-                offset: params.offset,
-                byte_size: params.byte_size,
-            };
+            let target = shm.target(&params.region, params.offset, params.byte_size)?;
             out.inputs.push(InputTensor::in_region(
                 input.name,
                 input.datatype,
@@ -100,12 +94,7 @@ pub fn request(req: ModelInferRequest, shm: &Registry) -> Result<InferRequest> {
                     "output can't set both 'shared_memory_region' and 'classification'",
                 ));
             }
-            let region = shm.resolve(&params.region, params.offset, params.byte_size)?;
-            requested.shm = Some(ShmTarget {
-                region,
-                offset: params.offset,
-                byte_size: params.byte_size,
-            });
+            requested.shm = Some(shm.target(&params.region, params.offset, params.byte_size)?);
         }
         out.outputs.push(requested);
     }

@@ -14,7 +14,6 @@ use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOu
 use crate::error::{Error, Result};
 use crate::json::{self, JsonError, Value, Writer, data::DataError};
 use crate::shm::Registry;
-use crate::shm::registry::ShmTarget;
 use crate::state::AppState;
 use crate::tensor::shape::element_count;
 
@@ -146,12 +145,7 @@ fn decode_json(
         if let Some(region) = params.shm_region {
             let offset = params.shm_offset.unwrap_or(0);
             let byte_size = params.shm_byte_size.unwrap_or(0);
-            let region = shm.resolve(&region, offset, byte_size)?;
-            let target = ShmTarget {
-                region,
-                offset,
-                byte_size,
-            };
+            let target = shm.target(&region, offset, byte_size)?;
             request
                 .inputs
                 .push(InputTensor::in_region(name, datatype, shape, target));
@@ -204,12 +198,7 @@ fn decode_json(
                 Some(region) => {
                     let offset = params.shm_offset.unwrap_or(0);
                     let byte_size = params.shm_byte_size.unwrap_or(0);
-                    let region = shm.resolve(&region, offset, byte_size)?;
-                    Some(ShmTarget {
-                        region,
-                        offset,
-                        byte_size,
-                    })
+                    Some(shm.target(&region, offset, byte_size)?)
                 }
                 None => None,
             };

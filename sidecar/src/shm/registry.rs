@@ -334,6 +334,15 @@ impl Registry {
         }
         Ok(region)
     }
+
+    /// The window of a region that an input or output names, checked as in `resolve`.
+    pub fn target(&self, name: &str, offset: u64, byte_size: u64) -> Result<ShmTarget> {
+        Ok(ShmTarget {
+            region: self.resolve(name, offset, byte_size)?,
+            offset,
+            byte_size,
+        })
+    }
 }
 
 /// Triton's answer to a CUDA registration where no GPU can be used.
