@@ -46,6 +46,9 @@ tests/upstream/run-mlserver.sh
 step "soak: 30 s of mixed HTTP, gRPC, shared-memory and sequence load (no error, no leak)"
 "$venv/bin/python" tests/soak/soak.py --seconds 30
 
+step "the sidecar as its pod runs it: uid 65532, no capabilities, read-only root (needs root)"
+"$venv/bin/python" -m pytest tests/security -q -p no:cacheprovider
+
 step "fuzzing: every target for ${FUZZ_SECONDS:-30} s over its committed corpus and past findings (fuzz/run.sh)"
 fuzz/run.sh "${FUZZ_SECONDS:-30}"
 
