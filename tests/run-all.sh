@@ -37,6 +37,9 @@ tests/upstream/run-triton.sh
 step "the same through the sidecar speaking V2 REST to Triton (--upstream http://)"
 INFERGATE_UPSTREAM_PROTOCOL=http tests/upstream/run-triton.sh
 
+step "clients' CUDA handles passed to a model server (a recording V2 server; no GPU needed)"
+"$venv/bin/python" -m pytest tests/upstream/test_cuda_forwarding.py -q -p no:cacheprovider
+
 step "conformance suite through the sidecar in front of KServe's ModelServer (sequences emulated)"
 tests/upstream/run-kserve.sh
 

@@ -69,18 +69,7 @@ pub fn report(st: &SharedState) -> J {
             "client shared memory is off; start with --allow-client-shm",
         )
     });
-    extensions.push(match (st.shm.cuda(), st.shm.allowed()) {
-        (Cuda::Unavailable(reason), _) => {
-            extension("cuda_shared_memory", "Unsupported", "sidecar", reason)
-        }
-        (Cuda::Usable(_), true) => extension("cuda_shared_memory", "Active", "sidecar", ""),
-        (Cuda::Usable(_), false) => extension(
-            "cuda_shared_memory",
-            "Disabled",
-            "sidecar",
-            "client shared memory is off; start with --allow-client-shm",
-        ),
-    });
+    extensions.push(cuda_extension(st, upstream_has("cuda_shared_memory")));
     json!({
         "server": {"name": st.server.name, "version": st.server.version},
         "ready": st.health.is_ready(),
@@ -99,6 +88,48 @@ pub fn report(st: &SharedState) -> J {
         "shm": dev_shm(st),
         "gpu": gpu(st.shm.cuda()),
     })
+}
+
+/// Who opens clients' CUDA buffers: the model server where it offers CUDA shared memory (the
+/// sidecar hands it the handles, and copies itself only where it has a GPU and the model server
+/// refused one), else the sidecar where its container sees a usable GPU.
+fn cuda_extension(st: &SharedState, upstream_offers: bool) -> J {
+    const NAME: &str = "cuda_shared_memory";
+    let someone_can = upstream_offers || st.shm.cuda().driver().is_some();
+    if someone_can && !st.shm.allowed() {
+        let reason = "client shared memory is off; start with --allow-client-shm";
+        let implementation = if upstream_offers {
+            "upstream"
+        } else {
+            "sidecar"
+        };
+        return extension(NAME, "Disabled", implementation, reason);
+    }
+    match (st.shm.cuda(), upstream_offers) {
+        (Cuda::Usable(_), true) => extension(
+            NAME,
+            "Active",
+            "upstream",
+            "clients' CUDA handles are passed to the model server; the sidecar copies a buffer only where the model server cannot open it",
+        ),
+        (Cuda::Unavailable(reason), true) => extension(
+            NAME,
+            "Active",
+            "upstream",
+            &format!(
+                "clients' CUDA handles are passed to the model server, which opens them (this container: {reason})"
+            ),
+        ),
+        (Cuda::Usable(_), false) => extension(NAME, "Active", "sidecar", ""),
+        (Cuda::Unavailable(reason), false) => {
+            let reason = if st.upstream.is_some() {
+                format!("{reason}, and the model server does not offer cuda_shared_memory")
+            } else {
+                reason.clone()
+            };
+            extension(NAME, "Unsupported", "sidecar", &reason)
+        }
+    }
 }
 
 /// Who runs sequences in front of an upstream: its own batcher, the sidecar, or the models.

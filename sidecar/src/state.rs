@@ -90,7 +90,65 @@ impl AppState {
     /// The extensions `/v2` lists: what this sidecar serves whatever its backend (sequences of
     /// an upstream without a sequence batcher are run by the sidecar).
     pub fn extensions(&self) -> Vec<String> {
-        self.server.extensions.clone()
+        let mut extensions = self.server.extensions.clone();
+        if self.shm.cuda().driver().is_none() && self.forwards_cuda().is_some() {
+            // Where Triton lists it: right after `system_shared_memory`.
+            let at = extensions
+                .iter()
+                .position(|e| e == "system_shared_memory")
+                .map_or(extensions.len(), |i| i + 1);
+            extensions.insert(at, "cuda_shared_memory".to_string());
+        }
+        extensions
+    }
+
+    /// Whether CUDA regions can be registered at all: this container has a usable GPU, or a
+    /// model server behind it opens clients' buffers.
+    pub fn serves_cuda(&self) -> bool {
+        self.shm.cuda().driver().is_some() || self.forwards_cuda().is_some()
+    }
+
+    /// The model server clients' CUDA buffers are handed to, when there is one that offers CUDA
+    /// shared memory.
+    fn forwards_cuda(&self) -> Option<&crate::backend::upstream::Upstream> {
+        self.upstream
+            .as_ref()
+            .map(|h| h.upstream.as_ref())
+            .filter(|u| u.offers_cuda())
+    }
+
+    /// Registers a client's CUDA buffer: opened here where this container has a usable GPU,
+    /// otherwise handed to a model server that offers CUDA shared memory (which opens it at
+    /// once, so a handle it refuses is refused here, with its reason).
+    pub async fn register_cuda(
+        &self,
+        name: &str,
+        raw_handle: &[u8],
+        device_id: u64,
+        byte_size: u64,
+    ) -> crate::error::Result<()> {
+        let upstream = self.forwards_cuda();
+        let region =
+            self.shm
+                .register_cuda(name, raw_handle, device_id, byte_size, upstream.is_some())?;
+        if let Some(upstream) = upstream
+            && region.is_forwarded()
+            && let Err(refused) = upstream.passthrough.adopt(upstream, name, &region).await
+        {
+            self.shm.withdraw(name, &region);
+            return Err(refused);
+        }
+        Ok(())
+    }
+
+    /// Unregisters CUDA regions (`None`: all), and has the model server forget the ones it was
+    /// handed as soon as no request uses them.
+    pub async fn unregister_cuda(&self, name: Option<&str>) -> crate::error::Result<()> {
+        self.shm.unregister_cuda(name)?;
+        if let Some(handle) = &self.upstream {
+            handle.upstream.passthrough.sweep(&handle.upstream).await;
+        }
+        Ok(())
     }
 
     pub fn new(

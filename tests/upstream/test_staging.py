@@ -10,6 +10,7 @@ Environment: INFERGATE_HTTP_URL, INFERGATE_GRPC_URL, INFERGATE_METRICS_URL, INFE
 (the sidecar) and INFERGATE_TRITON_HTTP_URL (Triton directly).
 """
 
+import base64
 import os
 import re
 
@@ -18,6 +19,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 HTTP = os.environ["INFERGATE_HTTP_URL"]
 GRPC = os.environ["INFERGATE_GRPC_URL"]
@@ -232,3 +234,30 @@ def test_a_region_input_beside_an_inline_one_and_a_window_inside_a_region():
     finally:
         client.unregister_system_shared_memory(tag)
         shm.destroy_shared_memory_region(handle)
+
+
+def test_cuda_registrations_are_answered_by_triton():
+    """Triton lists cuda_shared_memory, so the sidecar lists it too and hands clients' CUDA handles
+    to Triton (this container has no GPU, or Triton is preferred): a handle Triton cannot open
+    gets Triton's own answer, through either protocol, and nothing stays registered anywhere.
+    (What the sidecar sends Triton, and its use in inference: test_cuda_forwarding.py.)"""
+    triton_v2 = requests.get(f"http://{TRITON}/v2", timeout=10).json()
+    if "cuda_shared_memory" not in triton_v2["extensions"]:
+        pytest.skip("this Triton does not offer cuda_shared_memory")
+    assert "cuda_shared_memory" in requests.get(f"http://{HTTP}/v2", timeout=10).json()["extensions"]
+    cuda = next(e for e in admin()["extensions"] if e["name"] == "cuda_shared_memory")
+    assert (cuda["state"], cuda["implementation"]) == ("Active", "upstream"), cuda
+
+    body = {"raw_handle": {"b64": base64.b64encode(bytes(64)).decode()}, "device_id": 0, "byte_size": 64}
+    direct = requests.post(f"http://{TRITON}/v2/cudasharedmemory/region/zero/register", json=body, timeout=30)
+    assert direct.status_code == 400, direct.text
+    through = requests.post(f"http://{HTTP}/v2/cudasharedmemory/region/zero/register", json=body, timeout=30)
+    assert (through.status_code, through.json()) == (direct.status_code, direct.json())
+    client = grpcclient.InferenceServerClient(GRPC)
+    with pytest.raises(InferenceServerException) as refused:
+        client.register_cuda_shared_memory("zero", base64.b64encode(bytes(64)), 0, 64)
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert refused.value.message() == direct.json()["error"]
+    client.close()
+    assert requests.get(f"http://{HTTP}/v2/cudasharedmemory/status", timeout=10).json() == []
+    assert requests.get(f"http://{TRITON}/v2/cudasharedmemory/status", timeout=10).json() == []

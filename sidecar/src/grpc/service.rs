@@ -387,8 +387,8 @@ impl GrpcInferenceService for Inference {
         let r = request.into_inner();
         let device_id = u64::try_from(r.device_id).unwrap_or(u64::MAX);
         self.state
-            .shm
-            .register_cuda(&r.name, &r.raw_handle, device_id, r.byte_size)?;
+            .register_cuda(&r.name, &r.raw_handle, device_id, r.byte_size)
+            .await?;
         Ok(Response::new(CudaSharedMemoryRegisterResponse {}))
     }
 
@@ -398,8 +398,8 @@ impl GrpcInferenceService for Inference {
     ) -> Reply<CudaSharedMemoryUnregisterResponse> {
         let r = request.into_inner();
         self.state
-            .shm
-            .unregister_cuda((!r.name.is_empty()).then_some(r.name.as_str()))?;
+            .unregister_cuda((!r.name.is_empty()).then_some(r.name.as_str()))
+            .await?;
         Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 

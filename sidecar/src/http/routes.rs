@@ -681,7 +681,7 @@ async fn cuda_shm_register(
     body: Body,
 ) -> Response {
     let result = async {
-        if st.shm.cuda().driver().is_none() {
+        if !st.serves_cuda() {
             return Err(crate::shm::registry::gpus_not_supported(&name));
         }
         if !st.shm.allowed() {
@@ -717,7 +717,7 @@ async fn cuda_shm_register(
         };
         let device_id = uint("device_id")?;
         let byte_size = uint("byte_size")?;
-        st.shm.register_cuda(&name, &raw, device_id, byte_size)?;
+        st.register_cuda(&name, &raw, device_id, byte_size).await?;
         Ok(empty_json_ok())
     }
     .await;
@@ -729,12 +729,12 @@ async fn cuda_shm_unregister_one(
     Path(name): Path<String>,
 ) -> Response {
     respond(
-        st.shm
-            .unregister_cuda(Some(&name))
+        st.unregister_cuda(Some(&name))
+            .await
             .map(|()| empty_json_ok()),
     )
 }
 
 async fn cuda_shm_unregister_all(State(st): State<SharedState>) -> Response {
-    respond(st.shm.unregister_cuda(None).map(|()| empty_json_ok()))
+    respond(st.unregister_cuda(None).await.map(|()| empty_json_ok()))
 }

@@ -226,6 +226,7 @@ impl Driver {
             name: name.to_string(),
             device,
             byte_size,
+            raw_handle: raw,
             ptr,
             ctx,
         };
@@ -254,6 +255,8 @@ pub struct CudaRegion {
     pub name: String,
     pub device: usize,
     pub byte_size: u64,
+    /// The client's handle, kept to hand the same buffer to a model server that can open it.
+    pub raw_handle: [u8; HANDLE_BYTES],
     ptr: sys::CUdeviceptr,
     ctx: Context,
 }

@@ -8,6 +8,7 @@
 //! module holds the only `unsafe` code of the crate.
 
 pub mod cuda;
+pub mod forwarded;
 pub mod guard;
 pub mod region;
 pub mod registry;

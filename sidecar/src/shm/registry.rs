@@ -8,7 +8,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
-use super::cuda::{Cuda, CudaRegion};
+use super::cuda::{Cuda, CudaRegion, HANDLE_BYTES};
+use super::forwarded::ForwardedCudaRegion;
 use super::region::SystemRegion;
 use crate::error::{Error, Result};
 
@@ -36,6 +37,8 @@ pub const DISABLED: &str =
 pub enum Region {
     System(SystemRegion),
     Cuda(CudaRegion),
+    /// A CUDA buffer only the model server opens (this container has no usable GPU).
+    CudaForwarded(ForwardedCudaRegion),
 }
 
 impl Region {
@@ -43,14 +46,29 @@ impl Region {
         match self {
             Region::System(r) => r.byte_size,
             Region::Cuda(r) => r.byte_size,
+            Region::CudaForwarded(r) => r.byte_size,
         }
     }
 
     fn kind(&self) -> Kind {
         match self {
             Region::System(_) => Kind::System,
-            Region::Cuda(_) => Kind::Cuda,
+            Region::Cuda(_) | Region::CudaForwarded(_) => Kind::Cuda,
         }
+    }
+
+    /// A CUDA region's IPC handle and device, to hand the buffer to a model server.
+    pub fn cuda_handle(&self) -> Option<(&[u8; HANDLE_BYTES], u64)> {
+        match self {
+            Region::System(_) => None,
+            Region::Cuda(r) => Some((&r.raw_handle, r.device as u64)),
+            Region::CudaForwarded(r) => Some((&r.raw_handle, r.device_id)),
+        }
+    }
+
+    /// Whether only the model server can use this region's bytes.
+    pub fn is_forwarded(&self) -> bool {
+        matches!(self, Region::CudaForwarded(_))
     }
 
     /// Copies `len` bytes at `offset` (inside the region) out of it.
@@ -58,6 +76,7 @@ impl Region {
         match self {
             Region::System(r) => r.read(offset, len),
             Region::Cuda(r) => r.read(offset, len),
+            Region::CudaForwarded(r) => Err(r.unusable()),
         }
     }
 
@@ -66,6 +85,7 @@ impl Region {
         match self {
             Region::System(r) => r.write(offset, data),
             Region::Cuda(r) => r.write(offset, data),
+            Region::CudaForwarded(r) => Err(r.unusable()),
         }
     }
 }
@@ -154,13 +174,22 @@ impl Registry {
         name: &str,
         byte_size: u64,
         open: impl FnOnce() -> Result<Region>,
-    ) -> Result<()> {
+    ) -> Result<Arc<Region>> {
         self.check_room(&self.regions.lock(), name, byte_size)?;
         let region = Arc::new(open()?);
         let mut regions = self.regions.lock();
         self.check_room(&regions, name, byte_size)?;
-        regions.insert(name.to_string(), region);
-        Ok(())
+        regions.insert(name.to_string(), region.clone());
+        Ok(region)
+    }
+
+    /// Takes back a registration that could not be completed, unless the name was unregistered
+    /// and registered again meanwhile.
+    pub fn withdraw(&self, name: &str, region: &Arc<Region>) {
+        let mut regions = self.regions.lock();
+        if regions.get(name).is_some_and(|r| Arc::ptr_eq(r, region)) {
+            regions.remove(name);
+        }
     }
 
     pub fn register_system(
@@ -191,16 +220,21 @@ impl Registry {
         Ok(())
     }
 
-    /// Registers a client's CUDA buffer from its 64-byte IPC handle.
+    /// Registers a client's CUDA buffer from its 64-byte IPC handle: opened here where the
+    /// driver is usable; otherwise, when `forward` (a model server that can open it is behind
+    /// this sidecar), kept for that server without being opened.
     pub fn register_cuda(
         &self,
         name: &str,
         raw_handle: &[u8],
         device_id: u64,
         byte_size: u64,
-    ) -> Result<()> {
-        let Cuda::Usable(driver) = &self.cuda else {
-            return Err(gpus_not_supported(name));
+        forward: bool,
+    ) -> Result<Arc<Region>> {
+        let driver = match &self.cuda {
+            Cuda::Usable(driver) => Some(driver),
+            Cuda::Unavailable(_) if forward => None,
+            Cuda::Unavailable(_) => return Err(gpus_not_supported(name)),
         };
         if !self.allowed {
             return Err(Error::unsupported(DISABLED));
@@ -215,8 +249,12 @@ impl Registry {
                 "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
             ));
         }
+        let Some(driver) = driver else {
+            let region = ForwardedCudaRegion::new(name, raw_handle, device_id, byte_size)?;
+            return self.insert(name, byte_size, || Ok(Region::CudaForwarded(region)));
+        };
         let device = usize::try_from(device_id).unwrap_or(usize::MAX);
-        self.insert(name, byte_size, || {
+        let region = self.insert(name, byte_size, || {
             driver
                 .open(name, raw_handle, device, byte_size)
                 .map(Region::Cuda)
@@ -227,7 +265,7 @@ impl Registry {
             byte_size,
             "CUDA shared memory registered"
         );
-        Ok(())
+        Ok(region)
     }
 
     /// Unregisters `name`, or every system region when `None`. Unknown names, and names of
@@ -265,7 +303,7 @@ impl Registry {
                 offset: r.offset,
                 byte_size: r.byte_size,
             }),
-            Region::Cuda(_) => None,
+            Region::Cuda(_) | Region::CudaForwarded(_) => None,
         };
         self.status(name, status, |n| {
             format!("Unable to find system shared memory region: '{n}'")
@@ -279,6 +317,11 @@ impl Registry {
             Region::Cuda(r) => Some(CudaStatus {
                 name: r.name.clone(),
                 device_id: r.device as u64,
+                byte_size: r.byte_size,
+            }),
+            Region::CudaForwarded(r) => Some(CudaStatus {
+                name: r.name.clone(),
+                device_id: r.device_id,
                 byte_size: r.byte_size,
             }),
             Region::System(_) => None,
@@ -546,7 +589,9 @@ mod tests {
     fn cuda_without_a_gpu_is_refused_and_kinds_stay_apart() {
         let obj = object("kinds");
         let registry = Registry::new(true, ShmLimits::default(), no_gpu());
-        let err = registry.register_cuda("c", &[0; 64], 0, 64).unwrap_err();
+        let err = registry
+            .register_cuda("c", &[0; 64], 0, 64, false)
+            .unwrap_err();
         assert_eq!(
             err.message,
             "failed to register CUDA shared memory region: 'c', GPUs not supported"
@@ -562,7 +607,68 @@ mod tests {
         registry.unregister_cuda(Some("s")).unwrap();
         registry.unregister_cuda(None).unwrap();
         assert_eq!(registry.system_status(None).unwrap().len(), 1);
-        let err = registry.register_cuda("s", &[0; 64], 0, 64).unwrap_err();
+        let err = registry
+            .register_cuda("s", &[0; 64], 0, 64, false)
+            .unwrap_err();
         assert!(err.message.contains("GPUs not supported"));
+    }
+
+    #[test]
+    fn a_forwarded_cuda_region_is_registered_never_read_here_and_withdrawn_exactly() {
+        let registry = Registry::new(true, ShmLimits::default(), no_gpu());
+        let handle: Vec<u8> = (0..64).collect();
+        let err = registry
+            .register_cuda("c", &handle[..63], 1, 64, true)
+            .unwrap_err();
+        assert_eq!(
+            err.message,
+            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+        );
+        let region = registry.register_cuda("c", &handle, 1, 64, true).unwrap();
+        assert!(region.is_forwarded());
+        let (raw, device) = region.cuda_handle().unwrap();
+        assert_eq!((&raw[..], device), (&handle[..], 1));
+        assert_eq!(
+            registry.cuda_status(None).unwrap(),
+            vec![CudaStatus {
+                name: "c".into(),
+                device_id: 1,
+                byte_size: 64
+            }]
+        );
+        // Offsets are checked as for any region; the bytes are the model server's alone.
+        assert!(registry.resolve("c", 64, 1).is_err());
+        let target = registry.target("c", 0, 64).unwrap();
+        assert!(
+            target
+                .read()
+                .unwrap_err()
+                .message
+                .contains("only be used by the model server")
+        );
+        assert!(target.write("OUTPUT0", &[0; 4]).is_err());
+        let again = registry
+            .register_cuda("c", &handle, 1, 64, true)
+            .unwrap_err();
+        assert!(
+            again.message.contains("already in manager"),
+            "{}",
+            again.message
+        );
+        // Withdrawing takes back only the registration it names.
+        registry.unregister_cuda(Some("c")).unwrap();
+        let second = registry.register_cuda("c", &handle, 1, 64, true).unwrap();
+        registry.withdraw("c", &region);
+        assert_eq!(registry.cuda_status(None).unwrap().len(), 1);
+        registry.withdraw("c", &second);
+        assert!(registry.cuda_status(None).unwrap().is_empty());
+        // Client shared memory off: refused before anything else.
+        let off = Registry::new(false, ShmLimits::default(), no_gpu());
+        assert_eq!(
+            off.register_cuda("c", &handle, 0, 64, true)
+                .unwrap_err()
+                .message,
+            DISABLED
+        );
     }
 }

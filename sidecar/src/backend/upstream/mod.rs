@@ -40,7 +40,7 @@ pub use transport::Transport;
 use crate::core::model::{Backend, Execution};
 use crate::core::params::ParamValue;
 use crate::error::{Code, Error, Result};
-use crate::shm::registry::ShmTarget;
+use crate::shm::registry::{Region, ShmTarget};
 use crate::tensor::Tensor;
 use crate::tensor::shape::fixed_byte_size as byte_size;
 
@@ -55,6 +55,8 @@ pub struct Upstream {
     /// Clients' regions registered with the upstream, for inputs it reads and outputs it writes
     /// there itself.
     pub passthrough: Passthrough,
+    /// The upstream lists `cuda_shared_memory`: it can open clients' CUDA IPC handles.
+    offers_cuda: AtomicBool,
 }
 
 impl Upstream {
@@ -85,6 +87,7 @@ impl Upstream {
             in_flight: Arc::new(Semaphore::new(config.max_concurrency as usize)),
             staging: Staging::new(config),
             passthrough: Passthrough::default(),
+            offers_cuda: AtomicBool::new(false),
         })
     }
 
@@ -92,10 +95,27 @@ impl Upstream {
         &self.client
     }
 
-    /// What the upstream offers decides how tensors travel over REST.
+    /// What the upstream offers decides how tensors travel over REST, and whether clients' CUDA
+    /// buffers can be handed to it.
     pub fn learned_extensions(&self, extensions: &[String]) {
         if let Transport::Rest(rest) = &self.client {
             rest.set_binary(extensions.iter().any(|e| e == "binary_tensor_data"));
+        }
+        let cuda = extensions.iter().any(|e| e == "cuda_shared_memory");
+        self.offers_cuda.store(cuda, Ordering::Relaxed);
+    }
+
+    pub fn offers_cuda(&self) -> bool {
+        self.offers_cuda.load(Ordering::Relaxed)
+    }
+
+    /// Whether the upstream can open a client's region itself: a system region where the
+    /// staging pool proves it shares this container's `/dev/shm`, a CUDA one where it offers
+    /// CUDA shared memory.
+    pub fn can_open(&self, region: &Region) -> bool {
+        match region {
+            Region::System(_) => self.staging.is_active(),
+            Region::Cuda(_) | Region::CudaForwarded(_) => self.offers_cuda(),
         }
     }
 
@@ -174,15 +194,19 @@ impl UpstreamModel {
     }
 
     /// Where each requested output goes when the client named a region for it: straight into that
-    /// region, registered with the upstream, when the staging pool proves the upstream shares
-    /// this container's `/dev/shm`.
-    async fn client_outputs(&self, execution: &Execution<'_>) -> Vec<Option<ClientWindow>> {
+    /// region, registered with the upstream, where the upstream can open it (with `pass`; without,
+    /// only regions no one else can write).
+    async fn client_outputs(
+        &self,
+        execution: &Execution<'_>,
+        pass: bool,
+    ) -> Vec<Option<ClientWindow>> {
         let mut places = Vec::with_capacity(execution.outputs.len());
         for i in 0..execution.outputs.len() {
             let target = execution.output_shm.get(i).and_then(Option::as_ref);
             let place = match target {
                 // An empty window is the sidecar's to refuse, with Triton's own words.
-                Some(t) if self.upstream.staging.is_active() && t.byte_size > 0 => {
+                Some(t) if (pass || t.region.is_forwarded()) && t.byte_size > 0 => {
                     self.window(t).await
                 }
                 _ => None,
@@ -207,9 +231,9 @@ impl UpstreamModel {
         })
     }
 
-    /// The inputs a client left in its regions: handed to the upstream by region where `pass` and
-    /// the upstream can open the region (the sidecar then copies none of those bytes), read here
-    /// otherwise.
+    /// The inputs a client left in its regions: handed to the upstream by region where `pass` (or
+    /// the region is one only the upstream can open) and the upstream can open it (the sidecar
+    /// then copies none of those bytes), read here otherwise.
     async fn client_inputs(&self, execution: &Execution<'_>, pass: bool) -> Result<ClientInputs> {
         let mut resolved = ClientInputs {
             windows: Vec::new(),
@@ -221,7 +245,7 @@ impl UpstreamModel {
             if resolved.windows.is_empty() {
                 resolved.windows = vec![None; execution.inputs.len()];
             }
-            let window = if pass && target.byte_size > 0 {
+            let window = if (pass || target.region.is_forwarded()) && target.byte_size > 0 {
                 self.window(target).await
             } else {
                 None
@@ -504,10 +528,9 @@ fn output_slot_too_small(status: &tonic::Status) -> bool {
 }
 
 impl Backend for UpstreamModel {
-    /// While the staging pool is active the upstream shares this container's `/dev/shm`, so it
-    /// can be handed clients' regions.
+    /// Regions the upstream can open are handed to it; the others are read in `client_inputs`.
     fn takes_client_regions(&self) -> bool {
-        self.upstream.staging.is_active()
+        true
     }
 
     fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>> {
@@ -526,9 +549,8 @@ impl Backend for UpstreamModel {
                 Some(SchedulingChoice::SequenceBatching(_))
             );
             let estimate = !stateful && !self.variable_outputs_inline.load(Ordering::Relaxed);
-            let pass = staging.is_active();
-            let mut client_inputs = self.client_inputs(&execution, pass).await?;
-            let mut client_outputs = self.client_outputs(&execution).await;
+            let mut client_inputs = self.client_inputs(&execution, true).await?;
+            let mut client_outputs = self.client_outputs(&execution, true).await;
             let mut plan = staging.plan(&client_inputs.apply(execution), estimate, &client_outputs);
             let mut retried = false;
             loop {
@@ -554,7 +576,7 @@ impl Backend for UpstreamModel {
                     staging.lost();
                     self.upstream.passthrough.forget_all();
                     client_inputs = self.client_inputs(&execution, false).await?;
-                    client_outputs = vec![None; execution.outputs.len()];
+                    client_outputs = self.client_outputs(&execution, false).await;
                     plan = Plan::default();
                 } else if plan.estimated_outputs && output_slot_too_small(&status) {
                     self.variable_outputs_inline.store(true, Ordering::Relaxed);

@@ -1,18 +1,26 @@
-//! Client regions handed to the upstream: when a client places an input in its own system
-//! shared-memory region, or asks for an output there, the sidecar registers that region with the
-//! upstream (once, under a name of its own) and lets the upstream read the input or write the
-//! output there, so the bytes are never copied by the sidecar. Only where the staging pool is active, which proves the upstream sees this container's
-//! `/dev/shm`; a region the upstream cannot open is remembered and served the ordinary way.
+//! Client regions handed to the upstream: when a client places an input in its own shared-memory
+//! region, or asks for an output there, the sidecar registers that region with the upstream
+//! (once, under a name of its own) and lets the upstream read the input or write the output
+//! there, so the bytes are never copied by the sidecar.
+//!
+//! System regions only where the staging pool is active, which proves the upstream sees this
+//! container's `/dev/shm`; CUDA regions where the upstream offers `cuda_shared_memory` (the IPC
+//! handle goes to it as the client gave it). A region the upstream cannot open is remembered and
+//! served the ordinary way — except a CUDA region this container cannot open either
+//! ([`Region::CudaForwarded`]), which is registered with the upstream when the client registers
+//! it, so that the client gets the upstream's refusal then.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use infergate_proto::inference::{
+    CudaSharedMemoryRegisterRequest, CudaSharedMemoryUnregisterRequest,
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryUnregisterRequest,
 };
 use parking_lot::Mutex;
 
-use super::Upstream;
+use super::{Upstream, upstream_error};
+use crate::error::{Error, Result};
 use crate::shm::registry::Region;
 
 /// Prefix of every region name the sidecar registers with the upstream.
@@ -23,6 +31,8 @@ struct Entry {
     region: Weak<Region>,
     /// The name the upstream knows it by; `None` when the upstream could not open it.
     upstream_name: Option<String>,
+    /// Registered through the upstream's CUDA shared-memory API (unregistered through it too).
+    cuda: bool,
 }
 
 #[derive(Default)]
@@ -37,48 +47,113 @@ pub struct Passthrough {
 
 impl Passthrough {
     /// The upstream's name for `region`, registering it on first use, and where the client's
-    /// registration starts in it (add it to offsets inside the client's region); `None` when it
-    /// is not a system region or the upstream cannot use it.
+    /// registration starts in it (add it to offsets inside the client's region); `None` when the
+    /// upstream cannot use it.
     pub async fn upstream_name(
         &self,
         upstream: &Upstream,
         region: &Arc<Region>,
     ) -> Option<(String, u64)> {
-        let Region::System(system) = region.as_ref() else {
+        if !upstream.can_open(region) {
             return None;
-        };
-        if let Some(known) = self.lookup(region) {
-            return known.map(|name| (name, system.offset));
         }
+        // Registered from the object's start, the client's offset added to each tensor's offset
+        // instead: Triton 2.51 applies a registration offset twice when it reads a region, and
+        // maps from it, so it must be page-aligned there; the client's may be anything.
+        let base = match region.as_ref() {
+            Region::System(system) => system.offset,
+            Region::Cuda(_) | Region::CudaForwarded(_) => 0,
+        };
+        let name = match self.lookup(region) {
+            Some(known) => known,
+            None => match self.register(upstream, region).await {
+                Ok(name) => Some(name),
+                Err((_, status)) => {
+                    tracing::info!(%status, "the upstream cannot open a client region; its bytes go through the sidecar");
+                    None
+                }
+            },
+        };
+        name.map(|name| (name, base))
+    }
+
+    /// A CUDA region this container cannot open: registered with the upstream now, so that a
+    /// handle the upstream refuses is refused to the client, with the upstream's reason.
+    pub async fn adopt(
+        &self,
+        upstream: &Upstream,
+        client_name: &str,
+        region: &Arc<Region>,
+    ) -> Result<()> {
+        if !upstream.can_open(region) {
+            return Err(Error::unavailable(format!(
+                "failed to register CUDA shared memory region: '{client_name}': the model server at {} does not offer cuda_shared_memory",
+                upstream.url
+            )));
+        }
+        match self.register(upstream, region).await {
+            Ok(name) => {
+                tracing::info!(region = client_name, upstream_region = %name, "CUDA shared memory registered with the model server");
+                Ok(())
+            }
+            Err((ours, status)) => {
+                let mut error = upstream_error(status, &upstream.url);
+                // The upstream names the region by the sidecar's name for it.
+                error.message = error.message.replace(&ours, client_name);
+                Err(error)
+            }
+        }
+    }
+
+    /// Registers `region` with the upstream under a new name of the sidecar's, and remembers
+    /// the outcome either way (a region the upstream refused is not offered to it again).
+    async fn register(
+        &self,
+        upstream: &Upstream,
+        region: &Arc<Region>,
+    ) -> std::result::Result<String, (String, tonic::Status)> {
         let name = format!(
             "{NAME_PREFIX}client_{}_{}",
             std::process::id(),
             self.next.fetch_add(1, Ordering::Relaxed)
         );
-        // Registered from the object's start, the client's offset added to each tensor's offset
-        // instead: Triton 2.51 applies a registration offset twice when it reads a region, and
-        // maps from it, so it must be page-aligned there; the client's may be anything.
         let client = upstream.client();
-        let registered = client
-            .system_shared_memory_register(SystemSharedMemoryRegisterRequest {
-                name: name.clone(),
-                key: system.key.clone(),
-                offset: 0,
-                byte_size: system.offset.saturating_add(system.byte_size),
-            })
-            .await;
-        let upstream_name = match registered {
-            Ok(_) => Some(name),
-            Err(status) => {
-                tracing::info!(region = %system.name, %status, "the upstream cannot open this client region; its outputs go through the sidecar");
-                None
+        let registered = match region.as_ref() {
+            Region::System(system) => {
+                client
+                    .system_shared_memory_register(SystemSharedMemoryRegisterRequest {
+                        name: name.clone(),
+                        key: system.key.clone(),
+                        offset: 0,
+                        byte_size: system.offset.saturating_add(system.byte_size),
+                    })
+                    .await
+            }
+            Region::Cuda(_) | Region::CudaForwarded(_) => {
+                let (raw_handle, device_id) = region
+                    .cuda_handle()
+                    .map(|(h, d)| (h.to_vec().into(), i64::try_from(d).unwrap_or(i64::MAX)))
+                    .unwrap_or_default();
+                client
+                    .cuda_shared_memory_register(CudaSharedMemoryRegisterRequest {
+                        name: name.clone(),
+                        raw_handle,
+                        device_id,
+                        byte_size: region.byte_size(),
+                    })
+                    .await
             }
         };
+        let cuda = region.cuda_handle().is_some();
         self.entries.lock().push(Entry {
             region: Arc::downgrade(region),
-            upstream_name: upstream_name.clone(),
+            upstream_name: registered.is_ok().then(|| name.clone()),
+            cuda,
         });
-        upstream_name.map(|name| (name, system.offset))
+        match registered {
+            Ok(()) => Ok(name),
+            Err(status) => Err((name, status)),
+        }
     }
 
     fn lookup(&self, region: &Arc<Region>) -> Option<Option<String>> {
@@ -93,39 +168,34 @@ impl Passthrough {
 
     /// Unregisters from the upstream the regions clients have let go of. Called on every probe.
     pub async fn sweep(&self, upstream: &Upstream) {
-        let gone: Vec<String> = {
+        let gone: Vec<(String, bool)> = {
             let mut entries = self.entries.lock();
             let mut gone = Vec::new();
             entries.retain(|e| {
                 let alive = e.region.strong_count() > 0;
                 if !alive && let Some(name) = &e.upstream_name {
-                    gone.push(name.clone());
+                    gone.push((name.clone(), e.cuda));
                 }
                 alive
             });
             gone
         };
-        let client = upstream.client();
-        for name in gone {
-            let _ = client
-                .system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest { name })
-                .await;
+        for (name, cuda) in gone {
+            let _ = unregister(upstream, name, cuda).await;
         }
     }
 
     /// At shutdown: the upstream forgets every client region registered through the sidecar.
     pub async fn release(&self, upstream: &Upstream) {
-        let names: Vec<String> = self
+        let names: Vec<(String, bool)> = self
             .entries
             .lock()
             .drain(..)
-            .filter_map(|e| e.upstream_name)
+            .filter_map(|e| Some((e.upstream_name?, e.cuda)))
             .collect();
-        let client = upstream.client();
-        for name in names {
-            let unregister = client
-                .system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest { name });
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), unregister).await;
+        for (name, cuda) in names {
+            let gone = unregister(upstream, name, cuda);
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), gone).await;
         }
     }
 
@@ -142,5 +212,23 @@ impl Passthrough {
 
     pub fn count_output(&self, len: u64) {
         self.output_bytes.fetch_add(len, Ordering::Relaxed);
+    }
+}
+
+/// Makes the upstream forget a region the sidecar registered with it.
+async fn unregister(
+    upstream: &Upstream,
+    name: String,
+    cuda: bool,
+) -> std::result::Result<(), tonic::Status> {
+    let client = upstream.client();
+    if cuda {
+        client
+            .cuda_shared_memory_unregister(CudaSharedMemoryUnregisterRequest { name })
+            .await
+    } else {
+        client
+            .system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest { name })
+            .await
     }
 }

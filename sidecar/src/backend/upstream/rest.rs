@@ -21,8 +21,8 @@ use infergate_proto::inference::model_metadata_response::TensorMetadata;
 use infergate_proto::inference::repository_index_response::ModelIndex;
 use infergate_proto::inference::system_shared_memory_status_response::RegionStatus;
 use infergate_proto::inference::{
-    InferParameter, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
-    ModelMetadataResponse, RepositoryIndexResponse, ServerMetadataResponse,
+    CudaSharedMemoryRegisterRequest, InferParameter, ModelConfigResponse, ModelInferRequest,
+    ModelInferResponse, ModelMetadataResponse, RepositoryIndexResponse, ServerMetadataResponse,
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusResponse,
 };
 use serde_json::{Value as J, json};
@@ -274,6 +274,29 @@ impl RestClient {
 
     pub async fn shm_unregister(&self, name: &str) -> Answer<()> {
         let path = format!("/v2/systemsharedmemory/region/{}/unregister", segment(name));
+        self.json(Method::POST, &path, None).await.map(|_| ())
+    }
+
+    /// Registers a client's CUDA buffer by its IPC handle (base64 on REST, as Triton takes it).
+    pub async fn cuda_register(&self, request: CudaSharedMemoryRegisterRequest) -> Answer<()> {
+        use base64::Engine as _;
+        let handle = base64::engine::general_purpose::STANDARD.encode(&request.raw_handle);
+        let body = json!({
+            "raw_handle": {"b64": handle},
+            "device_id": request.device_id,
+            "byte_size": request.byte_size,
+        });
+        let path = format!(
+            "/v2/cudasharedmemory/region/{}/register",
+            segment(&request.name)
+        );
+        self.json(Method::POST, &path, Some(&body))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn cuda_unregister(&self, name: &str) -> Answer<()> {
+        let path = format!("/v2/cudasharedmemory/region/{}/unregister", segment(name));
         self.json(Method::POST, &path, None).await.map(|_| ())
     }
 

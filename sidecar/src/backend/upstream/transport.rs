@@ -6,9 +6,10 @@
 use infergate_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use infergate_proto::inference::infer_parameter::ParameterChoice;
 use infergate_proto::inference::{
-    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
-    ModelMetadataRequest, ModelMetadataResponse, RepositoryIndexRequest, RepositoryIndexResponse,
-    ServerMetadataResponse, SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
+    CudaSharedMemoryRegisterRequest, CudaSharedMemoryUnregisterRequest, ModelConfigRequest,
+    ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelMetadataRequest,
+    ModelMetadataResponse, RepositoryIndexRequest, RepositoryIndexResponse, ServerMetadataResponse,
+    SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
     SystemSharedMemoryStatusResponse, SystemSharedMemoryUnregisterRequest,
 };
 use infergate_proto::inference::{ServerMetadataRequest, ServerReadyRequest};
@@ -108,6 +109,30 @@ impl Transport {
                 inner(c.clone().system_shared_memory_unregister(request).await).map(|_| ())
             }
             Transport::Rest(c) => c.shm_unregister(&request.name).await,
+        }
+    }
+
+    pub async fn cuda_shared_memory_register(
+        &self,
+        request: CudaSharedMemoryRegisterRequest,
+    ) -> Answer<()> {
+        match self {
+            Transport::Grpc(c) => {
+                inner(c.clone().cuda_shared_memory_register(request).await).map(|_| ())
+            }
+            Transport::Rest(c) => c.cuda_register(request).await,
+        }
+    }
+
+    pub async fn cuda_shared_memory_unregister(
+        &self,
+        request: CudaSharedMemoryUnregisterRequest,
+    ) -> Answer<()> {
+        match self {
+            Transport::Grpc(c) => {
+                inner(c.clone().cuda_shared_memory_unregister(request).await).map(|_| ())
+            }
+            Transport::Rest(c) => c.cuda_unregister(&request.name).await,
         }
     }
 }
