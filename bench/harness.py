@@ -155,8 +155,9 @@ def start_mlserver(work: Path) -> tuple[System, Path]:
     return system, config
 
 
-FIXED_ROWS = {("identity_fp32[16]", "http"), ("identity_fp32[16]", "json"),
+PROXY_ROWS = {("identity_fp32[16]", "http"), ("identity_fp32[16]", "json"),
               ("identity_fp32[1M]", "http")}
+FIXED_ROWS = PROXY_ROWS | {("identity_fp32[16]", "grpc"), ("identity_fp32[1M]", "grpc")}
 LARGE = 1048576  # elements of the large identity_fp32 case
 
 
@@ -166,10 +167,13 @@ def start_fixed(work: Path) -> tuple[System, System]:
     response to 16 zeros), captured from a sidecar started for the purpose — and the cheapest
     proxy hop there is, nginx proxying to that over kept-alive connections. No server answers
     faster than the first; no process in front of a model server adds less than the second.
-    identity_fp32[16] over HTTP and JSON, identity_fp32[1M] over HTTP (binary data)."""
+    identity_fp32[16] over HTTP and JSON, identity_fp32[1M] over HTTP (binary data). Over gRPC,
+    both cases, the same is done by bench/fixed-grpc (nginx cannot answer gRPC itself)."""
     probe = start_sidecar("sidecar-for-fixed-answers", work, [])
     answers = {}
+    grpc_answers = work / "fixed-grpc"
     try:
+        record_grpc_answers(probe.grpc, grpc_answers)
         base = f"http://{probe.http}/v2"
         for key, path in (("server", ""), ("metadata", "/models/identity_fp32"),
                           ("config", "/models/identity_fp32/config"),
@@ -251,11 +255,70 @@ http {{
     proc = spawn([os.environ["NGINX"], "-p", str(home), "-c", str(home / "nginx.conf"),
                   "-g", "daemon off;"], work / "nginx.log")
     # Constant statistics do not tell perf_analyzer which version ran: `-x 1` names it.
-    fixed = System("fixed", f"127.0.0.1:{fixed_port}", "", [proc], FIXED_ROWS, ["-x", "1"])
-    proxy = System("proxy→fixed", f"127.0.0.1:{proxy_port}", "", [], FIXED_ROWS, ["-x", "1"])
+    grpc_port = free_port()
+    grpc_proc = spawn([os.environ["FIXED_GRPC"], str(grpc_port), str(grpc_answers)],
+                      work / "fixed-grpc.log")
+    fixed = System("fixed", f"127.0.0.1:{fixed_port}", f"127.0.0.1:{grpc_port}", [proc, grpc_proc],
+                   FIXED_ROWS, ["-x", "1"])
+    proxy = System("proxy→fixed", f"127.0.0.1:{proxy_port}", "", [], PROXY_ROWS, ["-x", "1"])
     wait_ready(f"http://{fixed.http}/v2/health/ready", proc)
     wait_ready(f"http://{proxy.http}/v2/health/ready", proc)
+    wait_grpc_ready(fixed.grpc, grpc_proc)
     return fixed, proxy
+
+
+def record_grpc_answers(grpc_addr: str, into: Path):
+    """The sidecar's gRPC answers for identity_fp32, one serialized message per method, for
+    bench/fixed-grpc to return as they are."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc
+
+    into.mkdir(parents=True, exist_ok=True)
+    limit = 64 << 20
+    channel = grpc.insecure_channel(grpc_addr, options=[("grpc.max_receive_message_length", limit),
+                                                        ("grpc.max_send_message_length", limit)])
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    model = "identity_fp32"
+
+    def infer(elements: int):
+        request = pb.ModelInferRequest(model_name=model)
+        request.inputs.add(name="INPUT0", datatype="FP32", shape=[elements])
+        request.raw_input_contents.append(bytes(4 * elements))
+        return stub.ModelInfer(request, timeout=30)
+
+    calls = {
+        "ServerLive": lambda: stub.ServerLive(pb.ServerLiveRequest(), timeout=10),
+        "ServerReady": lambda: stub.ServerReady(pb.ServerReadyRequest(), timeout=10),
+        "ServerMetadata": lambda: stub.ServerMetadata(pb.ServerMetadataRequest(), timeout=10),
+        "ModelReady": lambda: stub.ModelReady(pb.ModelReadyRequest(name=model), timeout=10),
+        "ModelMetadata": lambda: stub.ModelMetadata(pb.ModelMetadataRequest(name=model), timeout=10),
+        "ModelConfig": lambda: stub.ModelConfig(pb.ModelConfigRequest(name=model), timeout=10),
+        "ModelStatistics": lambda: stub.ModelStatistics(pb.ModelStatisticsRequest(name=model),
+                                                        timeout=10),
+        "ModelInfer": lambda: infer(16),
+        "ModelInfer.large": lambda: infer(LARGE),
+    }
+    for name, call in calls.items():
+        (into / name).write_bytes(call().SerializeToString())
+    channel.close()
+
+
+def wait_grpc_ready(grpc_addr: str, proc: subprocess.Popen, limit: float = 30.0):
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc
+
+    deadline = time.monotonic() + limit
+    with grpc.insecure_channel(grpc_addr) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{grpc_addr}: the server exited with {proc.returncode}")
+            try:
+                if stub.ServerReady(pb.ServerReadyRequest(), timeout=2).ready:
+                    return
+            except grpc.RpcError:
+                time.sleep(0.2)
+    raise RuntimeError(f"{grpc_addr} not ready after {limit:.0f} s")
 
 
 # Model servers the harness can stand up; each row's ratios are taken against each of them.
