@@ -155,9 +155,11 @@ def start_mlserver(work: Path) -> tuple[System, Path]:
     return system, config
 
 
-PROXY_ROWS = {("identity_fp32[16]", "http"), ("identity_fp32[16]", "json"),
+FIXED_ROWS = {("identity_fp32[16]", "http"), ("identity_fp32[16]", "json"),
               ("identity_fp32[1M]", "http")}
-FIXED_ROWS = PROXY_ROWS | {("identity_fp32[16]", "grpc"), ("identity_fp32[1M]", "grpc")}
+# JSON only for the small case: its large answer is recorded in binary data.
+NOOP_ROWS = {(case, protocol) for case in ("identity_fp32[16]", "identity_fp32[1M]")
+             for protocol in ("http", "grpc")} | {("identity_fp32[16]", "json")}
 LARGE = 1048576  # elements of the large identity_fp32 case
 
 
@@ -167,13 +169,10 @@ def start_fixed(work: Path) -> tuple[System, System]:
     response to 16 zeros), captured from a sidecar started for the purpose — and the cheapest
     proxy hop there is, nginx proxying to that over kept-alive connections. No server answers
     faster than the first; no process in front of a model server adds less than the second.
-    identity_fp32[16] over HTTP and JSON, identity_fp32[1M] over HTTP (binary data). Over gRPC,
-    both cases, the same is done by bench/fixed-grpc (nginx cannot answer gRPC itself)."""
+    identity_fp32[16] over HTTP and JSON, identity_fp32[1M] over HTTP (binary data)."""
     probe = start_sidecar("sidecar-for-fixed-answers", work, [])
     answers = {}
-    grpc_answers = work / "fixed-grpc"
     try:
-        record_grpc_answers(probe.grpc, grpc_answers)
         base = f"http://{probe.http}/v2"
         for key, path in (("server", ""), ("metadata", "/models/identity_fp32"),
                           ("config", "/models/identity_fp32/config"),
@@ -255,21 +254,67 @@ http {{
     proc = spawn([os.environ["NGINX"], "-p", str(home), "-c", str(home / "nginx.conf"),
                   "-g", "daemon off;"], work / "nginx.log")
     # Constant statistics do not tell perf_analyzer which version ran: `-x 1` names it.
-    grpc_port = free_port()
-    grpc_proc = spawn([os.environ["FIXED_GRPC"], str(grpc_port), str(grpc_answers)],
-                      work / "fixed-grpc.log")
-    fixed = System("fixed", f"127.0.0.1:{fixed_port}", f"127.0.0.1:{grpc_port}", [proc, grpc_proc],
-                   FIXED_ROWS, ["-x", "1"])
-    proxy = System("proxy→fixed", f"127.0.0.1:{proxy_port}", "", [], PROXY_ROWS, ["-x", "1"])
+    fixed = System("fixed", f"127.0.0.1:{fixed_port}", "", [proc], FIXED_ROWS, ["-x", "1"])
+    proxy = System("proxy→fixed", f"127.0.0.1:{proxy_port}", "", [], FIXED_ROWS, ["-x", "1"])
     wait_ready(f"http://{fixed.http}/v2/health/ready", proc)
     wait_ready(f"http://{proxy.http}/v2/health/ready", proc)
-    wait_grpc_ready(fixed.grpc, grpc_proc)
     return fixed, proxy
+
+
+def start_noop(work: Path) -> System:
+    """The ceiling for every protocol and size: bench/noop-server (hyper; HTTP/1.1, and HTTP/2
+    with the sidecar's windows for gRPC) reads each request to its end and returns the sidecar's
+    own answer for it, recorded from a sidecar started for the purpose. Unlike nginx it also
+    answers gRPC, and keeps the large answer in memory."""
+    answers = work / "noop-answers"
+    probe = start_sidecar("sidecar-for-noop-answers", work, [])
+    try:
+        record_http_answers(probe.http, answers / "http")
+        record_grpc_answers(probe.grpc, answers / "grpc")
+    finally:
+        probe.stop()
+    http, grpc = free_port(), free_port()
+    proc = spawn([os.environ["NOOP_SERVER"], str(http), str(grpc), str(answers)],
+                 work / "noop-server.log")
+    # Constant statistics do not tell perf_analyzer which version ran: `-x 1` names it.
+    system = System("noop", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", [proc], NOOP_ROWS, ["-x", "1"])
+    wait_ready(f"http://{system.http}/v2/health/ready", proc)
+    wait_grpc_ready(system.grpc, proc)
+    return system
+
+
+def record_http_answers(http_addr: str, into: Path):
+    """The sidecar's REST answers for identity_fp32, for bench/noop-server."""
+    into.mkdir(parents=True, exist_ok=True)
+    base = f"http://{http_addr}/v2"
+    for name, path in (("server", ""), ("metadata", "/models/identity_fp32"),
+                       ("config", "/models/identity_fp32/config"),
+                       ("stats", "/models/identity_fp32/stats")):
+        with urllib.request.urlopen(base + path, timeout=10) as r:
+            (into / name).write_bytes(r.read())
+    small = json.dumps({"inputs": [{"name": "INPUT0", "shape": [16], "datatype": "FP32",
+                                    "data": [0.0] * 16}]}).encode()
+    request = urllib.request.Request(base + "/models/identity_fp32/infer", data=small,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        (into / "infer").write_bytes(r.read())
+    # The large answer in binary tensor data, as perf_analyzer asks for it.
+    header = json.dumps({"inputs": [{"name": "INPUT0", "shape": [LARGE], "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 4 * LARGE}}],
+                         "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]},
+                        separators=(",", ":")).encode()
+    request = urllib.request.Request(base + "/models/identity_fp32/infer",
+                                     data=header + bytes(4 * LARGE),
+                                     headers={"Content-Type": "application/octet-stream",
+                                              "Inference-Header-Content-Length": str(len(header))})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        (into / "infer.large").write_bytes(r.read())
+        (into / "infer.large.header-length").write_text(r.headers["Inference-Header-Content-Length"])
 
 
 def record_grpc_answers(grpc_addr: str, into: Path):
     """The sidecar's gRPC answers for identity_fp32, one serialized message per method, for
-    bench/fixed-grpc to return as they are."""
+    bench/noop-server to return as they are."""
     import grpc
     from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc
 
@@ -527,6 +572,10 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
     for a in ("sidecar", "proxy→fixed"):
         if a in systems and "fixed" in systems:
             ratios.append((a, "fixed"))
+    if "sidecar" in systems and "noop" in systems:
+        ratios.append(("sidecar", "noop"))
+    if "noop" in systems and "triton" in systems:
+        ratios.append(("noop", "triton"))
     for upstream in UPSTREAMS:
         for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool", f"sidecar→{upstream}/rest"):
             if front in systems and upstream in systems:
@@ -617,7 +666,9 @@ def main():
                          "sidecar→mlserver, fixed (nginx returning constant answers: the "
                          "round-trip ceiling), proxy→fixed (nginx proxying to those: the "
                          "cheapest proxy hop); the last two answer identity_fp32[16] over "
-                         "http and json and identity_fp32[1M] over http only")
+                         "http and json and identity_fp32[1M] over http only; noop "
+                         "(bench/noop-server returning recorded answers over http and grpc for "
+                         "both identity_fp32 sizes, json for 16 elements: the ceiling)")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--concurrency", default="1,8")
@@ -699,6 +750,8 @@ def main():
                 if upstream not in systems_wanted:
                     front.procs = front.procs + server.procs
                 systems[front_name] = front
+        if "noop" in systems_wanted:
+            systems["noop"] = start_noop(work)
         if "fixed" in systems_wanted or "proxy→fixed" in systems_wanted:
             fixed, proxy = start_fixed(work)
             if "proxy→fixed" in systems_wanted:
