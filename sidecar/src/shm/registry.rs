@@ -76,6 +76,8 @@ impl Region {
         match self {
             Region::System(r) => r.read(offset, len),
             Region::Cuda(r) => r.read(offset, len),
+            // An empty window needs no bytes (a zero-sized tensor).
+            Region::CudaForwarded(_) if len == 0 => Ok(Bytes::new()),
             Region::CudaForwarded(r) => Err(r.unusable()),
         }
     }
@@ -85,6 +87,7 @@ impl Region {
         match self {
             Region::System(r) => r.write(offset, data),
             Region::Cuda(r) => r.write(offset, data),
+            Region::CudaForwarded(_) if data.is_empty() => Ok(()),
             Region::CudaForwarded(r) => Err(r.unusable()),
         }
     }
@@ -647,6 +650,9 @@ mod tests {
                 .contains("only be used by the model server")
         );
         assert!(target.write("OUTPUT0", &[0; 4]).is_err());
+        let empty = registry.target("c", 8, 0).unwrap();
+        assert!(empty.read().unwrap().is_empty());
+        empty.write("OUTPUT0", &[]).unwrap();
         let again = registry
             .register_cuda("c", &handle, 1, 64, true)
             .unwrap_err();

@@ -118,32 +118,42 @@ impl Passthrough {
             self.next.fetch_add(1, Ordering::Relaxed)
         );
         let client = upstream.client();
-        let registered = match region.as_ref() {
-            Region::System(system) => {
-                client
-                    .system_shared_memory_register(SystemSharedMemoryRegisterRequest {
-                        name: name.clone(),
-                        key: system.key.clone(),
-                        offset: 0,
-                        byte_size: system.offset.saturating_add(system.byte_size),
-                    })
-                    .await
-            }
-            Region::Cuda(_) | Region::CudaForwarded(_) => {
-                let (raw_handle, device_id) = region
-                    .cuda_handle()
-                    .map(|(h, d)| (h.to_vec().into(), i64::try_from(d).unwrap_or(i64::MAX)))
-                    .unwrap_or_default();
-                client
-                    .cuda_shared_memory_register(CudaSharedMemoryRegisterRequest {
-                        name: name.clone(),
-                        raw_handle,
-                        device_id,
-                        byte_size: region.byte_size(),
-                    })
-                    .await
+        let call = async {
+            match region.as_ref() {
+                Region::System(system) => {
+                    client
+                        .system_shared_memory_register(SystemSharedMemoryRegisterRequest {
+                            name: name.clone(),
+                            key: system.key.clone(),
+                            offset: 0,
+                            byte_size: system.offset.saturating_add(system.byte_size),
+                        })
+                        .await
+                }
+                Region::Cuda(_) | Region::CudaForwarded(_) => {
+                    let (raw_handle, device_id) = region
+                        .cuda_handle()
+                        .map(|(h, d)| (h.to_vec().into(), i64::try_from(d).unwrap_or(i64::MAX)))
+                        .unwrap_or_default();
+                    client
+                        .cuda_shared_memory_register(CudaSharedMemoryRegisterRequest {
+                            name: name.clone(),
+                            raw_handle,
+                            device_id,
+                            byte_size: region.byte_size(),
+                        })
+                        .await
+                }
             }
         };
+        // A hung upstream must not hold a client's request or registration for ever.
+        let registered = tokio::time::timeout(upstream.timeout(), call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(tonic::Status::deadline_exceeded(
+                    "the upstream did not answer the registration in time",
+                ))
+            });
         let cuda = region.cuda_handle().is_some();
         self.entries.lock().push(Entry {
             region: Arc::downgrade(region),
@@ -181,7 +191,8 @@ impl Passthrough {
             gone
         };
         for (name, cuda) in gone {
-            let _ = unregister(upstream, name, cuda).await;
+            let gone = unregister(upstream, name, cuda);
+            let _ = tokio::time::timeout(upstream.timeout(), gone).await;
         }
     }
 
