@@ -69,7 +69,7 @@ pub fn report(st: &SharedState) -> J {
             "client shared memory is off; start with --allow-client-shm",
         )
     });
-    extensions.push(cuda_extension(st, upstream_has("cuda_shared_memory")));
+    extensions.push(cuda_extension(st, st.forwards_cuda().is_some()));
     json!({
         "server": {"name": st.server.name, "version": st.server.version},
         "ready": st.health.is_ready(),

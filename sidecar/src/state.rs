@@ -110,7 +110,7 @@ impl AppState {
 
     /// The model server clients' CUDA buffers are handed to, when there is one that offers CUDA
     /// shared memory.
-    fn forwards_cuda(&self) -> Option<&crate::backend::upstream::Upstream> {
+    pub fn forwards_cuda(&self) -> Option<&crate::backend::upstream::Upstream> {
         self.upstream
             .as_ref()
             .map(|h| h.upstream.as_ref())

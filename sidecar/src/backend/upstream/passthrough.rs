@@ -20,7 +20,7 @@ use infergate_proto::inference::{
 use parking_lot::Mutex;
 
 use super::{Upstream, upstream_error};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::shm::registry::Region;
 
 /// Prefix of every region name the sidecar registers with the upstream.
@@ -85,12 +85,6 @@ impl Passthrough {
         client_name: &str,
         region: &Arc<Region>,
     ) -> Result<()> {
-        if !upstream.can_open(region) {
-            return Err(Error::unavailable(format!(
-                "failed to register CUDA shared memory region: '{client_name}': the model server at {} does not offer cuda_shared_memory",
-                upstream.url
-            )));
-        }
         match self.register(upstream, region).await {
             Ok(name) => {
                 tracing::info!(region = client_name, upstream_region = %name, "CUDA shared memory registered with the model server");
