@@ -23,7 +23,9 @@ pub fn run(input: &[u8]) {
     }
     let expected = u64::from(u16::from_le_bytes([*lo, *hi]));
     let _ = json::parse(text, MAX_DEPTH);
-    let Ok(decoded) = data::decode(text, datatype, expected, MAX_DEPTH) else {
+    let decoded = data::decode(text, datatype, expected, MAX_DEPTH);
+    in_a_request(text, datatype, expected, decoded.as_ref().ok());
+    let Ok(decoded) = decoded else {
         return;
     };
     match datatype.element_size() {
@@ -43,6 +45,38 @@ pub fn run(input: &[u8]) {
         )
     });
     assert_eq!(again, decoded, "{datatype:?} round trip");
+}
+
+/// The same text as the `data` of a request's tensor, after its datatype and shape: the parser
+/// decodes it while parsing. It must fail exactly as the same document fails without a `shape`
+/// (a key of the same length instead, so offsets agree), where the array is only checked; and
+/// what it decodes must be what the decoder makes of the text alone.
+fn in_a_request(text: &[u8], datatype: DataType, expected: u64, decoded: Option<&Vec<u8>>) {
+    let doc = |shape_key: &str| {
+        [
+            format!(r#"{{"{shape_key}":[{expected}],"datatype":"{datatype}","data":"#).as_bytes(),
+            text,
+            b"}",
+        ]
+        .concat()
+    };
+    let (with_shape, without) = (doc("shape"), doc("shapf"));
+    let decoding = json::parse_lazy_data(&with_shape, MAX_DEPTH);
+    let checking = json::parse_lazy_data(&without, MAX_DEPTH);
+    match (&decoding, &checking) {
+        (Err(a), Err(b)) => assert_eq!(a, b, "errors differ"),
+        (Ok(_), Ok(_)) => {}
+        _ => panic!("decoding while parsing gave {decoding:?}, checking gave {checking:?}"),
+    }
+    let Ok(value) = decoding else {
+        return;
+    };
+    if let Some(bytes) = value
+        .get("data")
+        .and_then(|d| d.decoded_as(datatype, expected))
+    {
+        assert_eq!(Some(&bytes.to_vec()), decoded, "decoded while parsing");
+    }
 }
 
 fn finite(datatype: DataType, bytes: &[u8]) -> bool {

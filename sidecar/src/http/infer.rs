@@ -277,8 +277,11 @@ fn json_data(
     if count == 0 {
         return Ok(Bytes::new());
     }
+    if let Some(bytes) = data.and_then(|d| d.decoded_as(dt, count)) {
+        return Ok(bytes);
+    }
     let raw: &[u8] = match data {
-        Some(Value::Raw(raw)) => raw,
+        Some(Value::Raw(raw) | Value::Decoded(raw, _)) => raw,
         Some(Value::Array(items)) if items.is_empty() => b"[]",
         Some(other) => {
             // A scalar `data` is one element.

@@ -28,15 +28,40 @@ pub fn decode(
     expected: u64,
     max_depth: u32,
 ) -> Result<Vec<u8>, DataError> {
+    decode_at(
+        &mut Parser::new(raw, max_depth, false),
+        datatype,
+        expected,
+        max_depth,
+    )
+}
+
+/// [`decode`] for the array at the parser's position, which it leaves after the array.
+pub(super) fn decode_at(
+    parser: &mut Parser<'_>,
+    datatype: DataType,
+    expected: u64,
+    max_depth: u32,
+) -> Result<Vec<u8>, DataError> {
+    let rest = &parser.buf[parser.pos..];
+    if max_depth >= 1
+        && let Some(flat) = super::parts::flat_array(rest)
+        && let Some(bytes) = super::parts::decode(flat, datatype, expected)
+    {
+        parser.pos += flat.len();
+        return Ok(bytes);
+    }
     let capacity = match datatype.element_size() {
-        // Never trust the shape for an allocation larger than the text could fill.
-        Some(size) => (expected as usize).min(raw.len()).saturating_mul(size),
-        None => raw.len(),
+        // Never trust the shape for an allocation larger than the text could fill (a number
+        // and its comma take two bytes at least).
+        Some(size) => (expected as usize)
+            .min(rest.len() / 2 + 1)
+            .saturating_mul(size),
+        None => rest.len(),
     };
     let mut out = Vec::with_capacity(capacity);
     let mut count = 0u64;
-    let mut parser = Parser::new(raw, max_depth, false);
-    walk(&mut parser, 1, max_depth, &mut |p: &mut Parser<'_>| {
+    walk(parser, 1, max_depth, &mut |p: &mut Parser<'_>| {
         if count == expected {
             return Err(DataError::TooMany);
         }
@@ -101,7 +126,11 @@ const NOT_UINT: &str = "attempt to access JSON non-unsigned-integer as unsigned-
 const NOT_NUMBER: &str = "attempt to access JSON non-number as double";
 const NOT_STRING: &str = "attempt to access JSON non-string as string";
 
-fn element(p: &mut Parser<'_>, datatype: DataType, out: &mut Vec<u8>) -> Result<(), DataError> {
+pub(super) fn element(
+    p: &mut Parser<'_>,
+    datatype: DataType,
+    out: &mut Vec<u8>,
+) -> Result<(), DataError> {
     let first = p.peek();
     match datatype {
         DataType::Bool => {
@@ -173,7 +202,16 @@ fn number(n: Number, datatype: DataType, out: &mut Vec<u8>) -> Result<(), DataEr
 /// to reject. A malformed BYTES buffer writes the elements that parse.
 pub fn encode(w: &mut Writer, datatype: DataType, data: &[u8]) {
     w.byte(b'[');
-    let mut first = true;
+    if !super::parts::encode(w, datatype, data) {
+        write_elements(w, datatype, data, true);
+    }
+    w.byte(b']');
+}
+
+/// Writes the elements of `data` separated by commas, with a comma before the first unless
+/// `first`.
+pub(super) fn write_elements(w: &mut Writer, datatype: DataType, data: &[u8], first: bool) {
+    let mut first = first;
     let mut sep = |w: &mut Writer| {
         if !std::mem::take(&mut first) {
             w.byte(b',');
@@ -232,7 +270,6 @@ pub fn encode(w: &mut Writer, datatype: DataType, data: &[u8]) {
             }),
         DataType::Fp16 | DataType::Bf16 => {}
     }
-    w.byte(b']');
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 pub mod data;
 mod number;
+mod parts;
 mod reader;
 mod writer;
 

@@ -36,9 +36,21 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
     if value.is_sign_negative() {
         out.push(b'-');
     }
+    let magnitude = value.abs();
     let mut buf = [0u8; 24];
-    let (len, k) = dyadic_digits(value.abs(), &mut buf)
-        .unwrap_or_else(|| shortest_digits(value.abs(), &mut buf));
+    if let Some((len, k)) = dyadic_digits(magnitude, &mut buf) {
+        prettify(out, &buf[..len], k);
+        return;
+    }
+    // ryu lays out the same digits as rapidjson wherever it writes no exponent: both write a
+    // plain decimal from 10^-5 up to 10^16 (rapidjson from 10^-6 up to 10^21). There its text
+    // is appended as it is; elsewhere the digits are laid out again by rapidjson's rules.
+    let mut ryu = ryu::Buffer::new();
+    if (1e-5..1e16).contains(&magnitude) {
+        out.extend_from_slice(ryu.format_finite(magnitude).as_bytes());
+        return;
+    }
+    let (len, k) = shortest_digits(magnitude, &mut buf);
     prettify(out, &buf[..len], k);
 }
 
@@ -196,7 +208,7 @@ mod tests {
         assert_eq!(f(f64::NEG_INFINITY), "-Infinity");
     }
 
-    /// The digits search alone, for comparison with the dyadic shortcut.
+    /// The digits search and rapidjson's layout alone, for comparison with the shortcuts.
     fn searched(v: f64) -> String {
         let mut buf = [0u8; 24];
         let (len, k) = shortest_digits(v.abs(), &mut buf);
@@ -209,7 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn dyadic_shortcut_writes_what_the_search_finds() {
+    fn shortcuts_write_what_the_search_finds() {
         assert_eq!(f(12.5), "12.5");
         assert_eq!(f(-0.375), "-0.375");
         assert_eq!(f(0.5e-6), "5e-7");
@@ -219,7 +231,7 @@ mod tests {
         let mut shortcut = 0;
         for bits in (0..u32::MAX).step_by(4093) {
             let v = f64::from(f32::from_bits(bits));
-            if !v.is_finite() || v == 0.0 || v.fract() == 0.0 && v.abs() < 1e15 {
+            if !v.is_finite() || v == 0.0 {
                 continue;
             }
             let mut buf = [0u8; 24];
@@ -232,6 +244,29 @@ mod tests {
             shortcut > 10_000,
             "the shortcut took only {shortcut} values"
         );
+        // Where ryu's plain-decimal range (10^-5 to 10^16) and rapidjson's (10^-6 to 10^21)
+        // differ, and either side of their edges.
+        for (v, text) in [
+            (1e-5, "0.00001"),
+            (1.2345e-5, "0.000012345"),
+            (-1.2345e-6, "-0.0000012345"),
+            (1.2345e-7, "1.2345e-7"),
+            (0.1, "0.1"),
+            (1.2345e15, "1234500000000000.0"),
+            (9_999_999_999_999_998.0, "9999999999999998.0"),
+            (1.2345e16, "12345000000000000.0"),
+            (1.2345e20, "123450000000000000000.0"),
+            (1.2345e21, "1.2345e21"),
+            (1e16, "10000000000000000.0"),
+        ] {
+            assert_eq!(f(v), text);
+            assert_eq!(f(v), searched(v), "{v:e}");
+        }
+        for edge in [1e-5f64, 1e16] {
+            for v in [edge.next_down(), edge, edge.next_up()] {
+                assert_eq!(f(v), searched(v), "{v:e}");
+            }
+        }
         for whole in [1u64, 3, 999, 123_456_789, 999_999_999_999_999] {
             for f in 1..=22 {
                 let v = whole as f64 / 2f64.powi(f);

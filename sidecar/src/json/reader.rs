@@ -4,6 +4,9 @@
 
 use std::borrow::Cow;
 
+use bytes::Bytes;
+use infergate_proto::DataType;
+
 /// A parsed JSON value. Strings are bytes: JSON text is not required to be valid UTF-8 here,
 /// because BYTES tensors carry arbitrary bytes.
 #[derive(Clone, Debug, PartialEq)]
@@ -16,6 +19,23 @@ pub enum Value<'a> {
     Object(Vec<(Cow<'a, [u8]>, Value<'a>)>),
     /// The unparsed text of a tensor `data` array (syntax already checked).
     Raw(&'a [u8]),
+    /// A tensor `data` array (its text) already decoded while parsing, because the object's
+    /// `datatype` and `shape` came before it; see [`Decoded`].
+    Decoded(&'a [u8], Decoded),
+}
+
+/// A `data` array decoded in the same pass that parsed the document: the elements are read
+/// once instead of once to check the syntax and again to decode them. Only a successful decode
+/// is kept; anything else leaves the array as [`Value::Raw`] for the decoder to report on, so
+/// errors are the same either way. Users check that the datatype and count are the ones they
+/// need (see [`Value::decoded_as`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decoded {
+    pub datatype: DataType,
+    /// The element count, the product of the object's `shape`.
+    pub count: u64,
+    /// The elements in the wire encoding of `datatype`.
+    pub bytes: Bytes,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -103,6 +123,25 @@ impl<'a> Value<'a> {
         }
     }
 
+    /// The text of a `data` array kept unparsed ([`Value::Raw`] or [`Value::Decoded`]).
+    pub fn raw_data(&self) -> Option<&'a [u8]> {
+        match self {
+            Value::Raw(raw) | Value::Decoded(raw, _) => Some(raw),
+            _ => None,
+        }
+    }
+
+    /// The elements of a `data` array decoded while parsing, if they were decoded as
+    /// `datatype` with `count` elements.
+    pub fn decoded_as(&self, datatype: DataType, count: u64) -> Option<Bytes> {
+        match self {
+            Value::Decoded(_, d) if d.datatype == datatype && d.count == count => {
+                Some(d.bytes.clone())
+            }
+            _ => None,
+        }
+    }
+
     /// The JSON kind, for messages.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -110,7 +149,7 @@ impl<'a> Value<'a> {
             Value::Bool(_) => "boolean",
             Value::Number(_) => "number",
             Value::String(_) => "string",
-            Value::Array(_) | Value::Raw(_) => "array",
+            Value::Array(_) | Value::Raw(_) | Value::Decoded(..) => "array",
             Value::Object(_) => "object",
         }
     }
@@ -232,8 +271,14 @@ impl<'a> Parser<'a> {
             self.skip_ws();
             let value = if self.lazy_data && key.as_ref() == b"data" && self.peek() == Some(b'[') {
                 let start = self.pos;
-                self.skip_array(0)?;
-                Value::Raw(&self.buf[start..self.pos])
+                match self.decode_data(&members) {
+                    Some(decoded) => Value::Decoded(&self.buf[start..self.pos], decoded),
+                    None => {
+                        self.pos = start;
+                        self.skip_array(0)?;
+                        Value::Raw(&self.buf[start..self.pos])
+                    }
+                }
             } else {
                 self.value(depth)?
             };
@@ -274,6 +319,35 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Decodes the `data` array at the current position when the object's `datatype` and
+    /// `shape` (`members`, parsed so far) came before it, as clients write tensors, leaving the
+    /// position after it. `None`, with the position anywhere, when they did not or the array
+    /// does not decode as they describe.
+    fn decode_data(&mut self, members: &[(Cow<'a, [u8]>, Value<'a>)]) -> Option<Decoded> {
+        let member = |name: &[u8]| {
+            members
+                .iter()
+                .find(|(k, _)| k.as_ref() == name)
+                .map(|(_, v)| v)
+        };
+        let datatype = DataType::from_protocol(member(b"datatype")?.as_str()?)?;
+        if matches!(datatype, DataType::Fp16 | DataType::Bf16) {
+            return None;
+        }
+        let Value::Array(dims) = member(b"shape")? else {
+            return None;
+        };
+        let count = dims
+            .iter()
+            .try_fold(1u64, |n, d| n.checked_mul(d.as_u64()?))?;
+        let bytes = super::data::decode_at(self, datatype, count, self.max_depth).ok()?;
+        Some(Decoded {
+            datatype,
+            count,
+            bytes: Bytes::from(bytes),
+        })
+    }
+
     /// Skips a `data` array, checking syntax and nesting (depth counted from the array itself,
     /// as Triton counts it for `data`).
     fn skip_array(&mut self, depth: u32) -> Result<(), JsonError> {
@@ -303,9 +377,7 @@ impl<'a> Parser<'a> {
                 Some(b'n') => {
                     self.literal(b"null", Value::Null)?;
                 }
-                _ => {
-                    self.number()?;
-                }
+                _ => self.skip_number()?,
             }
             self.skip_ws();
             match self.peek() {
@@ -423,6 +495,45 @@ impl<'a> Parser<'a> {
             self.pos += 1;
         }
         Ok(code)
+    }
+
+    /// Checks the syntax of a number in a `data` array without computing its value: the array
+    /// is decoded again once its datatype is known, so computing it here would read every
+    /// element twice. Same errors at the same offsets as [`Parser::number`], which it defers to
+    /// for NaN, the infinities, malformed numbers and any number that might not fit in a double
+    /// (one with an exponent, or with more than 300 integer digits).
+    fn skip_number(&mut self) -> Result<(), JsonError> {
+        let buf = self.buf;
+        let is_digit = |at: usize| matches!(buf.get(at), Some(b'0'..=b'9'));
+        let mut at = self.pos;
+        if buf.get(at) == Some(&b'-') {
+            at += 1;
+        }
+        let int_start = at;
+        match buf.get(at) {
+            Some(b'0') => at += 1,
+            Some(b'1'..=b'9') => {
+                while is_digit(at) {
+                    at += 1;
+                }
+            }
+            _ => return self.number().map(drop),
+        }
+        let int_digits = at - int_start;
+        if buf.get(at) == Some(&b'.') {
+            at += 1;
+            if !is_digit(at) {
+                return self.number().map(drop);
+            }
+            while is_digit(at) {
+                at += 1;
+            }
+        }
+        if int_digits > 300 || matches!(buf.get(at), Some(b'e' | b'E')) {
+            return self.number().map(drop);
+        }
+        self.pos = at;
+        Ok(())
     }
 
     pub(crate) fn number(&mut self) -> Result<Number, JsonError> {
@@ -708,6 +819,97 @@ mod tests {
         assert!(p("01").is_err());
         assert!(p("\"abc").is_err());
         assert!(p("1e999").is_err());
+    }
+
+    #[test]
+    fn data_arrays_fail_as_any_other_array() {
+        // `data` arrays are only scanned on the first pass; their errors must be those of a
+        // full parse, at the same offsets.
+        for data in [
+            "[1,-]",
+            "[1.]",
+            "[1.5e]",
+            "[1e400]",
+            "[-1E+999]",
+            "[01]",
+            "[1,2 3]",
+            "[Nan]",
+            "[-Infinit]",
+            "[.5]",
+            "[1e5,x]",
+        ] {
+            let doc = format!(r#"{{"data":{data}}}"#);
+            let full = parse(doc.as_bytes(), 100).unwrap_err();
+            let lazy = parse_lazy_data(doc.as_bytes(), 100).unwrap_err();
+            assert_eq!(lazy, full, "{data}");
+        }
+        let long = format!(r#"{{"data":[{}]}}"#, "9".repeat(400));
+        assert_eq!(
+            parse_lazy_data(long.as_bytes(), 100).unwrap_err(),
+            parse(long.as_bytes(), 100).unwrap_err()
+        );
+        let fine = br#"{"data":[0,-0.25,1e3,NaN,-Infinity,123456789012345678901234567890]}"#;
+        assert!(matches!(
+            parse_lazy_data(fine, 100).unwrap().get("data"),
+            Some(Value::Raw(_))
+        ));
+    }
+
+    #[test]
+    fn data_after_datatype_and_shape_is_decoded_while_parsing() {
+        fn data(doc: &str) -> Value<'_> {
+            let v = parse_lazy_data(doc.as_bytes(), 100).unwrap();
+            v.get("data").cloned().unwrap()
+        }
+        let three: Vec<u8> = [1.5f32, -2.0, 0.25]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let decoded =
+            data(r#"{"name":"x","shape":[1,3],"datatype":"FP32","data":[[1.5,-2],[0.25]]}"#);
+        assert!(matches!(decoded, Value::Decoded(raw, _) if raw == b"[[1.5,-2],[0.25]]"));
+        assert_eq!(
+            decoded.decoded_as(DataType::Fp32, 3).as_deref(),
+            Some(&three[..])
+        );
+        assert_eq!(decoded.decoded_as(DataType::Fp32, 4), None);
+        assert_eq!(decoded.decoded_as(DataType::Fp64, 3), None);
+        // Anything that would not decode as described stays text, for the decoder to report.
+        for doc in [
+            r#"{"data":[1.5,-2,0.25],"shape":[3],"datatype":"FP32"}"#,
+            r#"{"shape":[3],"data":[1.5,-2,0.25],"datatype":"FP32"}"#,
+            r#"{"shape":[4],"datatype":"FP32","data":[1.5,-2,0.25]}"#,
+            r#"{"shape":[3],"datatype":"INT32","data":[1.5,-2,0.25]}"#,
+            r#"{"shape":[3],"datatype":"FP16","data":[1.5,-2,0.25]}"#,
+            r#"{"shape":[-3],"datatype":"FP32","data":[1.5,-2,0.25]}"#,
+            r#"{"shape":[3],"datatype":"FP32","data":[1.5,"-2",0.25]}"#,
+            r#"{"shape":[3],"datatype":"FP32","data":[1.5,-2,{}]}"#,
+        ] {
+            assert!(matches!(data(doc), Value::Raw(_)), "{doc}");
+        }
+        // Syntax errors are the full parse's, at the same offsets.
+        for doc in [
+            r#"{"shape":[3],"datatype":"FP32","data":[1.5,-2,0.25,]}"#,
+            r#"{"shape":[3],"datatype":"FP32","data":[1.5,-2 0.25]}"#,
+            r#"{"shape":[3],"datatype":"FP32","data":[1.5,-2,0.2e]}"#,
+            r#"{"shape":[3],"datatype":"FP32","data":[1.5,-2,1e999]}"#,
+            r#"{"shape":[3],"datatype":"FP32","data":[1.5,-2,0.25]"#,
+        ] {
+            assert_eq!(
+                parse_lazy_data(doc.as_bytes(), 100).unwrap_err(),
+                parse(doc.as_bytes(), 100).unwrap_err(),
+                "{doc}"
+            );
+        }
+        let deep = format!(
+            r#"{{"shape":[1],"datatype":"FP32","data":{}1{}}}"#,
+            "[".repeat(101),
+            "]".repeat(101)
+        );
+        assert_eq!(
+            parse_lazy_data(deep.as_bytes(), 100).unwrap_err(),
+            JsonError::TooDeep { limit: 100 }
+        );
     }
 
     #[test]

@@ -515,10 +515,10 @@ fn json_output(name: &str, datatype: &str, shape: &[i64], data: &Value<'_>) -> A
         ))
     })?;
     let count = element_count(shape, name).map_err(|e| Status::internal(e.to_string()))?;
-    let raw: &[u8] = match data {
-        Value::Raw(raw) => raw,
-        _ => b"[]",
-    };
+    if let Some(bytes) = data.decoded_as(dt, count) {
+        return Ok(bytes);
+    }
+    let raw = data.raw_data().unwrap_or(b"[]");
     json::data::decode(raw, dt, count, MAX_DEPTH)
         .map(Bytes::from)
         .map_err(|e| Status::internal(format!("the upstream's output '{name}': {e:?}")))
