@@ -95,10 +95,14 @@ fn decode_in(parts: usize, flat: &[u8], datatype: DataType, expected: u64) -> Op
     let decoded: Vec<Option<(Vec<u8>, u64)>> = thread::scope(|scope| {
         let helpers: Vec<_> = spans[1..]
             .iter()
-            .map(|span| scope.spawn(move || decode_part(span, datatype, size)))
+            .map(|span| helper(scope, move || decode_part(span, datatype, size)))
             .collect();
         let mut all = vec![decode_part(spans[0], datatype, size)];
-        all.extend(helpers.into_iter().map(|h| h.join().ok().flatten()));
+        all.extend(
+            helpers
+                .into_iter()
+                .map(|h| h.and_then(|h| h.join().ok()).flatten()),
+        );
         all
     });
     let decoded: Vec<(Vec<u8>, u64)> = decoded.into_iter().collect::<Option<_>>()?;
@@ -110,6 +114,18 @@ fn decode_in(parts: usize, flat: &[u8], datatype: DataType, expected: u64) -> Op
         out.extend_from_slice(&bytes);
     }
     Some(out)
+}
+
+/// A thread for one part, or `None` where the system refuses one (the caller then takes the
+/// one-pass path; `thread::Scope::spawn` would panic instead).
+fn helper<'scope, T: Send + 'scope>(
+    scope: &'scope thread::Scope<'scope, '_>,
+    work: impl FnOnce() -> T + Send + 'scope,
+) -> Option<thread::ScopedJoinHandle<'scope, T>> {
+    thread::Builder::new()
+        .name("infergate-json".into())
+        .spawn_scoped(scope, work)
+        .ok()
 }
 
 /// `interior` cut into `parts` spans at commas (each span without its comma), or `None` where
@@ -172,12 +188,15 @@ fn encode_in(parts: usize, w: &mut Writer, datatype: DataType, data: &[u8]) -> b
     }
     let elements = data.len() / size.max(1);
     let per_part = elements.div_ceil(parts) * size;
+    if per_part == 0 {
+        return false;
+    }
     let chunks: Vec<&[u8]> = data.chunks(per_part).collect();
     let written: Vec<Option<Vec<u8>>> = thread::scope(|scope| {
         let helpers: Vec<_> = chunks[1..]
             .iter()
             .map(|chunk| {
-                scope.spawn(move || {
+                helper(scope, move || {
                     let mut part = Writer::with_capacity(0);
                     data::write_elements(&mut part, datatype, chunk, false);
                     part.buf
@@ -187,7 +206,7 @@ fn encode_in(parts: usize, w: &mut Writer, datatype: DataType, data: &[u8]) -> b
         let mut first = Writer::with_capacity(0);
         data::write_elements(&mut first, datatype, chunks[0], true);
         let mut all = vec![Some(first.buf)];
-        all.extend(helpers.into_iter().map(|h| h.join().ok()));
+        all.extend(helpers.into_iter().map(|h| h.and_then(|h| h.join().ok())));
         all
     });
     if written.iter().any(Option::is_none) {
