@@ -5,6 +5,7 @@
 //! by the sidecar's own front ends and pipeline, so it works whatever the upstream supports.
 
 mod discovery;
+mod h2_channel;
 pub mod passthrough;
 mod rest;
 pub mod staging;
@@ -29,9 +30,9 @@ use infergate_proto::inference::{
     InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
 };
 use tokio::sync::Semaphore;
-use tonic::transport::Endpoint;
 
 pub use discovery::{UpstreamLoader, run_discovery};
+use h2_channel::H2Channel;
 use passthrough::Passthrough;
 use rest::RestClient;
 use staging::{ClientWindow, Plan, Staging};
@@ -63,19 +64,19 @@ impl Upstream {
     /// A lazily connecting client: the sidecar starts whether or not the upstream is up.
     pub fn new(config: &UpstreamConfig, max_message_bytes: usize) -> Result<Self> {
         let client = if config.url.starts_with("http://") {
-            Transport::Rest(RestClient::new(&config.url, max_message_bytes))
+            Transport::Rest(Box::new(RestClient::new(&config.url, max_message_bytes)))
         } else {
             let address = config.url.replacen("grpc://", "http://", 1);
-            let endpoint = Endpoint::from_shared(address)
-                .map_err(|e| {
-                    Error::invalid_arg(format!("invalid upstream url '{}': {e}", config.url))
-                })?
-                .connect_timeout(Duration::from_secs(2))
-                .tcp_nodelay(true)
-                .initial_stream_window_size(Some(16 << 20))
-                .initial_connection_window_size(Some(32 << 20));
+            let settings = h2_channel::Settings {
+                connect_timeout: Duration::from_secs(2),
+                stream_window: 16 << 20,
+                connection_window: 32 << 20,
+            };
+            let channel = H2Channel::lazy(&address, settings).map_err(|e| {
+                Error::invalid_arg(format!("invalid upstream url '{}': {e}", config.url))
+            })?;
             Transport::Grpc(
-                GrpcInferenceServiceClient::new(endpoint.connect_lazy())
+                GrpcInferenceServiceClient::new(channel)
                     .max_decoding_message_size(max_message_bytes)
                     .max_encoding_message_size(max_message_bytes),
             )

@@ -13,8 +13,8 @@ use infergate_proto::inference::{
     SystemSharedMemoryStatusResponse, SystemSharedMemoryUnregisterRequest,
 };
 use infergate_proto::inference::{ServerMetadataRequest, ServerReadyRequest};
-use tonic::transport::Channel;
 
+use super::h2_channel::H2Channel;
 use super::rest::RestClient;
 
 /// The upstream's answer, or its error in gRPC terms.
@@ -23,8 +23,9 @@ pub type Answer<T> = std::result::Result<T, tonic::Status>;
 /// A cheap-to-clone handle on the upstream connection.
 #[derive(Clone)]
 pub enum Transport {
-    Grpc(GrpcInferenceServiceClient<Channel>),
-    Rest(RestClient),
+    Grpc(GrpcInferenceServiceClient<H2Channel>),
+    /// Boxed: the REST client (hyper's pool) is several times the size of the gRPC one.
+    Rest(Box<RestClient>),
 }
 
 impl Transport {
