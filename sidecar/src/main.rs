@@ -9,13 +9,6 @@ use infergate_sidecar::backend::builtin::Catalog;
 use infergate_sidecar::cli::Args;
 use infergate_sidecar::{server, telemetry};
 
-/// jemalloc instead of glibc's malloc: requests of megabytes allocate and free buffers of that
-/// size each time, and glibc hands such memory back to the kernel on free (trimming a thread's
-/// arena), so every large request faulted its buffers in again — over 1,000 page faults per
-/// 1M-element gRPC request. jemalloc keeps freed pages for reuse (docs/performance.md).
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
 fn load_config(args: &Args) -> Result<SidecarConfig, Vec<String>> {
     let mut config = match &args.config {
         None => SidecarConfig::default(),
