@@ -2,6 +2,7 @@
 //! REST and gRPC, in front of built-in models or a model server.
 
 pub mod admin;
+pub mod allocator;
 pub mod backend;
 pub mod cli;
 pub mod core;

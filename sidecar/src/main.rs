@@ -7,7 +7,7 @@ use clap::Parser;
 use infergate_proto::config::{SidecarConfig, yaml};
 use infergate_sidecar::backend::builtin::Catalog;
 use infergate_sidecar::cli::Args;
-use infergate_sidecar::{server, telemetry};
+use infergate_sidecar::{allocator, server, telemetry};
 
 fn load_config(args: &Args) -> Result<SidecarConfig, Vec<String>> {
     let mut config = match &args.config {
@@ -27,6 +27,8 @@ fn load_config(args: &Args) -> Result<SidecarConfig, Vec<String>> {
 }
 
 fn main() -> ExitCode {
+    // First, before any thread: this may start the binary again with glibc's thresholds set.
+    let malloc_tuning = allocator::ensure_tuned();
     let args = Args::parse();
     let config = match load_config(&args) {
         Ok(c) => c,
@@ -50,6 +52,13 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         let log = telemetry::init(&config.server.log_level, config.server.log_format == "json");
+        match &malloc_tuning {
+            allocator::Tuning::Failed(reason) => tracing::warn!(
+                %reason,
+                "glibc's malloc thresholds are not raised: large requests will fault their buffers in again"
+            ),
+            tuning => tracing::debug!(?tuning, "malloc thresholds"),
+        }
         let state = match server::build_state(&config, log) {
             Ok(s) => s,
             Err(e) => {
