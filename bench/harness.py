@@ -161,6 +161,38 @@ FIXED_ROWS = {("identity_fp32[16]", "http"), ("identity_fp32[16]", "json"),
 NOOP_ROWS = {(case, protocol) for case in ("identity_fp32[16]", "identity_fp32[1M]")
              for protocol in ("http", "grpc")} | {("identity_fp32[16]", "json")}
 LARGE = 1048576  # elements of the large identity_fp32 case
+# glibc's malloc thresholds the sidecar starts itself with (sidecar/src/allocator.rs).
+SIDECAR_MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=67108864:glibc.malloc.trim_threshold=268435456"
+
+
+def write_nginx_config(home: Path, http_block: str) -> Path:
+    """An nginx configuration in `home` for one run: the harness's common settings (no access
+    log, bodies up to 64 MiB, connections kept for the whole run) and `http_block`, the
+    servers and upstreams, inside `http`. Returns the file."""
+    # Started by root, nginx's workers would run as nobody, who cannot read the work directory.
+    user = f"user {getpass.getuser()};" if os.geteuid() == 0 else ""
+    path = home / "nginx.conf"
+    path.write_text(f"""
+{user}
+worker_processes auto;
+pid {home}/nginx.pid;
+error_log {home}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {home}/body;
+  client_max_body_size 64m;
+  keepalive_requests 100000000;
+  keepalive_timeout 600s;
+{http_block}
+}}
+""")
+    return path
+
+
+def start_nginx(config: Path, log: Path) -> subprocess.Popen:
+    return spawn([os.environ["NGINX"], "-p", str(config.parent), "-c", str(config),
+                  "-g", "daemon off;"], log)
 
 
 def start_fixed(work: Path) -> tuple[System, System]:
@@ -200,21 +232,8 @@ def start_fixed(work: Path) -> tuple[System, System]:
     (home / "large").mkdir(exist_ok=True)
     (home / "large" / "infer").write_bytes(header + bytes(4 * LARGE))
     model = "^/v2/models/identity_fp32(/versions/1)?"
-    # Started by root, nginx's workers would run as nobody, who cannot read the work directory.
-    user = f"user {getpass.getuser()};" if os.geteuid() == 0 else ""
-    (home / "nginx.conf").write_text(f"""
-{user}
-worker_processes auto;
-pid {home}/nginx.pid;
-error_log {home}/error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-  access_log off;
-  client_body_temp_path {home}/body;
-  client_max_body_size 64m;
+    config = write_nginx_config(home, f"""
   client_body_buffer_size 8m;
-  keepalive_requests 1000000;
-  keepalive_timeout 600s;
   default_type application/json;
   server {{
     listen 127.0.0.1:{fixed_port};
@@ -248,17 +267,46 @@ http {{
       proxy_buffering off;
       proxy_request_buffering off;
     }}
-  }}
-}}
-""")
-    proc = spawn([os.environ["NGINX"], "-p", str(home), "-c", str(home / "nginx.conf"),
-                  "-g", "daemon off;"], work / "nginx.log")
+  }}""")
+    proc = start_nginx(config, work / "nginx.log")
     # Constant statistics do not tell perf_analyzer which version ran: `-x 1` names it.
     fixed = System("fixed", f"127.0.0.1:{fixed_port}", "", [proc], FIXED_ROWS, ["-x", "1"])
     proxy = System("proxy→fixed", f"127.0.0.1:{proxy_port}", "", [], FIXED_ROWS, ["-x", "1"])
     wait_ready(f"http://{fixed.http}/v2/health/ready", proc)
     wait_ready(f"http://{proxy.http}/v2/health/ready", proc)
     return fixed, proxy
+
+
+def start_nginx_front(work: Path, upstream: System) -> System:
+    """The cheapest proxy there is in front of a model server: nginx passing REST (HTTP/1.1) and
+    gRPC (HTTP/2) through to it over kept-alive connections, reading nothing of the requests but
+    their headers. A target for "through the sidecar versus directly" that nginx misses in the
+    same run is out of reach for any front on this machine that also reads what it passes on."""
+    home = work / "nginx-front"
+    home.mkdir(parents=True, exist_ok=True)
+    http, grpc = free_port(), free_port()
+    config = write_nginx_config(home, f"""
+  upstream rest {{ server {upstream.http}; keepalive 32; keepalive_requests 100000000; }}
+  upstream grpc_upstream {{ server {upstream.grpc}; keepalive 32; keepalive_requests 100000000; }}
+  server {{
+    listen 127.0.0.1:{http};
+    location / {{
+      proxy_pass http://rest;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }}
+  }}
+  server {{
+    listen 127.0.0.1:{grpc} http2;
+    location / {{ grpc_pass grpc://grpc_upstream; }}
+  }}""")
+    proc = start_nginx(config, work / "nginx-front.log")
+    system = System(f"nginx→{upstream.name}", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", [proc])
+    wait_ready(f"http://{system.http}/v2/health/ready", proc)
+    wait_grpc_ready(system.grpc, proc)
+    return system
 
 
 def start_noop(work: Path) -> System:
@@ -274,8 +322,11 @@ def start_noop(work: Path) -> System:
     finally:
         probe.stop()
     http, grpc = free_port(), free_port()
+    # With the thresholds the sidecar raises for itself (sidecar/src/allocator.rs): the same
+    # large buffers come and go in this server, and it would otherwise fault them in again.
+    env = {**os.environ, "GLIBC_TUNABLES": SIDECAR_MALLOC_TUNABLES}
     proc = spawn([os.environ["NOOP_SERVER"], str(http), str(grpc), str(answers)],
-                 work / "noop-server.log")
+                 work / "noop-server.log", env=env)
     # Constant statistics do not tell perf_analyzer which version ran: `-x 1` names it.
     system = System("noop", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", [proc], NOOP_ROWS, ["-x", "1"])
     wait_ready(f"http://{system.http}/v2/health/ready", proc)
@@ -577,12 +628,13 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
     if "noop" in systems and "triton" in systems:
         ratios.append(("noop", "triton"))
     for upstream in UPSTREAMS:
-        for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool", f"sidecar→{upstream}/rest"):
+        for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool", f"sidecar→{upstream}/rest",
+                      f"nginx→{upstream}"):
             if front in systems and upstream in systems:
                 ratios.append((front, upstream))
     head += [f"{a} / {b}" for a, b in ratios]
     # Latency the sidecar adds in front of each model server (difference of p50s).
-    added = [(a, b) for a, b in ratios if a.startswith(("sidecar→", "proxy→"))]
+    added = [(a, b) for a, b in ratios if a.startswith(("sidecar→", "proxy→", "nginx→"))]
     head += [f"{a} added p50" for a, _ in added]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows = {}
@@ -659,13 +711,16 @@ def main():
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer window")
-    ap.add_argument("--systems", default="sidecar,triton,sidecar→triton,sidecar→triton+pool",
+    ap.add_argument("--systems",
+                    default="sidecar,triton,nginx→triton,sidecar→triton,sidecar→triton+pool",
                     help="any of: sidecar, triton, sidecar→triton (staging pool off), "
                          "sidecar→triton+pool (pool on), sidecar→triton/rest (pool off, V2 "
                          "REST to Triton instead of gRPC), kserve, sidecar→kserve, mlserver, "
                          "sidecar→mlserver, fixed (nginx returning constant answers: the "
                          "round-trip ceiling), proxy→fixed (nginx proxying to those: the "
-                         "cheapest proxy hop); the last two answer identity_fp32[16] over "
+                         "cheapest proxy hop), nginx→triton (nginx passing REST and gRPC "
+                         "through to a Triton: the cheapest hop in front of the real server, "
+                         "every row); the fixed two answer identity_fp32[16] over "
                          "http and json and identity_fp32[1M] over http only; noop "
                          "(bench/noop-server returning recorded answers over http and grpc for "
                          "both identity_fp32 sizes, json for 16 elements: the ceiling)")
@@ -715,6 +770,16 @@ def main():
         }
         if "triton" in systems_wanted:
             systems["triton"] = start_triton(work)
+        if "nginx→triton" in systems_wanted:
+            # In front of the Triton measured directly: perf_analyzer's regions are its own, and
+            # the sidecar fronts' Triton must not see them unregistered.
+            if "triton" in systems:
+                systems["nginx→triton"] = start_nginx_front(work, systems["triton"])
+            else:
+                triton = start_triton(work / "nginx-upstream")
+                front = start_nginx_front(work, triton)
+                front.procs += triton.procs
+                systems["nginx→triton"] = front
         if any(f in systems_wanted for f in fronts):
             # The fronts get a Triton of their own: perf_analyzer unregisters every shared-memory
             # region of the server it drives, which, on a shared Triton, would drop the regions
