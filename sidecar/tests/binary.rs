@@ -55,7 +55,19 @@ impl std::ops::DerefMut for Spawned {
 
 /// The binary on loopback, every port chosen by the kernel, JSON logs on a piped stderr.
 fn spawn_on_free_ports(extra: &[&str]) -> Spawned {
-    let child = Command::new(BIN)
+    spawn_with_env(extra, &[])
+}
+
+/// The same, with variables set (a value) or removed (`None`) in the binary's environment.
+fn spawn_with_env(extra: &[&str], env: &[(&str, Option<&str>)]) -> Spawned {
+    let mut command = Command::new(BIN);
+    for (name, value) in env {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    let child = command
         .args(["--host", "127.0.0.1", "--log-format", "json"])
         .args(["--http-port", "0", "--grpc-port", "0"])
         .args(["--metrics-port", "0", "--admin-port", "0"])
@@ -264,4 +276,70 @@ fn sigterm_right_after_the_serving_line_is_graceful() {
         assert!(status.success(), "exit status {status}");
         assert!(rest.any(|l| l.contains("\"stopped\"")), "no 'stopped' line");
     }
+}
+
+/// Starts the binary with debug logs and `env`; returns what it logged of glibc's malloc
+/// thresholds and whether its environment, read from /proc, holds `GLIBC_TUNABLES` once it
+/// serves (the process id the test started is the one that serves).
+fn malloc_tuning_with(env: &[(&str, Option<&str>)]) -> (String, bool) {
+    let mut child = spawn_with_env(&["--log-level", "debug"], env);
+    let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut tuning = None;
+    for line in lines {
+        let line = line.unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        let message = v["message"].as_str().unwrap_or_default();
+        if message == "malloc thresholds" {
+            tuning = v["tuning"].as_str().map(str::to_string);
+        } else if message.starts_with("glibc's malloc thresholds are not raised") {
+            tuning = Some(format!("Failed: {}", v["reason"]));
+        }
+        if v.get("http_addr").is_some() {
+            break;
+        }
+    }
+    let environ = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap();
+    let has_tunables = environ
+        .split(|b| *b == 0)
+        .any(|entry| entry.starts_with(b"GLIBC_TUNABLES="));
+    (
+        tuning.expect("the thresholds are logged at debug level"),
+        has_tunables,
+    )
+}
+
+#[test]
+fn starts_itself_again_with_raised_malloc_thresholds() {
+    let (tuning, has_tunables) =
+        malloc_tuning_with(&[("GLIBC_TUNABLES", None), ("INFERGATE_MALLOC_TUNING", None)]);
+    if cfg!(all(target_os = "linux", target_env = "gnu")) {
+        assert_eq!(tuning, "Active");
+        assert!(
+            has_tunables,
+            "the same process now runs with GLIBC_TUNABLES"
+        );
+    } else {
+        assert_eq!(tuning, "NotGlibc");
+    }
+}
+
+#[test]
+fn malloc_thresholds_of_the_user_or_opt_out_are_left_alone() {
+    let (tuning, _) = malloc_tuning_with(&[
+        ("GLIBC_TUNABLES", Some("glibc.malloc.trim_threshold=131072")),
+        ("INFERGATE_MALLOC_TUNING", None),
+    ]);
+    assert!(
+        matches!(tuning.as_str(), "UserSet" | "NotGlibc"),
+        "{tuning}"
+    );
+    let (tuning, has_tunables) = malloc_tuning_with(&[
+        ("GLIBC_TUNABLES", None),
+        ("INFERGATE_MALLOC_TUNING", Some("off")),
+    ]);
+    assert!(
+        matches!(tuning.as_str(), "Disabled" | "NotGlibc"),
+        "{tuning}"
+    );
+    assert!(!has_tunables, "no restart when turned off");
 }
