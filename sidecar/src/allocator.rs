@@ -54,11 +54,7 @@ pub fn tuned_value(current: Option<&str>) -> Option<String> {
     if names_one {
         return None;
     }
-    let ours = TUNABLES
-        .iter()
-        .map(|(name, value)| format!("{name}={value}"))
-        .collect::<Vec<_>>()
-        .join(":");
+    let ours = our_entries().collect::<Vec<_>>().join(":");
     Some(if current.is_empty() {
         ours
     } else {
@@ -91,10 +87,14 @@ pub fn ensure_tuned() -> Tuning {
 
 /// Whether every threshold is set to our value.
 fn has_ours(tunables: &str) -> bool {
-    TUNABLES.iter().all(|(name, value)| {
-        let entry = format!("{name}={value}");
-        tunables.split(':').any(|e| e == entry)
-    })
+    our_entries().all(|entry| tunables.split(':').any(|e| e == entry))
+}
+
+/// Our thresholds as `GLIBC_TUNABLES` entries, `name=value`.
+fn our_entries() -> impl Iterator<Item = String> {
+    TUNABLES
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
 }
 
 /// Replaces this process with the same binary and arguments, one variable changed. Returns only
