@@ -50,6 +50,15 @@ pub struct Args {
     /// upstream lists as ready is served, with its discovered metadata and configuration.
     #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,
+    /// The same model server's V2 REST address, `http://HOST:PORT`, beside a `grpc://` upstream:
+    /// calls with little tensor data (see --upstream-rest-max-bytes) go over it, since Triton's
+    /// HTTP front end answers small requests sooner than its gRPC one.
+    #[arg(long, value_name = "URL")]
+    pub upstream_rest: Option<String>,
+    /// The most tensor bytes, inputs plus expected outputs outside shared memory, that a call over
+    /// --upstream-rest may carry (default 65536).
+    #[arg(long, value_name = "BYTES")]
+    pub upstream_rest_max_bytes: Option<u64>,
     /// Size of the staging pool shared with the upstream through `/dev/shm` (default 64 MiB;
     /// 0 turns it off). Used only when the upstream offers system shared memory.
     #[arg(long, value_name = "BYTES")]
@@ -102,6 +111,12 @@ impl Args {
             }
             if let Some(v) = self.staging_min_bytes {
                 up.staging_min_bytes = v;
+            }
+            if let Some(v) = &self.upstream_rest {
+                up.rest_url = Some(v.clone());
+            }
+            if let Some(v) = self.upstream_rest_max_bytes {
+                up.rest_max_bytes = v;
             }
         }
         if let Some(v) = self.allow_client_shm {

@@ -141,13 +141,13 @@ pub fn render(state: &SharedState) -> String {
         }
     }
     render_sequences(&mut out, &models);
-    render_staging(&mut out, state);
+    render_upstream(&mut out, state);
     out
 }
 
-/// The staging pool with the upstream: how many tensor bytes went through shared memory instead
+/// The upstream: calls by protocol, how many tensor bytes went through shared memory instead
 /// of the socket, and how full the pool is.
-fn render_staging(out: &mut String, state: &SharedState) {
+fn render_upstream(out: &mut String, state: &SharedState) {
     use std::sync::atomic::Ordering::Relaxed;
     let Some(handle) = &state.upstream else {
         return;
@@ -186,6 +186,21 @@ fn render_staging(out: &mut String, state: &SharedState) {
             (
                 "{direction=\"output\"}",
                 handle.upstream.passthrough.output_bytes.load(Relaxed),
+            ),
+        ],
+    );
+    family(
+        "infergate_upstream_calls_total",
+        "Inference calls made to the upstream, by the protocol they went over",
+        "counter",
+        &[
+            (
+                "{protocol=\"grpc\"}",
+                handle.upstream.calls.grpc.load(Relaxed),
+            ),
+            (
+                "{protocol=\"rest\"}",
+                handle.upstream.calls.rest.load(Relaxed),
             ),
         ],
     );

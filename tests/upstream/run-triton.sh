@@ -23,7 +23,8 @@
 #   INFERGATE_UPSTREAM_KEEP=1  keep the temporary directory (repository, configs, logs);
 #                            it is always kept when pytest fails
 #   INFERGATE_READY_TIMEOUT  seconds to wait for each server to be ready (180)
-#   INFERGATE_UPSTREAM_PROTOCOL  grpc (default) or http: how the sidecar talks to Triton
+#   INFERGATE_UPSTREAM_PROTOCOL  how the sidecar talks to Triton: grpc (default), http, or
+#                            grpc+rest (gRPC, with calls of little tensor data over REST)
 #   PIP_FLAGS                extra flags for pip install
 set -euo pipefail
 
@@ -101,19 +102,25 @@ log "tritonserver ready after $((SECONDS - started)) s"
 
 # Sidecar configuration: every model of the repository, the classifier with its labels
 # (the sidecar classifies; it needs the label file by output name).
-if [ "${INFERGATE_UPSTREAM_PROTOCOL:-grpc}" = "http" ]; then
-  UPSTREAM_URL="http://127.0.0.1:$TRITON_HTTP_PORT"
-else
-  UPSTREAM_URL="grpc://127.0.0.1:$TRITON_GRPC_PORT"
-fi
-"$TPY" - "$REPO" "$UPSTREAM_URL" >"$WORK/sidecar.yaml" <<'PY'
+REST_URL=""
+case "${INFERGATE_UPSTREAM_PROTOCOL:-grpc}" in
+  http) UPSTREAM_URL="http://127.0.0.1:$TRITON_HTTP_PORT" ;;
+  grpc) UPSTREAM_URL="grpc://127.0.0.1:$TRITON_GRPC_PORT" ;;
+  grpc+rest)
+    UPSTREAM_URL="grpc://127.0.0.1:$TRITON_GRPC_PORT"
+    REST_URL="http://127.0.0.1:$TRITON_HTTP_PORT" ;;
+  *) fail "INFERGATE_UPSTREAM_PROTOCOL must be grpc, http or grpc+rest" ;;
+esac
+"$TPY" - "$REPO" "$UPSTREAM_URL" "$REST_URL" >"$WORK/sidecar.yaml" <<'PY'
 import json, os, sys
-repo, url = sys.argv[1], sys.argv[2]
+repo, url, rest_url = sys.argv[1], sys.argv[2], sys.argv[3]
 print("server: {host: 127.0.0.1, http_port: 0, grpc_port: 0, metrics_port: 0, admin_port: 0, "
       "allow_client_shm: true, log_format: json}")
 print("backend:")
 print("  kind: upstream")
 print(f"  url: {url}")
+if rest_url:
+    print(f"  rest_url: {rest_url}")
 print("  probe_interval_seconds: 1")
 print(f"  staging_shm_bytes: {os.environ.get('INFERGATE_STAGING_SHM_BYTES', 64 << 20)}")
 print(f"  staging_min_bytes: {os.environ.get('INFERGATE_STAGING_MIN_BYTES', 0)}")
@@ -157,9 +164,11 @@ export INFERGATE_HTTP_URL="$SIDECAR_HTTP" INFERGATE_GRPC_URL="$SIDECAR_GRPC" \
   INFERGATE_METRICS_URL="$SIDECAR_METRICS" INFERGATE_ADMIN_URL="$SIDECAR_ADMIN" \
   INFERGATE_TRITON_HTTP_URL="127.0.0.1:$TRITON_HTTP_PORT"
 if [ "$#" -eq 0 ]; then
-  log "staging pool checks (tests/upstream/test_staging.py)"
+  log "staging pool and call route checks (tests/upstream/test_staging.py, test_routes.py)"
   set +e
-  "$TEST_VENV/bin/python" -m pytest tests/upstream/test_staging.py -q -p no:cacheprovider
+  INFERGATE_UPSTREAM_PROTOCOL="${INFERGATE_UPSTREAM_PROTOCOL:-grpc}" \
+    "$TEST_VENV/bin/python" -m pytest tests/upstream/test_staging.py tests/upstream/test_routes.py \
+    -q -p no:cacheprovider
   RC=$?
   set -e
   [ "$RC" -eq 0 ] || exit "$RC"

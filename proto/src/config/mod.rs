@@ -150,6 +150,16 @@ pub struct UpstreamConfig {
     /// socket write is cheaper than the bookkeeping) are sent inline.
     #[serde(default = "default_staging_min_bytes")]
     pub staging_min_bytes: u64,
+    /// The same model server's V2 REST address (`http://HOST:PORT`), beside a `grpc://` `url`:
+    /// calls that carry at most `rest_max_bytes` of tensor data over the socket go over it, the
+    /// others over gRPC. Triton's HTTP front end answers small requests sooner than its gRPC
+    /// one; gRPC carries large tensors with less work. Unset: every call over `url`.
+    #[serde(default)]
+    pub rest_url: Option<String>,
+    /// The most tensor bytes (inputs sent plus outputs expected, outside shared memory) a call
+    /// over `rest_url` may carry.
+    #[serde(default = "default_rest_max_bytes")]
+    pub rest_max_bytes: u64,
 }
 
 impl UpstreamConfig {
@@ -163,6 +173,8 @@ impl UpstreamConfig {
             models: Vec::new(),
             staging_shm_bytes: default_staging_shm_bytes(),
             staging_min_bytes: default_staging_min_bytes(),
+            rest_url: None,
+            rest_max_bytes: default_rest_max_bytes(),
         }
     }
 }
@@ -173,6 +185,11 @@ fn default_staging_shm_bytes() -> u64 {
     64 << 20
 }
 fn default_staging_min_bytes() -> u64 {
+    64 << 10
+}
+/// 64 KiB: below it a REST call to Triton costs less than a gRPC one on loopback; at 4 MiB gRPC
+/// costs less (docs/performance.md, "gRPC or REST to the upstream").
+fn default_rest_max_bytes() -> u64 {
     64 << 10
 }
 

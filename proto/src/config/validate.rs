@@ -104,6 +104,21 @@ impl SidecarConfig {
                         ),
                     ),
                 }
+                if let Some(rest_url) = &up.rest_url {
+                    if !up.url.starts_with("grpc://") {
+                        err(
+                            "backend.rest_url",
+                            "is for a grpc:// url (calls to an http:// url are all REST)".into(),
+                        );
+                    }
+                    match rest_url.split_once("://") {
+                        Some(("http", rest)) if !rest.is_empty() && !rest.contains('/') => {}
+                        _ => err(
+                            "backend.rest_url",
+                            format!("'{rest_url}' is not http://HOST:PORT (V2 REST)"),
+                        ),
+                    }
+                }
                 if up.timeout_seconds == 0 {
                     err("backend.timeout_seconds", "must be at least 1".into());
                 }
@@ -188,6 +203,30 @@ mod tests {
                 "limits.http_body_timeout_seconds",
                 "backend.models[0]"
             ]
+        );
+    }
+
+    #[test]
+    fn a_rest_address_goes_beside_a_grpc_upstream_only() {
+        let with = |url: &str, rest_url: &str| {
+            let mut up = crate::config::UpstreamConfig::new(url);
+            up.rest_url = Some(rest_url.into());
+            let cfg = SidecarConfig {
+                backend: BackendConfig::Upstream(up),
+                ..Default::default()
+            };
+            cfg.validate(&[])
+                .err()
+                .map(|errors| errors.iter().map(|e| e.path.clone()).collect::<Vec<_>>())
+        };
+        assert_eq!(with("grpc://127.0.0.1:8001", "http://127.0.0.1:8000"), None);
+        assert_eq!(
+            with("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+            Some(vec!["backend.rest_url".to_string()])
+        );
+        assert_eq!(
+            with("grpc://127.0.0.1:8001", "grpc://127.0.0.1:8000"),
+            Some(vec!["backend.rest_url".to_string()])
         );
     }
 }

@@ -67,6 +67,7 @@ pub async fn run_discovery(
                 if upstream.staging.maintain(&upstream, &extensions).await {
                     upstream.passthrough.forget_all();
                 }
+                upstream.probe_small_calls().await;
                 state.health.set_ready(true);
                 break;
             }
@@ -102,6 +103,7 @@ pub async fn run_discovery(
                 upstream.passthrough.forget_all();
             }
             upstream.passthrough.sweep(&upstream).await;
+            upstream.probe_small_calls().await;
         }
         state.health.set_ready(ready);
     }

@@ -13,7 +13,7 @@ mod transport;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -58,6 +58,28 @@ pub struct Upstream {
     pub passthrough: Passthrough,
     /// The upstream lists `cuda_shared_memory`: it can open clients' CUDA IPC handles.
     offers_cuda: AtomicBool,
+    /// The same server's REST address, for calls with little tensor data (`rest_url`).
+    small_calls: Option<SmallCalls>,
+    /// Inference calls made, by protocol.
+    pub calls: CallCounters,
+}
+
+/// Inference calls made to the upstream, by the protocol they went over.
+#[derive(Default)]
+pub struct CallCounters {
+    pub grpc: AtomicU64,
+    pub rest: AtomicU64,
+}
+
+/// A second way to the same model server, V2 REST, for calls that carry little tensor data: on
+/// loopback Triton answers those sooner over HTTP/1.1 than over gRPC, while large tensors cost
+/// less as gRPC's raw bytes (docs/performance.md, "gRPC or REST to the upstream").
+struct SmallCalls {
+    client: RestClient,
+    url: String,
+    max_bytes: u64,
+    /// Answered its last readiness probe; while it does not, every call goes over gRPC.
+    live: AtomicBool,
 }
 
 impl Upstream {
@@ -89,6 +111,13 @@ impl Upstream {
             staging: Staging::new(config),
             passthrough: Passthrough::default(),
             offers_cuda: AtomicBool::new(false),
+            small_calls: config.rest_url.as_ref().map(|url| SmallCalls {
+                client: RestClient::new(url, max_message_bytes),
+                url: url.clone(),
+                max_bytes: config.rest_max_bytes,
+                live: AtomicBool::new(false),
+            }),
+            calls: CallCounters::default(),
         })
     }
 
@@ -99,8 +128,12 @@ impl Upstream {
     /// What the upstream offers decides how tensors travel over REST, and whether clients' CUDA
     /// buffers can be handed to it.
     pub fn learned_extensions(&self, extensions: &[String]) {
+        let binary = extensions.iter().any(|e| e == "binary_tensor_data");
         if let Transport::Rest(rest) = &self.client {
-            rest.set_binary(extensions.iter().any(|e| e == "binary_tensor_data"));
+            rest.set_binary(binary);
+        }
+        if let Some(small) = &self.small_calls {
+            small.client.set_binary(binary);
         }
         let cuda = extensions.iter().any(|e| e == "cuda_shared_memory");
         self.offers_cuda.store(cuda, Ordering::Relaxed);
@@ -123,6 +156,50 @@ impl Upstream {
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
+
+    /// Checks that the REST address for small calls answers, and routes small calls over it only
+    /// while it does: a model server whose HTTP front end is off or elsewhere still gets every
+    /// call, over gRPC. Called with each readiness probe.
+    pub async fn probe_small_calls(&self) {
+        let Some(small) = &self.small_calls else {
+            return;
+        };
+        let probe = tokio::time::timeout(Duration::from_secs(2), small.client.server_ready());
+        let ready = matches!(probe.await, Ok(Ok(true)));
+        if small.live.swap(ready, Ordering::Relaxed) != ready {
+            if ready {
+                tracing::info!(rest = %small.url, max_bytes = small.max_bytes, "calls with small tensors go to the upstream over REST");
+            } else {
+                tracing::warn!(rest = %small.url, "the upstream's REST address does not answer; every call goes over gRPC");
+            }
+        }
+    }
+
+    /// The client for a call carrying `socket_bytes` of tensor data, and its address.
+    fn route(&self, socket_bytes: u64) -> (Route<'_>, &str) {
+        match &self.small_calls {
+            Some(small)
+                if socket_bytes <= small.max_bytes && small.live.load(Ordering::Relaxed) =>
+            {
+                self.calls.rest.fetch_add(1, Ordering::Relaxed);
+                (Route::Small(&small.client), &small.url)
+            }
+            _ => {
+                let counter = match self.client {
+                    Transport::Grpc(_) => &self.calls.grpc,
+                    Transport::Rest(_) => &self.calls.rest,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                (Route::Main(&self.client), &self.url)
+            }
+        }
+    }
+}
+
+/// Which client makes a call.
+enum Route<'a> {
+    Main(&'a Transport),
+    Small(&'a RestClient),
 }
 
 /// Maps an upstream failure to the protocol's error the client sees.
@@ -353,21 +430,61 @@ impl UpstreamModel {
         }
     }
 
-    /// One upstream call under the concurrency limit and the deadline. The outer error is the
-    /// deadline; the inner one is the upstream's answer.
+    /// One upstream call under the deadline, over the route its size picks. The outer error is
+    /// the deadline; the inner one is the upstream's answer, with the address that gave it.
     async fn call(
         &self,
         request: ModelInferRequest,
-    ) -> Result<std::result::Result<ModelInferResponse, tonic::Status>> {
-        let client = self.upstream.client();
-        match tokio::time::timeout(self.upstream.timeout, client.model_infer(request)).await {
-            Ok(answer) => Ok(answer),
+        socket_bytes: u64,
+    ) -> Result<(std::result::Result<ModelInferResponse, tonic::Status>, &str)> {
+        let (route, url) = self.upstream.route(socket_bytes);
+        let answer = match route {
+            Route::Main(client) => {
+                tokio::time::timeout(self.upstream.timeout, client.model_infer(request)).await
+            }
+            Route::Small(client) => {
+                tokio::time::timeout(self.upstream.timeout, client.infer(request)).await
+            }
+        };
+        match answer {
+            Ok(answer) => Ok((answer, url)),
             Err(_) => Err(Error::unavailable(format!(
-                "upstream model server {} did not answer within {} s",
-                self.upstream.url,
+                "upstream model server {url} did not answer within {} s",
                 self.upstream.timeout.as_secs()
             ))),
         }
+    }
+
+    /// The tensor bytes a call will carry over the socket, both ways: inputs neither staged nor
+    /// in a client's region, and the outputs expected outside shared memory (by configuration,
+    /// or as large as the largest input where it cannot tell).
+    fn socket_bytes(
+        execution: &Execution<'_>,
+        plan: &Plan,
+        client_inputs: &[Option<ClientWindow>],
+        client_outputs: &[Option<ClientWindow>],
+    ) -> u64 {
+        let mut bytes = 0u64;
+        let mut largest_input = 0u64;
+        for (i, tensor) in execution.inputs.iter().enumerate() {
+            let in_region = execution.input_regions.get(i).and_then(Option::as_ref);
+            let len = tensor.data.len() as u64;
+            largest_input = largest_input.max(in_region.map_or(len, |r| r.byte_size));
+            let elsewhere =
+                plan.input(i).is_some() || client_inputs.get(i).is_some_and(Option::is_some);
+            if !elsewhere {
+                bytes = bytes.saturating_add(len);
+            }
+        }
+        for (i, name) in execution.outputs.iter().enumerate() {
+            let elsewhere =
+                plan.output(i).is_some() || client_outputs.get(i).is_some_and(Option::is_some);
+            if !elsewhere {
+                let expected = staging::expected_output_bytes(execution, name, largest_input);
+                bytes = bytes.saturating_add(expected);
+            }
+        }
+        bytes
     }
 
     /// The response's tensors: staged outputs read from their slots, the others from the message.
@@ -557,7 +674,9 @@ impl Backend for UpstreamModel {
             loop {
                 let sent = client_inputs.apply(execution);
                 let request = self.request(&sent, &plan, &client_inputs.windows, &client_outputs);
-                let answer = self.call(request).await?;
+                let socket_bytes =
+                    Self::socket_bytes(&sent, &plan, &client_inputs.windows, &client_outputs);
+                let (answer, url) = self.call(request, socket_bytes).await?;
                 let status = match answer {
                     Ok(response) => {
                         self.upstream
@@ -568,7 +687,7 @@ impl Backend for UpstreamModel {
                     Err(status) => status,
                 };
                 if retried {
-                    return Err(upstream_error(status, &self.upstream.url));
+                    return Err(upstream_error(status, url));
                 }
                 retried = true;
                 if region_lost(&status) {
@@ -583,7 +702,7 @@ impl Backend for UpstreamModel {
                     self.variable_outputs_inline.store(true, Ordering::Relaxed);
                     plan = plan.without_outputs();
                 } else {
-                    return Err(upstream_error(status, &self.upstream.url));
+                    return Err(upstream_error(status, url));
                 }
             }
         }
@@ -596,6 +715,33 @@ mod tests {
     use super::*;
 
     const URL: &str = "grpc://127.0.0.1:8001";
+
+    #[test]
+    fn small_calls_go_over_rest_only_while_it_answers_and_up_to_the_limit() {
+        let mut config = UpstreamConfig::new(URL);
+        config.staging_shm_bytes = 0;
+        config.rest_url = Some("http://127.0.0.1:8000".into());
+        config.rest_max_bytes = 100;
+        let upstream = Upstream::new(&config, 1 << 20).unwrap();
+        let route = |bytes| match upstream.route(bytes) {
+            (Route::Main(_), url) => ("main", url.to_string()),
+            (Route::Small(_), url) => ("small", url.to_string()),
+        };
+        // Not probed yet: gRPC.
+        assert_eq!(route(10), ("main", URL.to_string()));
+        upstream
+            .small_calls
+            .as_ref()
+            .unwrap()
+            .live
+            .store(true, Ordering::Relaxed);
+        let rest = "http://127.0.0.1:8000".to_string();
+        assert_eq!(route(0), ("small", rest.clone()));
+        assert_eq!(route(100), ("small", rest));
+        assert_eq!(route(101), ("main", URL.to_string()));
+        assert_eq!(upstream.calls.grpc.load(Ordering::Relaxed), 2);
+        assert_eq!(upstream.calls.rest.load(Ordering::Relaxed), 2);
+    }
 
     #[test]
     fn a_broken_connection_is_unavailable_whatever_code_tonic_picked() {

@@ -334,6 +334,12 @@ impl Plan {
     }
 }
 
+/// The bytes an output is expected to take, for choosing how a call travels: by configuration
+/// where it tells, else as large as the largest input (BYTES outputs included).
+pub fn expected_output_bytes(execution: &Execution<'_>, name: &str, largest_input: u64) -> u64 {
+    output_size(execution, name, true, largest_input).unwrap_or(largest_input)
+}
+
 /// Whether the output's byte size follows from the configuration alone.
 fn fixed_output(execution: &Execution<'_>, name: &str) -> bool {
     execution

@@ -1,0 +1,78 @@
+"""Which protocol each inference call to Triton goes over (run by run-triton.sh after the
+conformance suite, against the same two servers), read from the sidecar's
+`infergate_upstream_calls_total{protocol=...}` counters.
+
+- grpc: every call over gRPC; http: every call over REST;
+- grpc+rest (`rest_url` beside the gRPC url): calls carrying at most 64 KiB of tensor data over
+  the socket go over REST, larger ones over gRPC, with the same answers either way.
+
+Environment: INFERGATE_HTTP_URL, INFERGATE_GRPC_URL, INFERGATE_METRICS_URL (the sidecar) and
+INFERGATE_UPSTREAM_PROTOCOL (how run-triton.sh configured it).
+"""
+
+import os
+import re
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+HTTP = os.environ["INFERGATE_HTTP_URL"]
+GRPC = os.environ["INFERGATE_GRPC_URL"]
+METRICS = os.environ["INFERGATE_METRICS_URL"]
+MODE = os.environ.get("INFERGATE_UPSTREAM_PROTOCOL", "grpc")
+
+# BYTES tensors never go through the staging pool: their size decides the route.
+SMALL = b"x" * 16
+LARGE = b"x" * (100 << 10)
+
+
+def calls():
+    text = requests.get(f"http://{METRICS}/metrics", timeout=10).text
+    counts = {}
+    for protocol in ("grpc", "rest"):
+        pattern = rf'^infergate_upstream_calls_total\{{protocol="{protocol}"\}} (\d+)$'
+        found = re.search(pattern, text, re.MULTILINE)
+        assert found, f"infergate_upstream_calls_total{{protocol=\"{protocol}\"}} not in the metrics"
+        counts[protocol] = int(found.group(1))
+    return counts
+
+
+def infer_bytes(protocol, element):
+    data = np.array([element], dtype=np.object_)
+    if protocol == "http":
+        client = httpclient.InferenceServerClient(HTTP)
+        tensor = httpclient.InferInput("INPUT0", [1], "BYTES")
+        tensor.set_data_from_numpy(data, binary_data=True)
+        result = client.infer("identity_bytes", [tensor])
+    else:
+        client = grpcclient.InferenceServerClient(GRPC)
+        tensor = grpcclient.InferInput("INPUT0", [1], "BYTES")
+        tensor.set_data_from_numpy(data)
+        result = client.infer("identity_bytes", [tensor])
+    return result.as_numpy("OUTPUT0")[0]
+
+
+def expected_route(element):
+    if MODE == "grpc":
+        return "grpc"
+    if MODE == "http":
+        return "rest"
+    # 16 bytes in and out go over REST; 100 KiB out (as large as the input, since a BYTES
+    # output's size is unknown beforehand) is over the 64 KiB limit.
+    return "rest" if element is SMALL else "grpc"
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("element", [SMALL, LARGE], ids=["16B", "100KiB"])
+def test_each_call_goes_over_the_protocol_its_size_picks(protocol, element):
+    before = calls()
+    answer = infer_bytes(protocol, element)
+    after = calls()
+    assert answer == element
+    route = expected_route(element)
+    other = "grpc" if route == "rest" else "rest"
+    assert after[route] - before[route] == 1, (before, after)
+    assert after[other] == before[other], (before, after)
