@@ -98,6 +98,12 @@ pub const KIND: &str = "InferenceService";
         "self.model.ports.all(p, !(p.containerPort in [self.sidecar.ports.http, self.sidecar.ports.grpc, self.sidecar.ports.metrics, self.sidecar.ports.admin, self.upstream.grpcPort]))"
     ).message("a model.ports entry collides with a sidecar port or upstream.grpcPort").field_path(".model.ports"),
     validation = Rule::new(
+        "!has(self.upstream.restPort) || !(self.upstream.restPort in [self.sidecar.ports.http, self.sidecar.ports.grpc, self.sidecar.ports.metrics, self.sidecar.ports.admin, self.upstream.grpcPort])"
+    ).message("upstream.restPort collides with a sidecar port (sidecar.ports) or upstream.grpcPort").field_path(".upstream.restPort"),
+    validation = Rule::new(
+        "!has(self.upstream.restPort) || self.model.ports.all(p, p.containerPort != self.upstream.restPort)"
+    ).message("a model.ports entry uses upstream.restPort, which is declared for you").field_path(".model.ports"),
+    validation = Rule::new(
         "!self.extensions.sequence.enabled || self.extensions.sequence.routing != 'SingleReplica' || self.replicas <= 1"
     ).message("extensions.sequence.routing SingleReplica allows at most one replica").field_path(".replicas")
 )]
@@ -289,6 +295,13 @@ pub struct Upstream {
     #[serde(default = "default_upstream_grpc_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub grpc_port: i32,
+    /// The model server's V2 REST port on loopback, where it has one (Triton: its --http-port,
+    /// 9000 once moved off the sidecar's ports). Inference calls that carry at most 64 KiB of
+    /// tensor data then go over it, the others over gRPC: Triton answers small requests sooner
+    /// over REST. Unset: every call over gRPC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub rest_port: Option<i32>,
 }
 
 impl Default for Upstream {
@@ -296,6 +309,7 @@ impl Default for Upstream {
         Upstream {
             protocol: UpstreamProtocol::default(),
             grpc_port: default_upstream_grpc_port(),
+            rest_port: None,
         }
     }
 }

@@ -87,6 +87,13 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
         spec.upstream.grpc_port,
         Some(crate::render::UPSTREAM_PORT_NAME),
     );
+    if let Some(rest_port) = spec.upstream.rest_port {
+        port(
+            "upstream.restPort".to_string(),
+            rest_port,
+            Some(crate::render::UPSTREAM_REST_PORT_NAME),
+        );
+    }
     for (i, p) in spec.model.ports.iter().enumerate() {
         port(
             format!("model.ports[{i}]"),

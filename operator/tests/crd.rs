@@ -260,7 +260,7 @@ fn cel_rules_compile_within_the_cost_budget() {
     let compiled = compile_schema(&schema());
     let mut rules = Vec::new();
     compiled_rules(&compiled, &mut rules);
-    assert_eq!(rules.len(), 8, "rules found: {rules:#?}");
+    assert_eq!(rules.len(), 10, "rules found: {rules:#?}");
     for (rule, warnings) in rules {
         assert!(warnings.is_empty(), "{rule}: {warnings:?}");
     }
@@ -367,6 +367,29 @@ fn invalid_specs_are_rejected() {
             "upstream port out of range",
             vec![("/spec/upstream/grpcPort", json!(70000))],
             "is greater than 65535",
+        ),
+        (
+            "REST port on a sidecar port",
+            vec![("/spec/upstream/restPort", json!(8000))],
+            "upstream.restPort collides with a sidecar port",
+        ),
+        (
+            "REST port on the gRPC port",
+            vec![("/spec/upstream/restPort", json!(9001))],
+            "upstream.restPort collides",
+        ),
+        (
+            "REST port out of range",
+            vec![("/spec/upstream/restPort", json!(0))],
+            "is less than 1",
+        ),
+        (
+            "model port on the REST port",
+            vec![
+                ("/spec/upstream/restPort", json!(9000)),
+                ("/spec/model/ports", json!([{"containerPort": 9000}])),
+            ],
+            "a model.ports entry uses upstream.restPort",
         ),
         (
             "model port on the sidecar's metrics port",

@@ -196,6 +196,8 @@ fn cpu_defaults() {
     match &config.backend {
         infergate_proto::config::BackendConfig::Upstream(up) => {
             assert_eq!(up.url, "grpc://127.0.0.1:9001");
+            // No REST port named: every call over gRPC.
+            assert_eq!(up.rest_url, None);
             assert!(up.models.is_empty());
             // No shared /dev/shm: the model server could not open a staging pool.
             assert_eq!(up.staging_shm_bytes, 0);
@@ -593,6 +595,44 @@ fn model_probes_can_be_turned_off() {
     assert!(model.startup_probe.is_none());
     assert!(model.liveness_probe.is_none());
     assert!(model.lifecycle.is_none());
+}
+
+#[test]
+fn a_rest_port_sends_small_calls_over_rest() {
+    let isvc = with_spec(
+        "triton",
+        &format!("{MINIMAL}  upstream:\n    grpcPort: 9001\n    restPort: 9000\n"),
+    );
+    let children = build(&isvc);
+    match &sidecar_config(&children).backend {
+        infergate_proto::config::BackendConfig::Upstream(up) => {
+            assert_eq!(up.url, "grpc://127.0.0.1:9001");
+            assert_eq!(up.rest_url.as_deref(), Some("http://127.0.0.1:9000"));
+        }
+        other => panic!("backend {other:?}"),
+    }
+    let model = container(pod(&children), "model");
+    let ports: Vec<(&str, i32)> = model
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.as_deref().unwrap_or(""), p.container_port))
+        .collect();
+    assert_eq!(ports, [("upstream-grpc", 9001), ("upstream-rest", 9000)]);
+
+    // Admission refuses this (a CEL rule); rendering refuses it too, for resources that got past
+    // an API server without the rules.
+    let mut clash = isvc.clone();
+    clash.spec.upstream.rest_port = Some(8000);
+    match render::build_children(&clash, &OperatorSettings::default()) {
+        Err(RenderError::Invalid { problems, .. }) => assert!(
+            problems
+                .join("\n")
+                .contains("port 8000 of upstream.restPort is already used by sidecar.ports.http"),
+            "{problems:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

@@ -74,6 +74,10 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
         })
         .collect();
     upstream.staging_shm_bytes = staging_bytes(spec);
+    upstream.rest_url = spec
+        .upstream
+        .rest_port
+        .map(|p| format!("http://127.0.0.1:{}", port(p)));
     config.backend = BackendConfig::Upstream(upstream);
     config
 }

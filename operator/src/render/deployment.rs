@@ -65,6 +65,8 @@ pub const LABELS_VOLUME_PREFIX: &str = "infergate-labels-";
 pub const RESERVED_VOLUME_PREFIX: &str = "infergate-";
 /// Name of the model server's gRPC port on its container.
 pub const UPSTREAM_PORT_NAME: &str = "upstream-grpc";
+/// The model server's REST port, where `upstream.restPort` names one.
+pub const UPSTREAM_REST_PORT_NAME: &str = "upstream-rest";
 
 /// The Deployment `<name>`.
 pub(super) fn deployment(
@@ -328,6 +330,9 @@ fn model_container(isvc: &InferenceService, settings: &OperatorSettings) -> Cont
     let spec = &isvc.spec;
     let m = &spec.model;
     let mut ports = vec![tcp_port(UPSTREAM_PORT_NAME, spec.upstream.grpc_port)];
+    if let Some(rest_port) = spec.upstream.rest_port {
+        ports.push(tcp_port(UPSTREAM_REST_PORT_NAME, rest_port));
+    }
     ports.extend(m.ports.iter().cloned());
     let mut mounts = m.volume_mounts.clone();
     if spec.extensions.system_shared_memory.enabled {

@@ -31,6 +31,7 @@ use crate::validate;
 pub use config::{CONFIG_FILE, CONFIG_KEY, LABELS_DIR, sidecar_config};
 pub use deployment::{
     MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME,
+    UPSTREAM_REST_PORT_NAME,
 };
 
 /// `app.kubernetes.io/name` of every object.
