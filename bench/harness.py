@@ -629,7 +629,7 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
         ratios.append(("noop", "triton"))
     for upstream in UPSTREAMS:
         for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool", f"sidecar→{upstream}/rest",
-                      f"nginx→{upstream}"):
+                      f"sidecar→{upstream}+pool+rest", f"nginx→{upstream}"):
             if front in systems and upstream in systems:
                 ratios.append((front, upstream))
     head += [f"{a} / {b}" for a, b in ratios]
@@ -715,7 +715,8 @@ def main():
                     default="sidecar,triton,nginx→triton,sidecar→triton,sidecar→triton+pool",
                     help="any of: sidecar, triton, sidecar→triton (staging pool off), "
                          "sidecar→triton+pool (pool on), sidecar→triton/rest (pool off, V2 "
-                         "REST to Triton instead of gRPC), kserve, sidecar→kserve, mlserver, "
+                         "REST to Triton instead of gRPC), sidecar→triton+pool+rest (pool on, "
+                         "calls of at most 64 KiB of tensor data over REST), kserve, sidecar→kserve, mlserver, "
                          "sidecar→mlserver, fixed (nginx returning constant answers: the "
                          "round-trip ceiling), proxy→fixed (nginx proxying to those: the "
                          "cheapest proxy hop), nginx→triton (nginx passing REST and gRPC "
@@ -767,6 +768,8 @@ def main():
             "sidecar→triton+pool": ["--staging-shm-bytes", str(256 << 20)],
             # The same as sidecar→triton, speaking V2 REST to Triton instead of gRPC.
             "sidecar→triton/rest": ["--staging-shm-bytes", "0"],
+            # The pool, and calls with at most 64 KiB of tensor data over REST (--upstream-rest).
+            "sidecar→triton+pool+rest": ["--staging-shm-bytes", str(256 << 20)],
         }
         if "triton" in systems_wanted:
             systems["triton"] = start_triton(work)
@@ -790,9 +793,12 @@ def main():
                 if name not in systems_wanted:
                     continue
                 slug = {"sidecar→triton": "sidecar-upstream", "sidecar→triton+pool":
-                        "sidecar-upstream-pool", "sidecar→triton/rest": "sidecar-upstream-rest"}[name]
+                        "sidecar-upstream-pool", "sidecar→triton/rest": "sidecar-upstream-rest",
+                        "sidecar→triton+pool+rest": "sidecar-upstream-pool-rest"}[name]
                 upstream_url = (f"http://{triton.http}" if name.endswith("/rest")
                                 else f"grpc://{triton.grpc}")
+                if name.endswith("+rest"):
+                    extra = [*extra, "--upstream-rest", f"http://{triton.http}"]
                 front = start_sidecar(slug, work, ["--upstream", upstream_url, *extra])
                 front.name = name
                 if not triton_owned:
