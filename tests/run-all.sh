@@ -37,6 +37,9 @@ tests/upstream/run-triton.sh
 step "the same through the sidecar speaking V2 REST to Triton (--upstream http://)"
 INFERGATE_UPSTREAM_PROTOCOL=http tests/upstream/run-triton.sh
 
+step "the same with both: gRPC, and REST for calls with little tensor data (rest_url)"
+INFERGATE_UPSTREAM_PROTOCOL=grpc+rest tests/upstream/run-triton.sh
+
 step "clients' CUDA handles passed to a model server (a recording V2 server; no GPU needed)"
 "$venv/bin/python" -m pytest tests/upstream/test_cuda_forwarding.py -q -p no:cacheprovider
 
