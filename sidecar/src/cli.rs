@@ -51,12 +51,12 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,
     /// The same model server's V2 REST address, `http://HOST:PORT`, beside a `grpc://` upstream:
-    /// calls with little tensor data (see --upstream-rest-max-bytes) go over it, since Triton's
-    /// HTTP front end answers small requests sooner than its gRPC one.
+    /// calls with small tensors (see --upstream-rest-max-bytes) go over it, since Triton's HTTP
+    /// front end answers small requests sooner than its gRPC one.
     #[arg(long, value_name = "URL")]
     pub upstream_rest: Option<String>,
-    /// The most tensor bytes, inputs plus expected outputs outside shared memory, that a call over
-    /// --upstream-rest may carry (default 65536).
+    /// The most tensor bytes, inputs plus expected outputs (in shared memory or not), of a call
+    /// over --upstream-rest (default 65536).
     #[arg(long, value_name = "BYTES")]
     pub upstream_rest_max_bytes: Option<u64>,
     /// Size of the staging pool shared with the upstream through `/dev/shm` (default 64 MiB;

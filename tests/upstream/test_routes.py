@@ -3,8 +3,9 @@ conformance suite, against the same two servers), read from the sidecar's
 `infergate_upstream_calls_total{protocol=...}` counters.
 
 - grpc: every call over gRPC; http: every call over REST;
-- grpc+rest (`rest_url` beside the gRPC url): calls carrying at most 64 KiB of tensor data over
-  the socket go over REST, larger ones over gRPC, with the same answers either way.
+- grpc+rest (`rest_url` beside the gRPC url): calls whose tensors (in and out, in shared memory or
+  not) come to at most 64 KiB go over REST, larger ones over gRPC, with the same answers either
+  way.
 
 Environment: INFERGATE_HTTP_URL, INFERGATE_GRPC_URL, INFERGATE_METRICS_URL (the sidecar) and
 INFERGATE_UPSTREAM_PROTOCOL (how run-triton.sh configured it).
@@ -24,7 +25,8 @@ GRPC = os.environ["INFERGATE_GRPC_URL"]
 METRICS = os.environ["INFERGATE_METRICS_URL"]
 MODE = os.environ.get("INFERGATE_UPSTREAM_PROTOCOL", "grpc")
 
-# BYTES tensors never go through the staging pool: their size decides the route.
+# With run-triton.sh's staging_min_bytes of 0 the inputs travel through the staging pool; their
+# size still decides the route.
 SMALL = b"x" * 16
 LARGE = b"x" * (100 << 10)
 
@@ -60,8 +62,8 @@ def expected_route(element):
         return "grpc"
     if MODE == "http":
         return "rest"
-    # 16 bytes in and out go over REST; 100 KiB out (as large as the input, since a BYTES
-    # output's size is unknown beforehand) is over the 64 KiB limit.
+    # 16 bytes in and out go over REST; 100 KiB in, and as much expected out (a BYTES output's
+    # size is unknown beforehand: taken as the largest input's), is over the 64 KiB limit.
     return "rest" if element is SMALL else "grpc"
 
 

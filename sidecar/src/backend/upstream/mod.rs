@@ -71,9 +71,10 @@ pub struct CallCounters {
     pub rest: AtomicU64,
 }
 
-/// A second way to the same model server, V2 REST, for calls that carry little tensor data: on
-/// loopback Triton answers those sooner over HTTP/1.1 than over gRPC, while large tensors cost
-/// less as gRPC's raw bytes (docs/performance.md, "gRPC or REST to the upstream").
+/// A second way to the same model server, V2 REST, for calls with small tensors: on loopback
+/// Triton answers those sooner over HTTP/1.1 than over gRPC, while calls with large tensors do as
+/// well or better over gRPC, even when the tensors are in shared memory (docs/performance.md,
+/// "gRPC or REST to the upstream").
 struct SmallCalls {
     client: RestClient,
     url: String,
@@ -175,11 +176,11 @@ impl Upstream {
         }
     }
 
-    /// The client for a call carrying `socket_bytes` of tensor data, and its address.
-    fn route(&self, socket_bytes: u64) -> (Route<'_>, &str) {
+    /// The client for a call with `tensor_bytes` of tensors in and out, and its address.
+    fn route(&self, tensor_bytes: u64) -> (Route<'_>, &str) {
         match &self.small_calls {
             Some(small)
-                if socket_bytes <= small.max_bytes && small.live.load(Ordering::Relaxed) =>
+                if tensor_bytes <= small.max_bytes && small.live.load(Ordering::Relaxed) =>
             {
                 self.calls.rest.fetch_add(1, Ordering::Relaxed);
                 (Route::Small(&small.client), &small.url)
@@ -430,14 +431,14 @@ impl UpstreamModel {
         }
     }
 
-    /// One upstream call under the deadline, over the route its size picks. The outer error is
+    /// One upstream call under the deadline, over the route its tensors' size picks. The outer error is
     /// the deadline; the inner one is the upstream's answer, with the address that gave it.
     async fn call(
         &self,
         request: ModelInferRequest,
-        socket_bytes: u64,
+        tensor_bytes: u64,
     ) -> Result<(std::result::Result<ModelInferResponse, tonic::Status>, &str)> {
-        let (route, url) = self.upstream.route(socket_bytes);
+        let (route, url) = self.upstream.route(tensor_bytes);
         let answer = match route {
             Route::Main(client) => {
                 tokio::time::timeout(self.upstream.timeout, client.model_infer(request)).await
@@ -455,34 +456,21 @@ impl UpstreamModel {
         }
     }
 
-    /// The tensor bytes a call will carry over the socket, both ways: inputs neither staged nor
-    /// in a client's region, and the outputs expected outside shared memory (by configuration,
-    /// or as large as the largest input where it cannot tell).
-    fn socket_bytes(
-        execution: &Execution<'_>,
-        plan: &Plan,
-        client_inputs: &[Option<ClientWindow>],
-        client_outputs: &[Option<ClientWindow>],
-    ) -> u64 {
+    /// The tensor bytes of a call, both ways, wherever they travel (socket, staging pool or a
+    /// client's region): the inputs, and the outputs as large as the configuration says, or as
+    /// the largest input where it cannot tell.
+    fn tensor_bytes(execution: &Execution<'_>) -> u64 {
         let mut bytes = 0u64;
         let mut largest_input = 0u64;
         for (i, tensor) in execution.inputs.iter().enumerate() {
             let in_region = execution.input_regions.get(i).and_then(Option::as_ref);
-            let len = tensor.data.len() as u64;
-            largest_input = largest_input.max(in_region.map_or(len, |r| r.byte_size));
-            let elsewhere =
-                plan.input(i).is_some() || client_inputs.get(i).is_some_and(Option::is_some);
-            if !elsewhere {
-                bytes = bytes.saturating_add(len);
-            }
+            let len = in_region.map_or(tensor.data.len() as u64, |r| r.byte_size);
+            largest_input = largest_input.max(len);
+            bytes = bytes.saturating_add(len);
         }
-        for (i, name) in execution.outputs.iter().enumerate() {
-            let elsewhere =
-                plan.output(i).is_some() || client_outputs.get(i).is_some_and(Option::is_some);
-            if !elsewhere {
-                let expected = staging::expected_output_bytes(execution, name, largest_input);
-                bytes = bytes.saturating_add(expected);
-            }
+        for name in execution.outputs {
+            let expected = staging::expected_output_bytes(execution, name, largest_input);
+            bytes = bytes.saturating_add(expected);
         }
         bytes
     }
@@ -670,13 +658,12 @@ impl Backend for UpstreamModel {
             let mut client_inputs = self.client_inputs(&execution, true).await?;
             let mut client_outputs = self.client_outputs(&execution, true).await;
             let mut plan = staging.plan(&client_inputs.apply(execution), estimate, &client_outputs);
+            let tensor_bytes = Self::tensor_bytes(&execution);
             let mut retried = false;
             loop {
                 let sent = client_inputs.apply(execution);
                 let request = self.request(&sent, &plan, &client_inputs.windows, &client_outputs);
-                let socket_bytes =
-                    Self::socket_bytes(&sent, &plan, &client_inputs.windows, &client_outputs);
-                let (answer, url) = self.call(request, socket_bytes).await?;
+                let (answer, url) = self.call(request, tensor_bytes).await?;
                 let status = match answer {
                     Ok(response) => {
                         self.upstream
