@@ -431,8 +431,9 @@ impl UpstreamModel {
         }
     }
 
-    /// One upstream call under the deadline, over the route its tensors' size picks. The outer error is
-    /// the deadline; the inner one is the upstream's answer, with the address that gave it.
+    /// One upstream call under the deadline, over the route its tensors' size picks. The outer
+    /// error is the deadline; the inner one is the upstream's answer, with the address that
+    /// gave it.
     async fn call(
         &self,
         request: ModelInferRequest,
