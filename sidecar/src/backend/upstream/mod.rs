@@ -83,6 +83,20 @@ struct SmallCalls {
     live: AtomicBool,
 }
 
+impl SmallCalls {
+    /// Routes small calls over REST or not, logging each change with its reason.
+    fn set_live(&self, live: bool, reason: &str) {
+        if self.live.swap(live, Ordering::Relaxed) == live {
+            return;
+        }
+        if live {
+            tracing::info!(rest = %self.url, max_bytes = self.max_bytes, "calls with small tensors go to the upstream over REST");
+        } else {
+            tracing::warn!(rest = %self.url, %reason, "the upstream's REST address does not answer; every call goes over gRPC");
+        }
+    }
+}
+
 impl Upstream {
     /// A lazily connecting client: the sidecar starts whether or not the upstream is up.
     pub fn new(config: &UpstreamConfig, max_message_bytes: usize) -> Result<Self> {
@@ -167,13 +181,25 @@ impl Upstream {
         };
         let probe = tokio::time::timeout(Duration::from_secs(2), small.client.server_ready());
         let ready = matches!(probe.await, Ok(Ok(true)));
-        if small.live.swap(ready, Ordering::Relaxed) != ready {
-            if ready {
-                tracing::info!(rest = %small.url, max_bytes = small.max_bytes, "calls with small tensors go to the upstream over REST");
-            } else {
-                tracing::warn!(rest = %small.url, "the upstream's REST address does not answer; every call goes over gRPC");
-            }
+        small.set_live(ready, "no answer to the readiness probe");
+    }
+
+    /// A call over REST could not connect: calls go over `url` until the next probe finds the
+    /// REST address answering. Returns the client for `url`, and `url`.
+    fn rest_unreachable(&self, status: &tonic::Status) -> (&Transport, &str) {
+        if let Some(small) = &self.small_calls {
+            small.set_live(false, status.message());
         }
+        self.count_main_call();
+        (&self.client, &self.url)
+    }
+
+    fn count_main_call(&self) {
+        let counter = match self.client {
+            Transport::Grpc(_) => &self.calls.grpc,
+            Transport::Rest(_) => &self.calls.rest,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The client for a call with `tensor_bytes` of tensors in and out, and its address.
@@ -186,11 +212,7 @@ impl Upstream {
                 (Route::Small(&small.client), &small.url)
             }
             _ => {
-                let counter = match self.client {
-                    Transport::Grpc(_) => &self.calls.grpc,
-                    Transport::Rest(_) => &self.calls.rest,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
+                self.count_main_call();
                 (Route::Main(&self.client), &self.url)
             }
         }
@@ -439,13 +461,23 @@ impl UpstreamModel {
         request: ModelInferRequest,
         tensor_bytes: u64,
     ) -> Result<(std::result::Result<ModelInferResponse, tonic::Status>, &str)> {
-        let (route, url) = self.upstream.route(tensor_bytes);
+        let (route, mut url) = self.upstream.route(tensor_bytes);
+        let deadline = self.upstream.timeout;
         let answer = match route {
             Route::Main(client) => {
-                tokio::time::timeout(self.upstream.timeout, client.model_infer(request)).await
+                tokio::time::timeout(deadline, client.model_infer(request)).await
             }
             Route::Small(client) => {
-                tokio::time::timeout(self.upstream.timeout, client.infer(request)).await
+                match tokio::time::timeout(deadline, client.infer(&request)).await {
+                    // Nothing reached the REST address: send the call over gRPC instead, and the
+                    // following ones until a probe finds the address again.
+                    Ok(Err(status)) if rest::is_unreachable(&status) => {
+                        let (client, main_url) = self.upstream.rest_unreachable(&status);
+                        url = main_url;
+                        tokio::time::timeout(deadline, client.model_infer(request)).await
+                    }
+                    answer => answer,
+                }
             }
         };
         match answer {
@@ -728,6 +760,12 @@ mod tests {
         assert_eq!(route(100), ("small", rest));
         assert_eq!(route(101), ("main", URL.to_string()));
         assert_eq!(upstream.calls.grpc.load(Ordering::Relaxed), 2);
+        assert_eq!(upstream.calls.rest.load(Ordering::Relaxed), 2);
+        // A REST call that could not connect is sent over gRPC, and so are the next small ones.
+        let (_, url) = upstream.rest_unreachable(&tonic::Status::unavailable("refused"));
+        assert_eq!(url, URL);
+        assert_eq!(route(0), ("main", URL.to_string()));
+        assert_eq!(upstream.calls.grpc.load(Ordering::Relaxed), 4);
         assert_eq!(upstream.calls.rest.load(Ordering::Relaxed), 2);
     }
 

@@ -92,11 +92,14 @@ impl RestClient {
         let request = request
             .body(Chunks::new(body))
             .map_err(|e| Status::invalid_argument(format!("invalid upstream request: {e}")))?;
-        let response = self
-            .client
-            .request(request)
-            .await
-            .map_err(|e| Status::unavailable(super::error_chain(&e)))?;
+        let response = self.client.request(request).await.map_err(|e| {
+            let text = super::error_chain(&e);
+            let mut status = Status::unavailable(text.clone());
+            if e.is_connect() {
+                status.set_source(Arc::new(Unreachable(text)));
+            }
+            status
+        })?;
         let status = response.status();
         let header_length = response
             .headers()
@@ -300,9 +303,9 @@ impl RestClient {
         self.json(Method::POST, &path, None).await.map(|_| ())
     }
 
-    pub async fn infer(&self, request: ModelInferRequest) -> Answer<ModelInferResponse> {
+    pub async fn infer(&self, request: &ModelInferRequest) -> Answer<ModelInferResponse> {
         let binary = self.binary.load(Ordering::Relaxed);
-        let (body, header_length) = encode_request(&request, binary)?;
+        let (body, header_length) = encode_request(request, binary)?;
         let mut path = format!("/v2/models/{}", segment(&request.model_name));
         if !request.model_version.is_empty() {
             path.push_str(&format!("/versions/{}", segment(&request.model_version)));
@@ -314,6 +317,25 @@ impl RestClient {
         }
         decode_response(&reply.body, reply.header_length)
     }
+}
+
+/// The upstream could not be connected to, so nothing of the request reached it: the source of
+/// the `Status` such a call fails with, for a caller that has another way to send it.
+#[derive(Debug)]
+struct Unreachable(String);
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unreachable {}
+
+/// Whether a call failed without reaching the upstream at all (the connection was refused or
+/// timed out), so that sending it another way cannot run the model twice.
+pub fn is_unreachable(status: &Status) -> bool {
+    std::error::Error::source(status).is_some_and(|s| s.is::<Unreachable>())
 }
 
 /// The request as JSON, followed by the inputs' bytes when they travel as binary data.
@@ -583,6 +605,24 @@ mod tests {
     use infergate_proto::inference::model_infer_request::{
         InferInputTensor, InferRequestedOutputTensor,
     };
+
+    #[tokio::test]
+    async fn a_refused_connection_is_unreachable_and_says_why() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let client = RestClient::new(&format!("http://127.0.0.1:{port}"), 1 << 20);
+        let status = client.infer(&request()).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(is_unreachable(&status), "{status:?}");
+        assert!(
+            status.message().to_lowercase().contains("refused"),
+            "{}",
+            status.message()
+        );
+        // Other failures are not.
+        assert!(!is_unreachable(&Status::unavailable("draining")));
+    }
 
     fn request() -> ModelInferRequest {
         ModelInferRequest {

@@ -32,7 +32,7 @@ impl Transport {
     pub async fn model_infer(&self, request: ModelInferRequest) -> Answer<ModelInferResponse> {
         match self {
             Transport::Grpc(c) => inner(c.clone().model_infer(int64_parameters(request)).await),
-            Transport::Rest(c) => c.infer(request).await,
+            Transport::Rest(c) => c.infer(&request).await,
         }
     }
 
