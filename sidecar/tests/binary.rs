@@ -1,4 +1,5 @@
-//! The real binary: ports chosen with 0, configuration errors, graceful shutdown on SIGTERM.
+//! The real binary: ports chosen with 0, configuration errors, graceful shutdown on SIGTERM, the
+//! malloc restart, and the REST route to an upstream falling back to gRPC.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
@@ -342,4 +343,109 @@ fn malloc_thresholds_of_the_user_or_opt_out_are_left_alone() {
         "{tuning}"
     );
     assert!(!has_tunables, "no restart when turned off");
+}
+
+/// The addresses a spawned sidecar logs (`http_addr`, `grpc_addr`, `metrics_addr`), read from its
+/// stderr; the remaining lines keep flowing into the returned channel.
+fn logged_addrs(child: &mut Spawned) -> (serde_json::Value, std::sync::mpsc::Receiver<String>) {
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v.get("http_addr").is_some() {
+            return (v, rx);
+        }
+    }
+}
+
+/// A stand-in REST address: answers every request with 200 and closes the connection, until
+/// `stop` is set; then the port is closed and connecting is refused.
+fn answering_port(stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((mut stream, _)) => {
+                    stream.set_nonblocking(false).unwrap();
+                    let mut head = [0u8; 4096];
+                    let _ = stream.read(&mut head);
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    );
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+    });
+    addr
+}
+
+fn upstream_calls(metrics_addr: &str) -> (u64, u64) {
+    let text = http_get(metrics_addr, "/metrics");
+    let count = |protocol: &str| {
+        let prefix = format!("infergate_upstream_calls_total{{protocol=\"{protocol}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+            .parse::<u64>()
+            .unwrap()
+    };
+    (count("grpc"), count("rest"))
+}
+
+/// With `rest_url` beside a gRPC upstream, a small call whose REST address no longer answers is
+/// sent over gRPC at once (nothing reached the server), and so are the following ones.
+#[test]
+fn a_small_call_whose_rest_address_is_gone_goes_over_grpc() {
+    // The upstream: another sidecar with its built-in models, over gRPC.
+    let mut upstream = spawn_on_free_ports(&[]);
+    let (upstream_addrs, _upstream_log) = logged_addrs(&mut upstream);
+    let grpc = upstream_addrs["grpc_addr"].as_str().unwrap().to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rest = answering_port(stop.clone());
+
+    let dir = std::env::temp_dir().join(format!("infergate-rest-fallback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("sidecar.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "backend: {{kind: upstream, url: 'grpc://{grpc}', rest_url: 'http://{rest}', probe_interval_seconds: 60, staging_shm_bytes: 0}}\n"
+        ),
+    )
+    .unwrap();
+    let mut front = spawn_on_free_ports(&["--config", config.to_str().unwrap()]);
+    let (addrs, log) = logged_addrs(&mut front);
+    let http = addrs["http_addr"].as_str().unwrap().to_string();
+    let metrics = addrs["metrics_addr"].as_str().unwrap().to_string();
+    // Discovery done and the REST address found answering.
+    loop {
+        let line = log.recv_timeout(Duration::from_secs(20)).unwrap();
+        if line.contains("calls with small tensors go to the upstream over REST") {
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(100));
+
+    let body = br#"{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[2],"data":[1.5,2.5]}]}"#;
+    for expected in [(1, 1), (2, 1)] {
+        let answer = http_post(&http, "/v2/models/identity_fp32/infer", "", body);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains(r#""data":[1.5,2.5]"#), "{answer}");
+        assert_eq!(upstream_calls(&metrics), expected);
+    }
+    let warned = log
+        .try_iter()
+        .any(|l| l.contains("the upstream's REST address does not answer"));
+    assert!(warned);
+    let _ = std::fs::remove_dir_all(&dir);
 }
