@@ -202,11 +202,12 @@ impl Upstream {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The client for a call with `tensor_bytes` of tensors in and out, and its address.
-    fn route(&self, tensor_bytes: u64) -> (Route<'_>, &str) {
+    /// The client for a call whose tensors, in and out, come to `tensor_bytes()`, and its
+    /// address. The size is worked out only where it decides something (`rest_url` is set).
+    fn route(&self, tensor_bytes: impl FnOnce() -> u64) -> (Route<'_>, &str) {
         match &self.small_calls {
             Some(small)
-                if tensor_bytes <= small.max_bytes && small.live.load(Ordering::Relaxed) =>
+                if small.live.load(Ordering::Relaxed) && tensor_bytes() <= small.max_bytes =>
             {
                 self.calls.rest.fetch_add(1, Ordering::Relaxed);
                 (Route::Small(&small.client), &small.url)
@@ -459,9 +460,9 @@ impl UpstreamModel {
     async fn call(
         &self,
         request: ModelInferRequest,
-        tensor_bytes: u64,
+        execution: &Execution<'_>,
     ) -> Result<(std::result::Result<ModelInferResponse, tonic::Status>, &str)> {
-        let (route, mut url) = self.upstream.route(tensor_bytes);
+        let (route, mut url) = self.upstream.route(|| Self::tensor_bytes(execution));
         let deadline = self.upstream.timeout;
         let answer = match route {
             Route::Main(client) => {
@@ -691,12 +692,11 @@ impl Backend for UpstreamModel {
             let mut client_inputs = self.client_inputs(&execution, true).await?;
             let mut client_outputs = self.client_outputs(&execution, true).await;
             let mut plan = staging.plan(&client_inputs.apply(execution), estimate, &client_outputs);
-            let tensor_bytes = Self::tensor_bytes(&execution);
             let mut retried = false;
             loop {
                 let sent = client_inputs.apply(execution);
                 let request = self.request(&sent, &plan, &client_inputs.windows, &client_outputs);
-                let (answer, url) = self.call(request, tensor_bytes).await?;
+                let (answer, url) = self.call(request, &execution).await?;
                 let status = match answer {
                     Ok(response) => {
                         self.upstream
@@ -743,7 +743,7 @@ mod tests {
         config.rest_url = Some("http://127.0.0.1:8000".into());
         config.rest_max_bytes = 100;
         let upstream = Upstream::new(&config, 1 << 20).unwrap();
-        let route = |bytes| match upstream.route(bytes) {
+        let route = |bytes| match upstream.route(|| bytes) {
             (Route::Main(_), url) => ("main", url.to_string()),
             (Route::Small(_), url) => ("small", url.to_string()),
         };
