@@ -6,6 +6,7 @@
 
 mod discovery;
 mod h2_channel;
+mod http1;
 pub mod passthrough;
 mod rest;
 pub mod staging;
@@ -101,7 +102,7 @@ impl Upstream {
     /// A lazily connecting client: the sidecar starts whether or not the upstream is up.
     pub fn new(config: &UpstreamConfig, max_message_bytes: usize) -> Result<Self> {
         let client = if config.url.starts_with("http://") {
-            Transport::Rest(Box::new(RestClient::new(&config.url, max_message_bytes)))
+            Transport::Rest(RestClient::new(&config.url, max_message_bytes))
         } else {
             let address = config.url.replacen("grpc://", "http://", 1);
             let settings = h2_channel::Settings {

@@ -7,13 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, StatusCode, header};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use http::{Method, StatusCode};
 use infergate_proto::DataType;
 use infergate_proto::inference::infer_parameter::ParameterChoice;
 use infergate_proto::inference::model_infer_response::InferOutputTensor;
@@ -28,8 +25,8 @@ use infergate_proto::inference::{
 use serde_json::{Value as J, json};
 use tonic::Status;
 
+use super::http1::{self, Http1Client};
 use super::transport::Answer;
-use crate::http::body::Chunks;
 use crate::http::infer::HEADER_LENGTH;
 use crate::json::{self, Value, Writer};
 use crate::tensor::shape::element_count;
@@ -39,9 +36,8 @@ const MAX_DEPTH: u32 = 100;
 
 #[derive(Clone)]
 pub struct RestClient {
-    /// `http://host:port`, without a trailing slash.
-    base: String,
-    client: Client<HttpConnector, Chunks>,
+    /// Kept-alive connections to `host:port`, shared by the clones.
+    client: Arc<Http1Client>,
     max_body: usize,
     /// Whether the upstream takes and gives tensors as binary data; learned from its `/v2`.
     binary: Arc<AtomicBool>,
@@ -56,12 +52,10 @@ struct Reply {
 
 impl RestClient {
     pub fn new(url: &str, max_body: usize) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(std::time::Duration::from_secs(2)));
+        let authority = url.trim_end_matches('/');
+        let authority = authority.split_once("://").map_or(authority, |(_, a)| a);
         RestClient {
-            base: url.trim_end_matches('/').to_string(),
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            client: Arc::new(Http1Client::new(authority, Duration::from_secs(2))),
             max_body,
             binary: Arc::new(AtomicBool::new(true)),
         }
@@ -79,55 +73,42 @@ impl RestClient {
         body: Vec<Bytes>,
         header_length: Option<usize>,
     ) -> Answer<Reply> {
-        let mut request = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
-        if let Some(len) = header_length {
-            request = request
-                .header(HEADER_LENGTH, len)
-                .header(header::CONTENT_TYPE, "application/octet-stream");
-        } else if !body.is_empty() {
-            request = request.header(header::CONTENT_TYPE, "application/json");
-        }
-        let request = request
-            .body(Chunks::new(body))
-            .map_err(|e| Status::invalid_argument(format!("invalid upstream request: {e}")))?;
-        let response = self.client.request(request).await.map_err(|e| {
-            let text = super::error_chain(&e);
-            let mut status = Status::unavailable(text.clone());
-            if e.is_connect() {
-                status.set_source(Arc::new(Unreachable(text)));
-            }
-            status
-        })?;
-        let status = response.status();
-        let header_length = response
-            .headers()
-            .get(HEADER_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<usize>().ok());
-        let body = Limited::new(response.into_body(), self.max_body)
-            .collect()
+        let header_length_text = header_length.map(|n| n.to_string());
+        let headers: &[(&str, &str)] = match &header_length_text {
+            Some(len) => &[
+                (HEADER_LENGTH, len),
+                ("content-type", "application/octet-stream"),
+            ],
+            None if !body.is_empty() => &[("content-type", "application/json")],
+            None => &[],
+        };
+        let request = http1::Request {
+            method: method.as_str(),
+            path,
+            headers,
+            body: &body,
+        };
+        let response = self
+            .client
+            .call(&request, self.max_body)
             .await
             .map_err(|e| {
-                if e.is::<LengthLimitError>() {
-                    Status::resource_exhausted(format!(
-                        "the upstream's answer is larger than {} bytes",
-                        self.max_body
-                    ))
-                } else {
-                    // The connection broke in the middle of the answer: the upstream died.
-                    Status::unavailable(format!(
-                        "the upstream's answer was cut off: {}",
-                        super::error_chain(e.as_ref())
-                    ))
+                let text = e.to_string();
+                match e {
+                    http1::Error::Connect(_) => {
+                        let mut status = Status::unavailable(text.clone());
+                        status.set_source(Arc::new(Unreachable(text)));
+                        status
+                    }
+                    http1::Error::TooLarge(_) => Status::resource_exhausted(text),
+                    // The connection broke before the answer was complete: the upstream died.
+                    http1::Error::Broken(_) => Status::unavailable(text),
                 }
-            })?
-            .to_bytes();
+            })?;
         Ok(Reply {
-            status,
-            header_length,
-            body,
+            status: StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY),
+            header_length: response.header_length,
+            body: response.body,
         })
     }
 

@@ -24,8 +24,7 @@ pub type Answer<T> = std::result::Result<T, tonic::Status>;
 #[derive(Clone)]
 pub enum Transport {
     Grpc(GrpcInferenceServiceClient<H2Channel>),
-    /// Boxed: the REST client (hyper's pool) is several times the size of the gRPC one.
-    Rest(Box<RestClient>),
+    Rest(RestClient),
 }
 
 impl Transport {

@@ -1,0 +1,664 @@
+//! HTTP/1.1 to the upstream's V2 REST endpoint: one request at a time on each kept-alive
+//! connection, written and read by the task that makes the call.
+//!
+//! A pooled client that gives each connection a task of its own (hyper's) hands every request to
+//! that task and the answer back: two task wake-ups per call, often across threads, which cost
+//! more than the rest of a small call (docs/performance.md, "A call without a connection task").
+//! Here the caller takes an idle connection, writes the request in one go, reads the answer, and
+//! puts the connection back. A call whose future is dropped drops its connection with it.
+
+use std::io::{self, IoSlice};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Largest answer head (status line and headers) read before giving up on the answer.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Headers read from one answer; V2 servers send fewer than a dozen.
+const MAX_HEADERS: usize = 64;
+/// Idle connections kept for reuse; more than the calls in flight at once is never needed, and
+/// the upstream's own concurrency limit (`backend.max_concurrency`) bounds those.
+const MAX_IDLE: usize = 256;
+/// Requests up to this size are copied into one buffer and sent with one write; larger ones are
+/// written from their parts.
+const GATHER_BYTES: usize = 64 * 1024;
+
+/// Why a call failed.
+#[derive(Debug)]
+pub enum Error {
+    /// No connection could be made: nothing of the request reached the upstream.
+    Connect(String),
+    /// The connection broke, or the answer was not HTTP/1.1.
+    Broken(String),
+    /// The answer's body is larger than the limit given.
+    TooLarge(usize),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Connect(e) => write!(f, "cannot connect to the upstream: {e}"),
+            Error::Broken(e) => f.write_str(e),
+            Error::TooLarge(limit) => {
+                write!(f, "the upstream's answer is larger than {limit} bytes")
+            }
+        }
+    }
+}
+
+/// An answer's status, the headers the REST client reads, and its whole body.
+pub struct Response {
+    pub status: u16,
+    /// `Inference-Header-Content-Length`, when present and a number.
+    pub header_length: Option<usize>,
+    pub body: Bytes,
+}
+
+/// A request: everything but the body is written by [`Http1Client::call`].
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    /// Extra headers, written as given (`Content-Type`, `Inference-Header-Content-Length`).
+    pub headers: &'a [(&'a str, &'a str)],
+    pub body: &'a [Bytes],
+}
+
+pub struct Http1Client {
+    /// `host:port`, for connecting and for the `Host` header.
+    authority: String,
+    connect_timeout: Duration,
+    idle: Mutex<Vec<Connection>>,
+}
+
+struct Connection {
+    stream: TcpStream,
+    /// Bytes read past the last answer's end never happen with one request at a time; what is
+    /// left here between calls is spare capacity, reused for the next answer.
+    buffer: BytesMut,
+}
+
+impl Http1Client {
+    pub fn new(authority: &str, connect_timeout: Duration) -> Self {
+        Http1Client {
+            authority: authority.to_string(),
+            connect_timeout,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Sends `request` and reads its whole answer, whose body may be at most `max_body` bytes.
+    pub async fn call(&self, request: &Request<'_>, max_body: usize) -> Result<Response, Error> {
+        let head = self.head(request);
+        let (mut connection, reused) = match self.take_idle() {
+            Some(c) => (c, true),
+            None => (self.connect().await?, false),
+        };
+        if let Err(e) = connection.write(&head, request.body).await {
+            if !reused {
+                return Err(Error::Broken(format!("cannot send to the upstream: {e}")));
+            }
+            // The upstream closed the idle connection as the request went out. It did not have
+            // the whole request, so it cannot have acted on it: send it again on a new one.
+            connection = self.connect().await?;
+            connection
+                .write(&head, request.body)
+                .await
+                .map_err(|e| Error::Broken(format!("cannot send to the upstream: {e}")))?;
+        }
+        let (response, keep) = connection.read_response(max_body).await?;
+        if keep {
+            self.put_idle(connection);
+        }
+        Ok(response)
+    }
+
+    fn head(&self, request: &Request<'_>) -> Vec<u8> {
+        let length: usize = request.body.iter().map(Bytes::len).sum();
+        let mut head = Vec::with_capacity(160 + request.path.len());
+        head.extend_from_slice(request.method.as_bytes());
+        head.push(b' ');
+        head.extend_from_slice(request.path.as_bytes());
+        head.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        head.extend_from_slice(self.authority.as_bytes());
+        head.extend_from_slice(b"\r\n");
+        for (name, value) in request.headers {
+            head.extend_from_slice(name.as_bytes());
+            head.extend_from_slice(b": ");
+            head.extend_from_slice(value.as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+        if length > 0 || request.method == "POST" {
+            head.extend_from_slice(b"Content-Length: ");
+            head.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+            head.extend_from_slice(b"\r\n");
+        }
+        head.extend_from_slice(b"\r\n");
+        head
+    }
+
+    async fn connect(&self) -> Result<Connection, Error> {
+        let stream =
+            match tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.authority))
+                .await
+            {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(Error::Connect(format!("{}: {e}", self.authority))),
+                Err(_) => {
+                    return Err(Error::Connect(format!(
+                        "{}: no connection within {} s",
+                        self.authority,
+                        self.connect_timeout.as_secs()
+                    )));
+                }
+            };
+        // Requests and answers are written whole; waiting to fill a segment only adds latency.
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Error::Connect(format!("{}: {e}", self.authority)))?;
+        Ok(Connection {
+            stream,
+            buffer: BytesMut::new(),
+        })
+    }
+
+    /// An idle connection the upstream has not closed (as far as can be told without waiting).
+    fn take_idle(&self) -> Option<Connection> {
+        loop {
+            let connection = self.idle.lock().ok()?.pop()?;
+            // Readable while idle means closed (end of stream) or broken; the upstream sends
+            // nothing unasked.
+            let mut probe = [0u8; 1];
+            match connection.stream.try_read(&mut probe) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(connection),
+                _ => continue,
+            }
+        }
+    }
+
+    fn put_idle(&self, connection: Connection) {
+        if let Ok(mut idle) = self.idle.lock()
+            && idle.len() < MAX_IDLE
+        {
+            idle.push(connection);
+        }
+    }
+}
+
+impl Connection {
+    async fn write(&mut self, head: &[u8], body: &[Bytes]) -> io::Result<()> {
+        let length: usize = head.len() + body.iter().map(Bytes::len).sum::<usize>();
+        if length <= GATHER_BYTES {
+            let mut whole = Vec::with_capacity(length);
+            whole.extend_from_slice(head);
+            for chunk in body {
+                whole.extend_from_slice(chunk);
+            }
+            return self.stream.write_all(&whole).await;
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(body.len() + 1);
+        parts.push(head);
+        parts.extend(body.iter().map(|b| b.as_ref()).filter(|b| !b.is_empty()));
+        let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+        let mut rest: &mut [IoSlice<'_>] = &mut slices;
+        while !rest.is_empty() {
+            let written = self.stream.write_vectored(rest).await?;
+            if written == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            IoSlice::advance_slices(&mut rest, written);
+        }
+        Ok(())
+    }
+
+    /// Reads more of the answer into the buffer; the end of the stream here is an error.
+    async fn fill(&mut self) -> Result<(), Error> {
+        if self.buffer.capacity() - self.buffer.len() < 4096 {
+            self.buffer.reserve(8192);
+        }
+        match self.stream.read_buf(&mut self.buffer).await {
+            Ok(0) => Err(Error::Broken(
+                "the upstream closed the connection before its answer was complete".into(),
+            )),
+            Ok(_) => Ok(()),
+            Err(e) => Err(Error::Broken(format!(
+                "reading the upstream's answer failed: {e}"
+            ))),
+        }
+    }
+
+    /// The answer, and whether the connection can carry another request.
+    async fn read_response(&mut self, max_body: usize) -> Result<(Response, bool), Error> {
+        let head = loop {
+            match parse_head(&self.buffer)? {
+                Some(head) if head.informational => self.buffer.advance(head.length),
+                Some(head) => break head,
+                None if self.buffer.len() >= MAX_HEAD_BYTES => {
+                    return Err(Error::Broken(format!(
+                        "the upstream's answer head is longer than {MAX_HEAD_BYTES} bytes"
+                    )));
+                }
+                None => self.fill().await?,
+            }
+        };
+        self.buffer.advance(head.length);
+        let mut keep = head.keep_alive;
+        let body = if head.status == 204 || head.status == 304 {
+            Bytes::new()
+        } else if head.chunked {
+            self.read_chunked(max_body).await?
+        } else if let Some(length) = head.content_length {
+            if length > max_body {
+                return Err(Error::TooLarge(max_body));
+            }
+            if self.buffer.capacity() < length {
+                self.buffer.reserve(length - self.buffer.len());
+            }
+            while self.buffer.len() < length {
+                self.fill().await?;
+            }
+            self.buffer.split_to(length).freeze()
+        } else {
+            // Neither a length nor chunks: the body ends with the connection.
+            keep = false;
+            self.read_to_end(max_body).await?
+        };
+        // One request at a time: anything after the answer is not HTTP we can follow.
+        if !self.buffer.is_empty() {
+            keep = false;
+        }
+        Ok((
+            Response {
+                status: head.status,
+                header_length: head.header_length,
+                body,
+            },
+            keep,
+        ))
+    }
+
+    async fn read_chunked(&mut self, max_body: usize) -> Result<Bytes, Error> {
+        let mut body = BytesMut::new();
+        loop {
+            let (size_length, size) = loop {
+                match httparse::parse_chunk_size(&self.buffer) {
+                    Ok(httparse::Status::Complete((n, size))) => break (n, size),
+                    Ok(httparse::Status::Partial) if self.buffer.len() < MAX_HEAD_BYTES => {
+                        self.fill().await?
+                    }
+                    _ => {
+                        return Err(Error::Broken(
+                            "the upstream's answer has an invalid chunk size".into(),
+                        ));
+                    }
+                }
+            };
+            self.buffer.advance(size_length);
+            if size == 0 {
+                return self.skip_trailers().await.map(|()| body.freeze());
+            }
+            let size = usize::try_from(size)
+                .ok()
+                .filter(|s| body.len().saturating_add(*s) <= max_body)
+                .ok_or(Error::TooLarge(max_body))?;
+            while self.buffer.len() < size + 2 {
+                self.fill().await?;
+            }
+            body.extend_from_slice(&self.buffer[..size]);
+            if &self.buffer[size..size + 2] != b"\r\n" {
+                return Err(Error::Broken(
+                    "the upstream's answer has a chunk without its line end".into(),
+                ));
+            }
+            self.buffer.advance(size + 2);
+        }
+    }
+
+    /// Trailer lines after the last chunk, up to the empty line.
+    async fn skip_trailers(&mut self) -> Result<(), Error> {
+        loop {
+            match self.buffer.windows(2).position(|w| w == b"\r\n") {
+                Some(0) => {
+                    self.buffer.advance(2);
+                    return Ok(());
+                }
+                Some(end) => self.buffer.advance(end + 2),
+                None if self.buffer.len() >= MAX_HEAD_BYTES => {
+                    return Err(Error::Broken(
+                        "the upstream's answer has trailers longer than allowed".into(),
+                    ));
+                }
+                None => self.fill().await?,
+            }
+        }
+    }
+
+    async fn read_to_end(&mut self, max_body: usize) -> Result<Bytes, Error> {
+        loop {
+            if self.buffer.len() > max_body {
+                return Err(Error::TooLarge(max_body));
+            }
+            self.buffer.reserve(8192);
+            match self.stream.read_buf(&mut self.buffer).await {
+                Ok(0) => return Ok(self.buffer.split().freeze()),
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(Error::Broken(format!(
+                        "reading the upstream's answer failed: {e}"
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// What the client needs from an answer's head.
+#[derive(Debug, PartialEq)]
+struct Head {
+    /// Bytes of the status line and headers, blank line included.
+    length: usize,
+    status: u16,
+    /// 1xx (other than 101): another head follows.
+    informational: bool,
+    content_length: Option<usize>,
+    chunked: bool,
+    keep_alive: bool,
+    header_length: Option<usize>,
+}
+
+/// The head at the start of `buffer`, or `None` while it is incomplete.
+fn parse_head(buffer: &[u8]) -> Result<Option<Head>, Error> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    let length = match response.parse(buffer) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => {
+            return Err(Error::Broken(format!(
+                "the upstream's answer is not HTTP/1.1: {e}"
+            )));
+        }
+    };
+    let status = response.code.unwrap_or(0);
+    let mut head = Head {
+        length,
+        status,
+        informational: (100..200).contains(&status) && status != 101,
+        content_length: None,
+        chunked: false,
+        // HTTP/1.0 closes unless asked to keep the connection; 1.1 keeps it unless told not to.
+        keep_alive: response.version == Some(1),
+        header_length: None,
+    };
+    for header in response.headers.iter() {
+        let value = std::str::from_utf8(header.value).unwrap_or("").trim();
+        let name = header.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let length = value.parse::<usize>().map_err(|_| {
+                Error::Broken(format!(
+                    "the upstream's answer has an invalid Content-Length '{value}'"
+                ))
+            })?;
+            if head.content_length.is_some_and(|l| l != length) {
+                return Err(Error::Broken(
+                    "the upstream's answer has two different Content-Length headers".into(),
+                ));
+            }
+            head.content_length = Some(length);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            head.chunked = value
+                .rsplit(',')
+                .next()
+                .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"));
+            if !head.chunked {
+                // Any other coding leaves the body's end to the connection's.
+                head.keep_alive = false;
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            for token in value.split(',').map(str::trim) {
+                if token.eq_ignore_ascii_case("close") {
+                    head.keep_alive = false;
+                } else if token.eq_ignore_ascii_case("keep-alive") && response.version == Some(0) {
+                    head.keep_alive = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case(crate::http::infer::HEADER_LENGTH) {
+            head.header_length = value.parse().ok();
+        }
+    }
+    if head.chunked {
+        // Chunks define the end; a length beside them is ignored (RFC 9112, 6.3).
+        head.content_length = None;
+    }
+    Ok(Some(head))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    fn head(text: &str) -> Head {
+        parse_head(text.as_bytes()).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_head_gives_its_status_length_and_the_inference_header_length() {
+        let h = head(
+            "HTTP/1.1 200 OK\r\nContent-Length: 12\r\nInference-Header-Content-Length: 7\r\n\r\nbody",
+        );
+        assert_eq!(h.status, 200);
+        assert_eq!(h.content_length, Some(12));
+        assert_eq!(h.header_length, Some(7));
+        assert!(h.keep_alive);
+        assert_eq!(h.length, 75);
+    }
+
+    #[test]
+    fn an_incomplete_head_asks_for_more() {
+        assert!(
+            parse_head(b"HTTP/1.1 200 OK\r\nContent-Len")
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn connection_close_and_http_1_0_end_the_connection() {
+        assert!(!head("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n").keep_alive);
+        assert!(!head("HTTP/1.0 200 OK\r\n\r\n").keep_alive);
+        assert!(head("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n").keep_alive);
+    }
+
+    #[test]
+    fn chunks_win_over_a_length() {
+        let h = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n");
+        assert!(h.chunked);
+        assert_eq!(h.content_length, None);
+    }
+
+    #[test]
+    fn bad_lengths_and_garbage_are_errors() {
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
+        assert!(
+            parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+                .is_err()
+        );
+        assert!(parse_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
+    }
+
+    /// What the test server does with each request it reads.
+    enum Reply {
+        /// Answer, and keep reading on the connection.
+        Answer(&'static str),
+        /// Answer, then close the connection.
+        AnswerAndClose(&'static str),
+        /// Close without answering.
+        Close,
+    }
+
+    /// A server that takes the replies in turn, one per request it reads, and returns the
+    /// requests it got once the replies are used up.
+    async fn serve(replies: Vec<Reply>) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let task = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut replies = replies.into_iter().peekable();
+            while replies.peek().is_some() {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut buffer = Vec::new();
+                while replies.peek().is_some() {
+                    let mut chunk = [0u8; 4096];
+                    let n = socket.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    buffer.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buffer).to_string();
+                    let Some(end) = text.find("\r\n\r\n") else {
+                        continue;
+                    };
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .map_or(0, |v| v.parse::<usize>().unwrap());
+                    if buffer.len() < end + 4 + length {
+                        continue;
+                    }
+                    seen.push(text[..end + 4 + length].to_string());
+                    buffer.drain(..end + 4 + length);
+                    match replies.next().unwrap() {
+                        Reply::Answer(a) => socket.write_all(a.as_bytes()).await.unwrap(),
+                        Reply::AnswerAndClose(a) => {
+                            socket.write_all(a.as_bytes()).await.unwrap();
+                            break;
+                        }
+                        Reply::Close => break,
+                    }
+                }
+            }
+            seen
+        });
+        (address, task)
+    }
+
+    fn post<'a>(body: &'a [Bytes]) -> Request<'a> {
+        Request {
+            method: "POST",
+            path: "/v2/models/m/infer",
+            headers: &[("Content-Type", "application/json")],
+            body,
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_reuse_one_connection_and_read_lengths_and_chunks() {
+        let (address, server) = serve(vec![
+            Reply::Answer(
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nInference-Header-Content-Length: 2\r\n\r\nhello",
+            ),
+            Reply::Answer(
+                "HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n2\r\nde\r\n0\r\nTrailer: 1\r\n\r\n",
+            ),
+            Reply::Answer(
+                "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            ),
+        ])
+        .await;
+        let client = Http1Client::new(&address, Duration::from_secs(2));
+        let body = [Bytes::from_static(b"{\"a\":"), Bytes::from_static(b"1}")];
+        let first = client.call(&post(&body), 100).await.unwrap();
+        assert_eq!(
+            (first.status, first.header_length, &first.body[..]),
+            (200, Some(2), &b"hello"[..])
+        );
+        let second = client.call(&post(&body), 100).await.unwrap();
+        assert_eq!((second.status, &second.body[..]), (400, &b"abcde"[..]));
+        let third = client.call(&post(&[]), 100).await.unwrap();
+        assert_eq!((third.status, third.body.len()), (200, 0));
+        drop(client);
+        let seen = server.await.unwrap();
+        assert_eq!(seen.len(), 3, "all three on one connection: {seen:?}");
+        assert!(seen[0].starts_with("POST /v2/models/m/infer HTTP/1.1\r\nHost: 127.0.0.1:"));
+        assert!(seen[0].contains("\r\nContent-Length: 7\r\n"));
+        assert!(seen[0].ends_with("\r\n\r\n{\"a\":1}"));
+        assert!(seen[2].contains("\r\nContent-Length: 0\r\n"));
+    }
+
+    #[tokio::test]
+    async fn close_is_honoured_and_a_closed_idle_connection_is_not_reused() {
+        let (address, server) = serve(vec![
+            Reply::Answer("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\na"),
+            // Kept alive by the answer, closed by the server while idle.
+            Reply::AnswerAndClose("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nb"),
+            Reply::Answer("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nc"),
+        ])
+        .await;
+        let client = Http1Client::new(&address, Duration::from_secs(2));
+        assert_eq!(&client.call(&post(&[]), 10).await.unwrap().body[..], b"a");
+        assert_eq!(&client.call(&post(&[]), 10).await.unwrap().body[..], b"b");
+        // Let the server's end of stream reach the idle connection.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(&client.call(&post(&[]), 10).await.unwrap().body[..], b"c");
+        drop(client);
+        assert_eq!(server.await.unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn limits_and_broken_answers_are_errors() {
+        let (address, _server) = serve(vec![
+            Reply::AnswerAndClose("HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world"),
+            Reply::AnswerAndClose(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n",
+            ),
+            Reply::Close,
+        ])
+        .await;
+        let client = Http1Client::new(&address, Duration::from_secs(2));
+        assert!(matches!(
+            client.call(&post(&[]), 10).await,
+            Err(Error::TooLarge(10))
+        ));
+        assert!(matches!(
+            client.call(&post(&[]), 10).await,
+            Err(Error::TooLarge(10))
+        ));
+        assert!(matches!(
+            client.call(&post(&[]), 10).await,
+            Err(Error::Broken(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let client = Http1Client::new(&address, Duration::from_secs(2));
+        assert!(matches!(
+            client.call(&post(&[]), 10).await,
+            Err(Error::Connect(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_large_request_is_written_from_its_parts() {
+        let (address, server) = serve(vec![Reply::Answer(
+            "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        )])
+        .await;
+        let client = Http1Client::new(&address, Duration::from_secs(2));
+        let big = Bytes::from(vec![b'x'; 3 * GATHER_BYTES]);
+        let body = [Bytes::from_static(b"{}"), big.clone(), big];
+        client.call(&post(&body), 10).await.unwrap();
+        drop(client);
+        let seen = server.await.unwrap();
+        assert_eq!(
+            seen[0].len() - seen[0].find("\r\n\r\n").unwrap() - 4,
+            2 + 6 * GATHER_BYTES
+        );
+    }
+}
