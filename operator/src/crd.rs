@@ -395,6 +395,12 @@ pub struct SidecarSpec {
     #[serde(default = "default_sidecar_user")]
     #[schemars(range(min = 1))]
     pub run_as_user: i64,
+    /// Threads that serve requests (the sidecar's server.worker_threads). Unset: 1, which
+    /// suits a sidecar sharing its cores with the model server; 0: one per CPU the container
+    /// may use. More help when large JSON tensors arrive many at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1024))]
+    pub worker_threads: Option<u32>,
 }
 
 impl Default for SidecarSpec {
@@ -408,6 +414,7 @@ impl Default for SidecarSpec {
             log_level: LogLevel::default(),
             log_format: LogFormat::default(),
             run_as_user: default_sidecar_user(),
+            worker_threads: None,
         }
     }
 }

@@ -193,6 +193,8 @@ fn cpu_defaults() {
     assert_eq!(config.server.grpc_port, 8001);
     assert!(!config.server.allow_client_shm);
     assert_eq!(config.server.log_format, "json");
+    // No workerThreads: the sidecar's own default.
+    assert_eq!(config.server.worker_threads, 1);
     match &config.backend {
         infergate_proto::config::BackendConfig::Upstream(up) => {
             assert_eq!(up.url, "grpc://127.0.0.1:9001");
@@ -633,6 +635,15 @@ fn a_rest_port_sends_small_calls_over_rest() {
         ),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn worker_threads_reach_the_sidecar_configuration() {
+    let isvc = with_spec(
+        "triton",
+        &format!("{MINIMAL}  sidecar:\n    workerThreads: 0\n"),
+    );
+    assert_eq!(sidecar_config(&build(&isvc)).server.worker_threads, 0);
 }
 
 #[test]

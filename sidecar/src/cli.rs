@@ -72,6 +72,9 @@ pub struct Args {
     /// Seconds in-flight requests get to finish after SIGTERM.
     #[arg(long)]
     pub shutdown_grace_seconds: Option<u64>,
+    /// Threads that serve requests (default 1; 0: one per CPU).
+    #[arg(long, value_name = "N")]
+    pub worker_threads: Option<u32>,
 }
 
 impl Args {
@@ -124,6 +127,9 @@ impl Args {
         }
         if let Some(v) = self.shutdown_grace_seconds {
             s.shutdown_grace_seconds = v;
+        }
+        if let Some(v) = self.worker_threads {
+            s.worker_threads = v;
         }
         if let Some(v) = self.max_http_body_bytes {
             config.limits.max_http_body_bytes = v;

@@ -44,6 +44,9 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
     server.log_level = spec.sidecar.log_level.as_str().to_string();
     server.log_format = spec.sidecar.log_format.as_str().to_string();
     server.allow_client_shm = spec.extensions.system_shared_memory.enabled;
+    if let Some(threads) = spec.sidecar.worker_threads {
+        server.worker_threads = threads;
+    }
 
     let mut upstream = UpstreamConfig::new(format!(
         "grpc://127.0.0.1:{}",

@@ -45,6 +45,12 @@ pub struct ServerSettings {
     pub shutdown_grace_seconds: u64,
     /// Let clients register shared-memory regions (off by default, as in Triton).
     pub allow_client_shm: bool,
+    /// Threads that serve requests (the async runtime's workers); 0: one per CPU the process
+    /// may use. One by default: a sidecar shares its cores with the model server, and for small
+    /// tensors one worker answers sooner than two that hand connections to each other
+    /// (docs/performance.md, "One worker"). Large JSON tensors are parsed and written on extra
+    /// threads either way.
+    pub worker_threads: u32,
 }
 
 impl Default for ServerSettings {
@@ -60,6 +66,7 @@ impl Default for ServerSettings {
             log_format: "text".to_string(),
             shutdown_grace_seconds: 30,
             allow_client_shm: false,
+            worker_threads: 1,
         }
     }
 }

@@ -50,6 +50,9 @@ impl SidecarConfig {
                 format!("'{}' is not one of text, json", s.log_format),
             );
         }
+        if s.worker_threads > 1024 {
+            err("server.worker_threads", "must be at most 1024".into());
+        }
         let ports = [
             ("server.http_port", s.http_port),
             ("server.grpc_port", s.grpc_port),
@@ -184,6 +187,7 @@ mod tests {
     fn all_errors_are_reported() {
         let mut cfg = SidecarConfig::default();
         cfg.server.log_level = "loud".into();
+        cfg.server.worker_threads = 1025;
         cfg.server.grpc_port = cfg.server.http_port;
         cfg.limits.max_json_depth = 0;
         cfg.limits.http_header_timeout_seconds = 0;
@@ -197,6 +201,7 @@ mod tests {
             paths,
             [
                 "server.log_level",
+                "server.worker_threads",
                 "server.grpc_port",
                 "limits.max_json_depth",
                 "limits.http_header_timeout_seconds",

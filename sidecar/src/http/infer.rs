@@ -392,6 +392,37 @@ fn raw_input(model: &Model, body: Bytes) -> Result<InputTensor> {
     ))
 }
 
+/// Bytes of JSON in a request body of `body_len` bytes: all of it, or what its
+/// `Inference-Header-Content-Length` says (checked by [`decode`]).
+pub fn json_bytes(headers: &HeaderMap, body_len: usize) -> usize {
+    match headers.get(HEADER_LENGTH) {
+        None => body_len,
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|t| t.trim().parse::<usize>().ok())
+            .map_or(0, |n| n.min(body_len)),
+    }
+}
+
+/// Whether [`encode`] has much to do for `response`: at least `threshold` bytes of tensors
+/// written as JSON, or compressed.
+pub fn heavy_to_encode(
+    response: &InferResponse,
+    accept_encoding: Option<&str>,
+    threshold: usize,
+) -> bool {
+    let compressing = compression::response_encoding(accept_encoding) != Encoding::Identity;
+    let bytes: usize = response
+        .outputs
+        .iter()
+        .zip(&response.requested)
+        .filter(|(_, requested)| requested.shm.is_none() && (compressing || !requested.binary))
+        .map(|(tensor, _)| tensor.data.len())
+        .sum();
+    bytes >= threshold
+}
+
 /// Encodes a response: JSON, then the binary chunks of binary outputs in output order.
 pub fn encode(
     response: &InferResponse,
@@ -476,4 +507,49 @@ pub fn encode(
     builder
         .body(body)
         .map_err(|e| Error::internal(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+
+    #[test]
+    fn the_json_part_of_a_body_is_all_of_it_or_what_the_header_says() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(json_bytes(&headers, 1000), 1000);
+        headers.insert(HEADER_LENGTH, HeaderValue::from_static("40"));
+        assert_eq!(json_bytes(&headers, 1000), 40);
+        // Larger than the body or unreadable: decode refuses it; nothing heavy to parse.
+        headers.insert(HEADER_LENGTH, HeaderValue::from_static("4000"));
+        assert_eq!(json_bytes(&headers, 1000), 1000);
+        headers.insert(HEADER_LENGTH, HeaderValue::from_static("x"));
+        assert_eq!(json_bytes(&headers, 1000), 0);
+    }
+
+    #[test]
+    fn only_json_or_compressed_outputs_are_heavy_to_encode() {
+        let output = |binary: bool| RequestedOutput {
+            binary,
+            ..RequestedOutput::named("OUTPUT0")
+        };
+        let mut response = InferResponse {
+            model_name: "m".into(),
+            model_version: "1".into(),
+            id: String::new(),
+            parameters: Default::default(),
+            outputs: vec![Tensor::new(
+                "OUTPUT0",
+                DataType::Fp32,
+                vec![256],
+                Bytes::from(vec![0u8; 1024]),
+            )],
+            requested: vec![output(false)],
+        };
+        assert!(heavy_to_encode(&response, None, 1024));
+        assert!(!heavy_to_encode(&response, None, 1025));
+        response.requested = vec![output(true)];
+        assert!(!heavy_to_encode(&response, None, 1024));
+        assert!(heavy_to_encode(&response, Some("gzip"), 1024));
+    }
 }

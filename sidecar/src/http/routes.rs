@@ -348,12 +348,37 @@ async fn run_infer(
         } else {
             compression::inflate(&raw, limit)?
         };
-        let request = infer::decode(&st, &model, &version, &headers, body)?;
+        let request = if infer::json_bytes(&headers, body.len()) >= OFFLOAD_BYTES {
+            let (st, headers) = (st.clone(), headers.clone());
+            off_worker(move || infer::decode(&st, &model, &version, &headers, body)).await?
+        } else {
+            infer::decode(&st, &model, &version, &headers, body)?
+        };
         let response = pipeline::infer(&st.repository, request).await?;
-        infer::encode(&response, header(header::ACCEPT_ENCODING))
+        let accept_encoding = header(header::ACCEPT_ENCODING);
+        if infer::heavy_to_encode(&response, accept_encoding, OFFLOAD_BYTES) {
+            let accept_encoding = accept_encoding.map(str::to_owned);
+            off_worker(move || infer::encode(&response, accept_encoding.as_deref())).await
+        } else {
+            infer::encode(&response, accept_encoding)
+        }
     }
     .await;
     respond(result)
+}
+
+/// JSON of at least this many bytes to read or write (or a body to compress) is handled on a
+/// blocking thread, so that the runtime's workers (one by default) go on serving the other
+/// connections meanwhile.
+const OFFLOAD_BYTES: usize = 256 * 1024;
+
+/// Runs `work` on the runtime's blocking threads.
+async fn off_worker<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::internal(format!("the request's worker thread failed: {e}")))?
 }
 
 async fn generate() -> Response {
