@@ -213,11 +213,17 @@ impl Connection {
         Ok(())
     }
 
-    /// Reads more of the answer into the buffer; the end of the stream here is an error.
+    /// Reads more of the answer into the buffer, with room for at least 4 KiB; the end of the
+    /// stream here is an error.
     async fn fill(&mut self) -> Result<(), Error> {
         if self.buffer.capacity() - self.buffer.len() < 4096 {
             self.buffer.reserve(8192);
         }
+        self.read_more().await
+    }
+
+    /// Reads into the buffer's spare room (grown only when there is none).
+    async fn read_more(&mut self) -> Result<(), Error> {
         match self.stream.read_buf(&mut self.buffer).await {
             Ok(0) => Err(Error::Broken(
                 "the upstream closed the connection before its answer was complete".into(),
@@ -253,11 +259,11 @@ impl Connection {
             if length > max_body {
                 return Err(Error::TooLarge(max_body));
             }
-            if self.buffer.capacity() < length {
-                self.buffer.reserve(length - self.buffer.len());
-            }
+            // Room for the whole body at once: growing it in steps would copy it again each time.
+            self.buffer
+                .reserve(length.saturating_sub(self.buffer.len()));
             while self.buffer.len() < length {
-                self.fill().await?;
+                self.read_more().await?;
             }
             self.buffer.split_to(length).freeze()
         } else {
@@ -660,5 +666,22 @@ mod tests {
             seen[0].len() - seen[0].find("\r\n\r\n").unwrap() - 4,
             2 + 6 * GATHER_BYTES
         );
+    }
+
+    #[tokio::test]
+    async fn a_large_answer_is_read_whole() {
+        let body = "y".repeat(300_000);
+        let answer: &'static str = Box::leak(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_boxed_str(),
+        );
+        let (address, _server) = serve(vec![Reply::Answer(answer)]).await;
+        let client = Http1Client::new(&address, Duration::from_secs(2));
+        let response = client.call(&post(&[]), 1 << 20).await.unwrap();
+        assert_eq!(response.body.len(), 300_000);
+        assert!(response.body.iter().all(|b| *b == b'y'));
     }
 }
