@@ -51,7 +51,7 @@ impl std::fmt::Display for Error {
 
 /// An answer's status, the headers the REST client reads, and its whole body.
 pub struct Response {
-    pub status: u16,
+    pub status: http::StatusCode,
     /// `Inference-Header-Content-Length`, when present and a number.
     pub header_length: Option<usize>,
     pub body: Bytes,
@@ -275,9 +275,15 @@ impl Connection {
         if !self.buffer.is_empty() {
             keep = false;
         }
+        let status = http::StatusCode::from_u16(head.status).map_err(|_| {
+            Error::Broken(format!(
+                "the upstream's answer has an invalid status {}",
+                head.status
+            ))
+        })?;
         Ok((
             Response {
-                status: head.status,
+                status,
                 header_length: head.header_length,
                 body,
             },
@@ -578,13 +584,16 @@ mod tests {
         let body = [Bytes::from_static(b"{\"a\":"), Bytes::from_static(b"1}")];
         let first = client.call(&post(&body), 100).await.unwrap();
         assert_eq!(
-            (first.status, first.header_length, &first.body[..]),
+            (first.status.as_u16(), first.header_length, &first.body[..]),
             (200, Some(2), &b"hello"[..])
         );
         let second = client.call(&post(&body), 100).await.unwrap();
-        assert_eq!((second.status, &second.body[..]), (400, &b"abcde"[..]));
+        assert_eq!(
+            (second.status.as_u16(), &second.body[..]),
+            (400, &b"abcde"[..])
+        );
         let third = client.call(&post(&[]), 100).await.unwrap();
-        assert_eq!((third.status, third.body.len()), (200, 0));
+        assert_eq!((third.status.as_u16(), third.body.len()), (200, 0));
         drop(client);
         let seen = server.await.unwrap();
         assert_eq!(seen.len(), 3, "all three on one connection: {seen:?}");

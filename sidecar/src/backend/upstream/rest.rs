@@ -43,13 +43,6 @@ pub struct RestClient {
     binary: Arc<AtomicBool>,
 }
 
-/// An answer's status and body.
-struct Reply {
-    status: StatusCode,
-    header_length: Option<usize>,
-    body: Bytes,
-}
-
 impl RestClient {
     pub fn new(url: &str, max_body: usize) -> Self {
         let authority = url.trim_end_matches('/');
@@ -72,7 +65,7 @@ impl RestClient {
         path: &str,
         body: Vec<Bytes>,
         header_length: Option<usize>,
-    ) -> Answer<Reply> {
+    ) -> Answer<http1::Response> {
         let header_length_text = header_length.map(|n| n.to_string());
         let headers: &[(&str, &str)] = match &header_length_text {
             Some(len) => &[
@@ -88,8 +81,7 @@ impl RestClient {
             headers,
             body: &body,
         };
-        let response = self
-            .client
+        self.client
             .call(&request, self.max_body)
             .await
             .map_err(|e| {
@@ -104,12 +96,7 @@ impl RestClient {
                     // The connection broke before the answer was complete: the upstream died.
                     http1::Error::Broken(_) => Status::unavailable(text),
                 }
-            })?;
-        Ok(Reply {
-            status: StatusCode::from_u16(response.status).unwrap_or(StatusCode::BAD_GATEWAY),
-            header_length: response.header_length,
-            body: response.body,
-        })
+            })
     }
 
     /// A JSON request whose answer must be 200 with a JSON body.
