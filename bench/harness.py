@@ -23,6 +23,7 @@ import os
 import platform
 import random
 import re
+import shlex
 import signal
 import socket
 import statistics
@@ -628,8 +629,9 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
     if "noop" in systems and "triton" in systems:
         ratios.append(("noop", "triton"))
     for upstream in UPSTREAMS:
+        variants = [s for s in systems if s.startswith(f"sidecar→{upstream}[")]
         for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool", f"sidecar→{upstream}/rest",
-                      f"sidecar→{upstream}+pool+rest", f"nginx→{upstream}"):
+                      f"sidecar→{upstream}+pool+rest", *variants, f"nginx→{upstream}"):
             if front in systems and upstream in systems:
                 ratios.append((front, upstream))
     head += [f"{a} / {b}" for a, b in ratios]
@@ -725,11 +727,25 @@ def main():
                          "http and json and identity_fp32[1M] over http only; noop "
                          "(bench/noop-server returning recorded answers over http and grpc for "
                          "both identity_fp32 sizes, json for 16 elements: the ceiling)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                    help="an extra system for A/B runs: sidecar→triton+pool+rest started with "
+                         "ARGS added (split like a shell would), named sidecar→triton[NAME] in "
+                         "the tables; "
+                         "repeatable, e.g. --variant 'rest-all=--upstream-rest-max-bytes "
+                         "4294967296'")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--concurrency", default="1,8")
     args = ap.parse_args()
     systems_wanted = args.systems.split(",")
+    variants = {}
+    for spec in args.variant:
+        short, sep, extra = spec.partition("=")
+        name = f"sidecar→triton[{short}]"
+        if not sep or not short or name in systems_wanted:
+            ap.error(f"--variant {spec!r}: want NAME=ARGS with a NAME of its own")
+        variants[name] = shlex.split(extra)
+        systems_wanted.append(name)
     cases = [CASES[c] for c in args.cases.split(",")]
     protocols = args.protocols.split(",")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
@@ -770,6 +786,9 @@ def main():
             "sidecar→triton/rest": ["--staging-shm-bytes", "0"],
             # The pool, and calls with at most 64 KiB of tensor data over REST (--upstream-rest).
             "sidecar→triton+pool+rest": ["--staging-shm-bytes", str(256 << 20)],
+            # A/B variants: the last one with more arguments.
+            **{name: ["--staging-shm-bytes", str(256 << 20), *extra]
+               for name, extra in variants.items()},
         }
         if "triton" in systems_wanted:
             systems["triton"] = start_triton(work)
@@ -794,10 +813,11 @@ def main():
                     continue
                 slug = {"sidecar→triton": "sidecar-upstream", "sidecar→triton+pool":
                         "sidecar-upstream-pool", "sidecar→triton/rest": "sidecar-upstream-rest",
-                        "sidecar→triton+pool+rest": "sidecar-upstream-pool-rest"}[name]
+                        "sidecar→triton+pool+rest": "sidecar-upstream-pool-rest"}.get(
+                            name, f"variant-{len(systems)}")
                 upstream_url = (f"http://{triton.http}" if name.endswith("/rest")
                                 else f"grpc://{triton.grpc}")
-                if name.endswith("+rest"):
+                if name.endswith("+rest") or name in variants:
                     extra = [*extra, "--upstream-rest", f"http://{triton.http}"]
                 front = start_sidecar(slug, work, ["--upstream", upstream_url, *extra])
                 front.name = name
