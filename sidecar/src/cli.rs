@@ -55,8 +55,8 @@ pub struct Args {
     /// front end answers small requests sooner than its gRPC one.
     #[arg(long, value_name = "URL")]
     pub upstream_rest: Option<String>,
-    /// The most tensor bytes, inputs plus expected outputs (in shared memory or not), of a call
-    /// over --upstream-rest (default 65536).
+    /// The most tensor bytes a call over --upstream-rest carries over the socket, inputs inline
+    /// plus outputs expected inline; tensors in shared memory do not count (default 65536).
     #[arg(long, value_name = "BYTES")]
     pub upstream_rest_max_bytes: Option<u64>,
     /// Size of the staging pool shared with the upstream through `/dev/shm` (default 64 MiB;

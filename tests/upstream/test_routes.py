@@ -3,9 +3,9 @@ conformance suite, against the same two servers), read from the sidecar's
 `infergate_upstream_calls_total{protocol=...}` counters.
 
 - grpc: every call over gRPC; http: every call over REST;
-- grpc+rest (`rest_url` beside the gRPC url): calls whose tensors (in and out, in shared memory or
-  not) come to at most 64 KiB go over REST, larger ones over gRPC, with the same answers either
-  way.
+- grpc+rest (`rest_url` beside the gRPC url): calls that carry at most 64 KiB of tensor data over
+  the socket (inputs sent inline, outputs not placed in a region) go over REST, larger ones over
+  gRPC, with the same answers either way; tensors in the staging pool do not count.
 
 Environment: INFERGATE_HTTP_URL, INFERGATE_GRPC_URL, INFERGATE_METRICS_URL (the sidecar) and
 INFERGATE_UPSTREAM_PROTOCOL (how run-triton.sh configured it).
@@ -25,10 +25,11 @@ GRPC = os.environ["INFERGATE_GRPC_URL"]
 METRICS = os.environ["INFERGATE_METRICS_URL"]
 MODE = os.environ.get("INFERGATE_UPSTREAM_PROTOCOL", "grpc")
 
-# With run-triton.sh's staging_min_bytes of 0 the inputs travel through the staging pool; their
-# size still decides the route.
+# With run-triton.sh's staging_min_bytes of 0 the inputs travel through the staging pool, and so
+# do outputs of a known element size; BYTES outputs never do.
 SMALL = b"x" * 16
 LARGE = b"x" * (100 << 10)
+STAGED_ELEMENTS = 64 << 10  # FP32: 256 KiB each way, all of it in the staging pool
 
 
 def calls():
@@ -62,8 +63,9 @@ def expected_route(element):
         return "grpc"
     if MODE == "http":
         return "rest"
-    # 16 bytes in and out go over REST; 100 KiB in, and as much expected out (a BYTES output's
-    # size is unknown beforehand: taken as the largest input's), is over the 64 KiB limit.
+    # 16 bytes in and out go over REST. 100 KiB in goes through the staging pool, but as much is
+    # expected back over the socket (a BYTES output is never staged; its size, unknown
+    # beforehand, is taken as the largest input's): over the 64 KiB limit.
     return "rest" if element is SMALL else "grpc"
 
 
@@ -75,6 +77,28 @@ def test_each_call_goes_over_the_protocol_its_size_picks(protocol, element):
     after = calls()
     assert answer == element
     route = expected_route(element)
+    other = "grpc" if route == "rest" else "rest"
+    assert after[route] - before[route] == 1, (before, after)
+    assert after[other] == before[other], (before, after)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_call_with_its_tensors_in_the_staging_pool_counts_only_what_crosses_the_socket(protocol):
+    data = np.arange(STAGED_ELEMENTS, dtype=np.float32)
+    before = calls()
+    if protocol == "http":
+        client = httpclient.InferenceServerClient(HTTP)
+        tensor = httpclient.InferInput("INPUT0", [STAGED_ELEMENTS], "FP32")
+        tensor.set_data_from_numpy(data, binary_data=True)
+    else:
+        client = grpcclient.InferenceServerClient(GRPC)
+        tensor = grpcclient.InferInput("INPUT0", [STAGED_ELEMENTS], "FP32")
+        tensor.set_data_from_numpy(data)
+    answer = client.infer("identity_fp32", [tensor]).as_numpy("OUTPUT0")
+    after = calls()
+    np.testing.assert_array_equal(answer, data)
+    # 256 KiB each way, far over the limit, but none of it on the socket to the upstream.
+    route = "grpc" if MODE == "grpc" else "rest"
     other = "grpc" if route == "rest" else "rest"
     assert after[route] - before[route] == 1, (before, after)
     assert after[other] == before[other], (before, after)

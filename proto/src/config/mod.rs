@@ -158,13 +158,15 @@ pub struct UpstreamConfig {
     #[serde(default = "default_staging_min_bytes")]
     pub staging_min_bytes: u64,
     /// The same model server's V2 REST address (`http://HOST:PORT`), beside a `grpc://` `url`:
-    /// calls whose tensors come to at most `rest_max_bytes` go over it, the others over gRPC.
-    /// Triton's HTTP front end answers small requests sooner than its gRPC one; calls with large
-    /// tensors do as well or better over gRPC. Unset: every call over `url`.
+    /// calls that carry at most `rest_max_bytes` of tensor data over the socket go over it, the
+    /// others over gRPC. Triton's HTTP front end answers small requests sooner than its gRPC
+    /// one; calls with large tensors inline do as well or better over gRPC. Unset: every call
+    /// over `url`.
     #[serde(default)]
     pub rest_url: Option<String>,
-    /// The most tensor bytes (inputs plus expected outputs, in shared memory or not) of a call
-    /// over `rest_url`.
+    /// The most tensor bytes a call over `rest_url` carries over the socket: inputs sent inline
+    /// plus outputs expected inline (tensors in the staging pool or a client's region do not
+    /// count).
     #[serde(default = "default_rest_max_bytes")]
     pub rest_max_bytes: u64,
 }

@@ -203,12 +203,12 @@ impl Upstream {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The client for a call whose tensors, in and out, come to `tensor_bytes()`, and its
-    /// address. The size is worked out only where it decides something (`rest_url` is set).
-    fn route(&self, tensor_bytes: impl FnOnce() -> u64) -> (Route<'_>, &str) {
+    /// The client for a call that carries `wire_bytes()` of tensor data over the socket, and
+    /// its address. The size is worked out only where it decides something (`rest_url` is set).
+    fn route(&self, wire_bytes: impl FnOnce() -> u64) -> (Route<'_>, &str) {
         match &self.small_calls {
             Some(small)
-                if small.live.load(Ordering::Relaxed) && tensor_bytes() <= small.max_bytes =>
+                if small.live.load(Ordering::Relaxed) && wire_bytes() <= small.max_bytes =>
             {
                 self.calls.rest.fetch_add(1, Ordering::Relaxed);
                 (Route::Small(&small.client), &small.url)
@@ -463,7 +463,9 @@ impl UpstreamModel {
         request: ModelInferRequest,
         execution: &Execution<'_>,
     ) -> Result<(std::result::Result<ModelInferResponse, tonic::Status>, &str)> {
-        let (route, mut url) = self.upstream.route(|| Self::tensor_bytes(execution));
+        let (route, mut url) = self
+            .upstream
+            .route(|| Self::wire_bytes(&request, execution));
         let deadline = self.upstream.timeout;
         let answer = match route {
             Route::Main(client) => {
@@ -491,23 +493,30 @@ impl UpstreamModel {
         }
     }
 
-    /// The tensor bytes of a call, both ways, wherever they travel (socket, staging pool or a
-    /// client's region): the inputs, and the outputs as large as the configuration says, or as
-    /// the largest input where it cannot tell.
-    fn tensor_bytes(execution: &Execution<'_>) -> u64 {
-        let mut bytes = 0u64;
+    /// The tensor bytes a call carries over the socket, both ways: the inputs sent inline, and
+    /// the outputs not placed in a region (the staging pool's or a client's), as large as the
+    /// configuration says, or as the largest input where it cannot tell. Tensors in regions
+    /// cost a REST call no more than a gRPC one (a few parameters each), so they do not count.
+    fn wire_bytes(request: &ModelInferRequest, execution: &Execution<'_>) -> u64 {
+        let inline_inputs = request
+            .raw_input_contents
+            .iter()
+            .fold(0u64, |sum, raw| sum.saturating_add(raw.len() as u64));
         let mut largest_input = 0u64;
         for (i, tensor) in execution.inputs.iter().enumerate() {
             let in_region = execution.input_regions.get(i).and_then(Option::as_ref);
-            let len = in_region.map_or(tensor.data.len() as u64, |r| r.byte_size);
-            largest_input = largest_input.max(len);
-            bytes = bytes.saturating_add(len);
+            largest_input =
+                largest_input.max(in_region.map_or(tensor.data.len() as u64, |r| r.byte_size));
         }
-        for name in execution.outputs {
-            let expected = staging::expected_output_bytes(execution, name, largest_input);
-            bytes = bytes.saturating_add(expected);
-        }
-        bytes
+        request
+            .outputs
+            .iter()
+            .filter(|output| !output.parameters.contains_key("shared_memory_region"))
+            .fold(inline_inputs, |sum, output| {
+                let expected =
+                    staging::expected_output_bytes(execution, &output.name, largest_input);
+                sum.saturating_add(expected)
+            })
     }
 
     /// The response's tensors: staged outputs read from their slots, the others from the message.
