@@ -43,19 +43,22 @@ def calls():
     return counts
 
 
-def infer_bytes(protocol, element):
-    data = np.array([element], dtype=np.object_)
+def infer(protocol, model, datatype, data):
+    """One call to `model` with `data` as INPUT0, binary over HTTP; OUTPUT0 back."""
+    module, url = (httpclient, HTTP) if protocol == "http" else (grpcclient, GRPC)
+    client = module.InferenceServerClient(url)
+    tensor = module.InferInput("INPUT0", list(data.shape), datatype)
     if protocol == "http":
-        client = httpclient.InferenceServerClient(HTTP)
-        tensor = httpclient.InferInput("INPUT0", [1], "BYTES")
         tensor.set_data_from_numpy(data, binary_data=True)
-        result = client.infer("identity_bytes", [tensor])
     else:
-        client = grpcclient.InferenceServerClient(GRPC)
-        tensor = grpcclient.InferInput("INPUT0", [1], "BYTES")
         tensor.set_data_from_numpy(data)
-        result = client.infer("identity_bytes", [tensor])
-    return result.as_numpy("OUTPUT0")[0]
+    return client.infer(model, [tensor]).as_numpy("OUTPUT0")
+
+
+def assert_one_call_over(route, before, after):
+    other = "grpc" if route == "rest" else "rest"
+    assert after[route] - before[route] == 1, (before, after)
+    assert after[other] == before[other], (before, after)
 
 
 def expected_route(element):
@@ -73,32 +76,18 @@ def expected_route(element):
 @pytest.mark.parametrize("element", [SMALL, LARGE], ids=["16B", "100KiB"])
 def test_each_call_goes_over_the_protocol_its_size_picks(protocol, element):
     before = calls()
-    answer = infer_bytes(protocol, element)
+    answer = infer(protocol, "identity_bytes", "BYTES", np.array([element], dtype=np.object_))
     after = calls()
-    assert answer == element
-    route = expected_route(element)
-    other = "grpc" if route == "rest" else "rest"
-    assert after[route] - before[route] == 1, (before, after)
-    assert after[other] == before[other], (before, after)
+    assert answer[0] == element
+    assert_one_call_over(expected_route(element), before, after)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_a_call_with_its_tensors_in_the_staging_pool_counts_only_what_crosses_the_socket(protocol):
     data = np.arange(STAGED_ELEMENTS, dtype=np.float32)
     before = calls()
-    if protocol == "http":
-        client = httpclient.InferenceServerClient(HTTP)
-        tensor = httpclient.InferInput("INPUT0", [STAGED_ELEMENTS], "FP32")
-        tensor.set_data_from_numpy(data, binary_data=True)
-    else:
-        client = grpcclient.InferenceServerClient(GRPC)
-        tensor = grpcclient.InferInput("INPUT0", [STAGED_ELEMENTS], "FP32")
-        tensor.set_data_from_numpy(data)
-    answer = client.infer("identity_fp32", [tensor]).as_numpy("OUTPUT0")
+    answer = infer(protocol, "identity_fp32", "FP32", data)
     after = calls()
     np.testing.assert_array_equal(answer, data)
     # 256 KiB each way, far over the limit, but none of it on the socket to the upstream.
-    route = "grpc" if MODE == "grpc" else "rest"
-    other = "grpc" if route == "rest" else "rest"
-    assert after[route] - before[route] == 1, (before, after)
-    assert after[other] == before[other], (before, after)
+    assert_one_call_over("grpc" if MODE == "grpc" else "rest", before, after)

@@ -502,12 +502,7 @@ impl UpstreamModel {
             .raw_input_contents
             .iter()
             .fold(0u64, |sum, raw| sum.saturating_add(raw.len() as u64));
-        let mut largest_input = 0u64;
-        for (i, tensor) in execution.inputs.iter().enumerate() {
-            let in_region = execution.input_regions.get(i).and_then(Option::as_ref);
-            largest_input =
-                largest_input.max(in_region.map_or(tensor.data.len() as u64, |r| r.byte_size));
-        }
+        let largest_input = staging::largest_input(execution);
         request
             .outputs
             .iter()

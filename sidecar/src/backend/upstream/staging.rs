@@ -250,12 +250,9 @@ impl Staging {
             return Plan::default();
         };
         let mut plan = Plan::default();
-        let mut largest_input = 0u64;
-        for (i, tensor) in execution.inputs.iter().enumerate() {
+        let largest_input = largest_input(execution);
+        for tensor in execution.inputs.iter() {
             let len = tensor.data.len() as u64;
-            // An input the upstream reads from the client's region has no bytes here.
-            let in_region = execution.input_regions.get(i).and_then(Option::as_ref);
-            largest_input = largest_input.max(in_region.map_or(len, |r| r.byte_size));
             let slot = if len >= self.min_bytes.max(1) {
                 self.take(pool, len)
                     .filter(|slot| slot.write(&tensor.data).is_ok())
@@ -332,6 +329,22 @@ impl Plan {
         self.estimated_outputs = false;
         self
     }
+}
+
+/// The largest input's size, wherever it is (here, or in a client's region the upstream reads):
+/// the guess for outputs whose size the configuration does not tell.
+pub fn largest_input(execution: &Execution<'_>) -> u64 {
+    execution
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, tensor)| {
+            // An input the upstream reads from the client's region has no bytes here.
+            let in_region = execution.input_regions.get(i).and_then(Option::as_ref);
+            in_region.map_or(tensor.data.len() as u64, |r| r.byte_size)
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The bytes an output is expected to take, for choosing how a call travels: by configuration
