@@ -6,10 +6,16 @@
 //! more than the rest of a small call (docs/performance.md, "A call without a connection task").
 //! Here the caller takes an idle connection, writes the request in one go, reads the answer, and
 //! puts the connection back. A call whose future is dropped drops its connection with it.
+//!
+//! Connections idle for longer than [`MAX_IDLE_AGE`] are closed instead of reused: model servers'
+//! HTTP front ends close idle connections after a few seconds (uvicorn's default, which MLServer
+//! keeps, is 5 s; gunicorn's 2 s), and a request sent just as the server closes its
+//! end is lost with nothing to tell whether the model ran. Retrying it could run the model twice,
+//! so the sidecar does not send on a connection that old in the first place.
 
 use std::io::{self, IoSlice};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,6 +28,11 @@ const MAX_HEADERS: usize = 64;
 /// Idle connections kept for reuse; more than the calls in flight at once is never needed, and
 /// the upstream's own concurrency limit (`backend.max_concurrency`) bounds those.
 const MAX_IDLE: usize = 256;
+/// Idle connections older than this are closed, not reused: below the shortest idle timeout of
+/// the HTTP servers model servers run on (see the module's comment). Under load connections are
+/// reused within milliseconds; below one call a second each call connects anew, which costs a
+/// loopback handshake.
+const MAX_IDLE_AGE: Duration = Duration::from_secs(1);
 /// Requests up to this size are copied into one buffer and sent with one write; larger ones are
 /// written from their parts.
 const GATHER_BYTES: usize = 64 * 1024;
@@ -70,6 +81,8 @@ pub struct Http1Client {
     /// `host:port`, for connecting and for the `Host` header.
     authority: String,
     connect_timeout: Duration,
+    max_idle_age: Duration,
+    /// Most recently used last: the newest is taken first, so the oldest sit at the bottom.
     idle: Mutex<Vec<Connection>>,
 }
 
@@ -78,6 +91,8 @@ struct Connection {
     /// Bytes read past the last answer's end never happen with one request at a time; what is
     /// left here between calls is spare capacity, reused for the next answer.
     buffer: BytesMut,
+    /// When it was last put back idle.
+    idle_since: Instant,
 }
 
 impl Http1Client {
@@ -85,6 +100,7 @@ impl Http1Client {
         Http1Client {
             authority: authority.to_string(),
             connect_timeout,
+            max_idle_age: MAX_IDLE_AGE,
             idle: Mutex::new(Vec::new()),
         }
     }
@@ -161,13 +177,27 @@ impl Http1Client {
         Ok(Connection {
             stream,
             buffer: BytesMut::new(),
+            idle_since: Instant::now(),
         })
     }
 
-    /// An idle connection the upstream has not closed (as far as can be told without waiting).
+    /// An idle connection the upstream has not closed (as far as can be told without waiting),
+    /// and that has not been idle long enough for the upstream to be closing it.
     fn take_idle(&self) -> Option<Connection> {
         loop {
             let connection = self.idle.lock().ok()?.pop()?;
+            if connection.idle_since.elapsed() > self.max_idle_age {
+                // The ones below it have been idle longer still (unless put back meanwhile):
+                // close them too, outside the lock, as they drop.
+                let stale: Vec<Connection> = self
+                    .idle
+                    .lock()
+                    .ok()?
+                    .extract_if(.., |c| c.idle_since.elapsed() > self.max_idle_age)
+                    .collect();
+                drop(stale);
+                return None;
+            }
             // Readable while idle means closed (end of stream) or broken; the upstream sends
             // nothing unasked.
             let mut probe = [0u8; 1];
@@ -178,7 +208,8 @@ impl Http1Client {
         }
     }
 
-    fn put_idle(&self, connection: Connection) {
+    fn put_idle(&self, mut connection: Connection) {
+        connection.idle_since = Instant::now();
         if let Ok(mut idle) = self.idle.lock()
             && idle.len() < MAX_IDLE
         {
@@ -620,6 +651,53 @@ mod tests {
         assert_eq!(&client.call(&post(&[]), 10).await.unwrap().body[..], b"c");
         drop(client);
         assert_eq!(server.await.unwrap().len(), 3);
+    }
+
+    /// A server that answers every request (no body) on every connection it accepts with the
+    /// number of that connection, from 1.
+    async fn serve_connection_numbers() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            for number in 1u8.. {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while let Ok(n @ 1..) = socket.read(&mut chunk).await {
+                        buffer.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buffer.drain(..end + 4);
+                            let answer =
+                                format!("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n{number}");
+                            if socket.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn a_connection_idle_too_long_is_closed_not_reused() {
+        let address = serve_connection_numbers().await;
+        let mut client = Http1Client::new(&address, Duration::from_secs(2));
+        client.max_idle_age = Duration::from_millis(200);
+        let call = async |client: &Http1Client| client.call(&post(&[]), 10).await.unwrap().body;
+        assert_eq!(&call(&client).await[..], b"1");
+        assert_eq!(&call(&client).await[..], b"1", "reused while fresh");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            &call(&client).await[..],
+            b"2",
+            "idle too long: a new connection"
+        );
+        assert_eq!(&call(&client).await[..], b"2");
     }
 
     #[tokio::test]
