@@ -6,7 +6,9 @@ systems within one run. Also measures the machine's own limits (memory copy band
 TCP throughput on one stream) in the same run.
 
 Writes, into --out: results.csv (every measurement), summary.csv (medians per row), summary.md (the
-table with ratios), throughput.png (the chart), machine.json (limits, CPU, versions).
+table with ratios), throughput.png (the chart), machine.json (limits, CPU, versions). On the JSON
+rows, where wrk counts every request, it also records the CPU each call cost the system, the model
+server behind a front, and wrk (a table of its own in summary.md).
 
 Run it through bench/run, which installs and builds what it needs and sets:
   INFERGATE_SIDECAR_BIN PERF_ANALYZER WRK TRITON_BIN TRITON_HOME TRITON_LD_PATH TRITON_VENV
@@ -23,6 +25,7 @@ import os
 import platform
 import random
 import re
+import resource
 import shlex
 import signal
 import socket
@@ -70,6 +73,12 @@ class System:
     only: set | None = None
     # perf_analyzer flags it needs (the fixed answers name the model version, see start_fixed).
     pa_extra: list = field(default_factory=list)
+    # For a front: the model server's processes behind it. Their CPU is counted apart from the
+    # front's; whichever system owns them (in `procs`) stops them.
+    upstream: list = field(default_factory=list)
+
+    def own_procs(self) -> list:
+        return [p for p in self.procs if p not in self.upstream]
 
     def stop(self):
         for p in reversed(self.procs):
@@ -80,6 +89,39 @@ class System:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(procs: list) -> tuple[float, float]:
+    """User and system CPU seconds used so far by every process in the process groups these
+    processes lead (spawn starts each in a session of its own, so a Triton's python stubs and
+    a sidecar's threads are counted with it)."""
+    groups = {p.pid for p in procs}
+    user = kernel = 0
+    if not groups:
+        return 0.0, 0.0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        # After the command name: state, ppid, pgrp, ..., utime (14th field), stime (15th).
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) in groups:
+            user += int(fields[11])
+            kernel += int(fields[12])
+    return user / _CLOCK_TICKS, kernel / _CLOCK_TICKS
+
+
+def machine_ticks() -> list[int]:
+    """The machine's CPU time so far, from /proc/stat: user, nice, system, idle, iowait, irq,
+    softirq, steal (in clock ticks, all cores)."""
+    with open("/proc/stat") as f:
+        return [int(v) for v in f.readline().split()[1:9]]
 
 
 def spawn(args: list[str], log: Path, env: dict | None = None, cwd: Path | None = None):
@@ -514,7 +556,11 @@ def wrk_json(system: System, case: Case, concurrency: int, interval_ms: int, wor
     args = [os.environ["WRK"], "-t", str(min(concurrency, 2)), "-c", str(concurrency),
             "-d", f"{seconds}s", "--timeout", "30s", "--latency", "-s", str(script),
             f"http://{system.http}/v2/models/{case.model}/infer"]
+    server0, upstream0 = cpu_seconds(system.own_procs()), cpu_seconds(system.upstream)
+    client0, machine0 = resource.getrusage(resource.RUSAGE_CHILDREN), machine_ticks()
     result = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
+    client1, machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), machine_ticks()
+    server1, upstream1 = cpu_seconds(system.own_procs()), cpu_seconds(system.upstream)
     m = re.search(r"Requests/sec:\s+([\d.]+)", result.stdout)
     latency = {}
     for line in result.stdout.splitlines():
@@ -526,8 +572,24 @@ def wrk_json(system: System, case: Case, concurrency: int, interval_ms: int, wor
     errors = f"{bad.group(1)} non-2xx" if bad else ""
     if "status" in result.stderr:
         errors = (errors + " " + result.stderr.strip().splitlines()[0]).strip()
+    done = re.search(r"(\d+) requests in", result.stdout)
+    cpu = {}
+    if done and int(done.group(1)) > 0 and system.procs:
+        # CPU per call, in µs: the system's own processes (a front's without the model server
+        # behind it), that model server, and wrk. Exact counts: wrk reports its requests.
+        per_call = 1e6 / int(done.group(1))
+        machine = [b - a for a, b in zip(machine0, machine1)]
+        # Interrupt time (the loopback's packet delivery, mostly) is nobody's in /proc/PID/stat.
+        cpu = {"machine_idle_pct": 100 * (machine[3] + machine[4]) / max(1, sum(machine)),
+               "machine_irq_pct": 100 * (machine[5] + machine[6]) / max(1, sum(machine)),
+               "server_cpu_us": (sum(server1) - sum(server0)) * per_call,
+               "server_sys_us": (server1[1] - server0[1]) * per_call,
+               "upstream_cpu_us": ((sum(upstream1) - sum(upstream0)) * per_call
+                                   if system.upstream else None),
+               "client_cpu_us": (client1.ru_utime + client1.ru_stime - client0.ru_utime
+                                 - client0.ru_stime) * per_call}
     return {"throughput": float(m.group(1)) if m and not errors else 0.0,
-            "p50_us": latency.get("50"), "p99_us": latency.get("99"), "errors": errors}
+            "p50_us": latency.get("50"), "p99_us": latency.get("99"), "errors": errors, **cpu}
 
 
 # ----------------------------------------------------------------------------- machine limits
@@ -586,6 +648,11 @@ def median_or_none(values):
     return statistics.median(values) if values else None
 
 
+# CPU per call, measured on the wrk (JSON) rows: see wrk_json.
+CPU_FIELDS = ["server_cpu_us", "server_sys_us", "upstream_cpu_us", "client_cpu_us",
+              "machine_idle_pct", "machine_irq_pct"]
+
+
 def summarise(rows: list[dict]) -> list[dict]:
     keys = []
     for r in rows:
@@ -601,7 +668,8 @@ def summarise(rows: list[dict]) -> list[dict]:
                     "p50_us": median_or_none([r["p50_us"] for r in ok]),
                     "p99_us": median_or_none([r["p99_us"] for r in ok]),
                     "runs": len(group), "failed_runs": len(group) - len(ok),
-                    "errors": "; ".join(sorted({r["errors"] for r in group if r["errors"]}))})
+                    "errors": "; ".join(sorted({r["errors"] for r in group if r["errors"]})),
+                    **{f: median_or_none([r.get(f) for r in ok]) for f in CPU_FIELDS}})
     return out
 
 
@@ -666,12 +734,40 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
             else:
                 cells.append("—")
         lines.append("| " + " | ".join(cells) + " |")
+    lines += cpu_table(summary, systems)
     errors = [r for r in summary if r["errors"]]
     if errors:
         lines += ["", "Failed runs:"]
         lines += [f"- {r['system']} {r['case']} {r['protocol']} c={r['concurrency']}: {r['errors']}"
                   for r in errors]
     return "\n".join(lines) + "\n"
+
+
+def cpu_table(summary: list[dict], systems: list[str]) -> list[str]:
+    """CPU per call on the rows that have it. With the cores full, throughput is the cores
+    divided by the CPU every process spends per call, so this says what a front costs."""
+    measured = [r for r in summary if r.get("server_cpu_us") is not None and r["system"] in systems
+                and r["system"] != "proxy→fixed"]
+    if not measured:
+        return []
+    lines = ["", "CPU per call (wrk rows), µs of user + system time, medians: the system's own "
+             "processes (a front's without the model server behind it; system time alone in "
+             "brackets), the model server behind a front, and wrk. Cores busy: their sum × "
+             "infer/s. Machine-wide (/proc/stat): the share of all cores' time idle, and spent in "
+             "interrupts (the loopback's packet delivery, mostly; no process is charged for it).",
+             "", "| case | protocol | conc. | system | infer/s | own (kernel) | model server behind "
+             "| wrk | cores busy | idle | interrupts |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = {s: i for i, s in enumerate(systems)}
+    measured.sort(key=lambda r: (r["case"], r["protocol"], r["concurrency"], order[r["system"]]))
+    for r in measured:
+        upstream = r["upstream_cpu_us"]
+        total = r["server_cpu_us"] + (upstream or 0) + r["client_cpu_us"]
+        lines.append(f"| {r['case']} | {r['protocol']} | {r['concurrency']} | {r['system']} | "
+                     f"{r['throughput']:,.0f} | {r['server_cpu_us']:.0f} ({r['server_sys_us']:.0f}) "
+                     f"| {'—' if upstream is None else f'{upstream:.0f}'} | "
+                     f"{r['client_cpu_us']:.0f} | {total * r['throughput'] / 1e6:.2f} | "
+                     f"{r['machine_idle_pct']:.0f} % | {r['machine_irq_pct']:.0f} % |")
+    return lines
 
 
 def chart(summary: list[dict], systems: list[str], path: Path):
@@ -796,12 +892,14 @@ def main():
             # In front of the Triton measured directly: perf_analyzer's regions are its own, and
             # the sidecar fronts' Triton must not see them unregistered.
             if "triton" in systems:
-                systems["nginx→triton"] = start_nginx_front(work, systems["triton"])
+                front = start_nginx_front(work, systems["triton"])
+                front.upstream = systems["triton"].procs
             else:
                 triton = start_triton(work / "nginx-upstream")
                 front = start_nginx_front(work, triton)
                 front.procs += triton.procs
-                systems["nginx→triton"] = front
+                front.upstream = triton.procs
+            systems["nginx→triton"] = front
         if any(f in systems_wanted for f in fronts):
             # The fronts get a Triton of their own: perf_analyzer unregisters every shared-memory
             # region of the server it drives, which, on a shared Triton, would drop the regions
@@ -821,6 +919,7 @@ def main():
                     extra = [*extra, "--upstream-rest", f"http://{triton.http}"]
                 front = start_sidecar(slug, work, ["--upstream", upstream_url, *extra])
                 front.name = name
+                front.upstream = triton.procs
                 if not triton_owned:
                     # The first front stops Triton with itself.
                     front.procs = front.procs + triton.procs
@@ -838,6 +937,7 @@ def main():
             if front_name in systems_wanted:
                 front = start_sidecar(f"sidecar-{upstream}", work, ["--config", str(config)])
                 front.name = front_name
+                front.upstream = server.procs
                 if upstream not in systems_wanted:
                     front.procs = front.procs + server.procs
                 systems[front_name] = front
@@ -888,7 +988,7 @@ def main():
             s.stop()
 
     fields = ["round", "system", "case", "protocol", "concurrency", "throughput", "p50_us", "p99_us",
-              "errors"]
+              "errors", *CPU_FIELDS]
     with (args.out / "results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
