@@ -11,7 +11,8 @@ rows, where wrk counts every request, it also records the CPU each call cost the
 server behind a front, and wrk (a table of its own in summary.md).
 
 Run it through bench/run, which installs and builds what it needs and sets:
-  INFERGATE_SIDECAR_BIN PERF_ANALYZER WRK TRITON_BIN TRITON_HOME TRITON_LD_PATH TRITON_VENV
+  INFERGATE_SIDECAR_BIN PERF_ANALYZER WRK NGINX_BIN NOOP_SERVER TRITON_BIN TRITON_HOME
+  TRITON_LD_PATH TRITON_VENV (and KSERVE_PY, MLSERVER_PY, MLSERVER_BIN for those systems)
 """
 
 from __future__ import annotations
@@ -234,7 +235,8 @@ http {{
 
 
 def start_nginx(config: Path, log: Path) -> subprocess.Popen:
-    return spawn([os.environ["NGINX"], "-p", str(config.parent), "-c", str(config),
+    # Not `NGINX`: nginx reads a variable of that name as listening sockets to inherit.
+    return spawn([os.environ["NGINX_BIN"], "-p", str(config.parent), "-c", str(config),
                   "-g", "daemon off;"], log)
 
 
