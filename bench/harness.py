@@ -95,14 +95,11 @@ class System:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(procs: list) -> tuple[float, float]:
-    """User and system CPU seconds used so far by every process in the process groups these
-    processes lead (spawn starts each in a session of its own, so a Triton's python stubs and
-    a sidecar's threads are counted with it)."""
-    groups = {p.pid for p in procs}
-    user = kernel = 0
-    if not groups:
-        return 0.0, 0.0
+def cpu_by_group() -> dict[int, tuple[int, int]]:
+    """User and system CPU time used so far (clock ticks) per process group, summed over every
+    process in it: spawn starts each system in a session of its own, so a Triton's python stubs
+    and a sidecar's threads are counted with the process that leads the group."""
+    groups: dict[int, tuple[int, int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -112,10 +109,17 @@ def cpu_seconds(procs: list) -> tuple[float, float]:
             continue
         # After the command name: state, ppid, pgrp, ..., utime (14th field), stime (15th).
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) in groups:
-            user += int(fields[11])
-            kernel += int(fields[12])
-    return user / _CLOCK_TICKS, kernel / _CLOCK_TICKS
+        group = int(fields[2])
+        user, kernel = groups.get(group, (0, 0))
+        groups[group] = (user + int(fields[11]), kernel + int(fields[12]))
+    return groups
+
+
+def cpu_seconds(groups: dict[int, tuple[int, int]], procs: list) -> tuple[float, float]:
+    """User and system CPU seconds of the process groups these processes lead, from a
+    cpu_by_group snapshot."""
+    ticks = [groups.get(pid, (0, 0)) for pid in {p.pid for p in procs}]
+    return (sum(u for u, _ in ticks) / _CLOCK_TICKS, sum(k for _, k in ticks) / _CLOCK_TICKS)
 
 
 def machine_ticks() -> list[int]:
@@ -558,11 +562,15 @@ def wrk_json(system: System, case: Case, concurrency: int, interval_ms: int, wor
     args = [os.environ["WRK"], "-t", str(min(concurrency, 2)), "-c", str(concurrency),
             "-d", f"{seconds}s", "--timeout", "30s", "--latency", "-s", str(script),
             f"http://{system.http}/v2/models/{case.model}/infer"]
-    server0, upstream0 = cpu_seconds(system.own_procs()), cpu_seconds(system.upstream)
+    groups0 = cpu_by_group()
     client0, machine0 = resource.getrusage(resource.RUSAGE_CHILDREN), machine_ticks()
     result = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
     client1, machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), machine_ticks()
-    server1, upstream1 = cpu_seconds(system.own_procs()), cpu_seconds(system.upstream)
+    groups1 = cpu_by_group()
+    server0, upstream0 = (cpu_seconds(groups0, system.own_procs()),
+                          cpu_seconds(groups0, system.upstream))
+    server1, upstream1 = (cpu_seconds(groups1, system.own_procs()),
+                          cpu_seconds(groups1, system.upstream))
     m = re.search(r"Requests/sec:\s+([\d.]+)", result.stdout)
     latency = {}
     for line in result.stdout.splitlines():
@@ -894,13 +902,13 @@ def main():
             # In front of the Triton measured directly: perf_analyzer's regions are its own, and
             # the sidecar fronts' Triton must not see them unregistered.
             if "triton" in systems:
-                front = start_nginx_front(work, systems["triton"])
-                front.upstream = systems["triton"].procs
+                triton = systems["triton"]
+                front = start_nginx_front(work, triton)
             else:
                 triton = start_triton(work / "nginx-upstream")
                 front = start_nginx_front(work, triton)
                 front.procs += triton.procs
-                front.upstream = triton.procs
+            front.upstream = triton.procs
             systems["nginx→triton"] = front
         if any(f in systems_wanted for f in fronts):
             # The fronts get a Triton of their own: perf_analyzer unregisters every shared-memory
