@@ -59,6 +59,10 @@ pub struct Args {
     /// plus outputs expected inline; tensors in shared memory do not count (default 65536).
     #[arg(long, value_name = "BYTES")]
     pub upstream_rest_max_bytes: Option<u64>,
+    /// A REST connection to the upstream idle for longer than this is closed instead of reused;
+    /// keep it below the upstream's keep-alive timeout (default 1000; 0: a connection per call).
+    #[arg(long, value_name = "MS")]
+    pub upstream_rest_idle_ms: Option<u64>,
     /// Size of the staging pool shared with the upstream through `/dev/shm` (default 64 MiB;
     /// 0 turns it off). Used only when the upstream offers system shared memory.
     #[arg(long, value_name = "BYTES")]
@@ -121,6 +125,9 @@ impl Args {
             if let Some(v) = self.upstream_rest_max_bytes {
                 up.rest_max_bytes = v;
             }
+            if let Some(v) = self.upstream_rest_idle_ms {
+                up.rest_idle_ms = v;
+            }
         }
         if let Some(v) = self.allow_client_shm {
             s.allow_client_shm = v;
@@ -137,5 +144,52 @@ impl Args {
         if let Some(v) = self.max_grpc_message_bytes {
             config.limits.max_grpc_message_bytes = v;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applied(flags: &[&str]) -> SidecarConfig {
+        let args =
+            Args::try_parse_from(std::iter::once("infergate-sidecar").chain(flags.iter().copied()))
+                .unwrap();
+        let mut config = SidecarConfig::default();
+        args.apply(&mut config);
+        config
+    }
+
+    #[test]
+    fn upstream_flags_set_the_upstream_backend() {
+        let config = applied(&[
+            "--upstream",
+            "grpc://127.0.0.1:8001",
+            "--upstream-rest",
+            "http://127.0.0.1:8000",
+            "--upstream-rest-max-bytes",
+            "1024",
+            "--upstream-rest-idle-ms",
+            "250",
+            "--staging-shm-bytes",
+            "0",
+        ]);
+        let BackendConfig::Upstream(up) = config.backend else {
+            panic!("not an upstream backend: {:?}", config.backend);
+        };
+        assert_eq!(up.url, "grpc://127.0.0.1:8001");
+        assert_eq!(up.rest_url.as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!((up.rest_max_bytes, up.rest_idle_ms), (1024, 250));
+        assert_eq!(up.staging_shm_bytes, 0);
+    }
+
+    #[test]
+    fn upstream_settings_keep_their_defaults_without_flags() {
+        let config = applied(&["--upstream", "http://127.0.0.1:8000"]);
+        let BackendConfig::Upstream(up) = config.backend else {
+            panic!("not an upstream backend: {:?}", config.backend);
+        };
+        assert_eq!(up, UpstreamConfig::new("http://127.0.0.1:8000"));
+        assert_eq!(up.rest_idle_ms, 1000);
     }
 }

@@ -169,6 +169,12 @@ pub struct UpstreamConfig {
     /// count).
     #[serde(default = "default_rest_max_bytes")]
     pub rest_max_bytes: u64,
+    /// A kept-alive REST connection to the upstream idle for longer than this many milliseconds
+    /// is closed instead of reused, so that no call goes out as the server closes its end (which
+    /// loses the call with no way to tell whether the model ran). Keep it below the upstream's
+    /// own keep-alive timeout; 0 opens a connection for every call.
+    #[serde(default = "default_rest_idle_ms")]
+    pub rest_idle_ms: u64,
 }
 
 impl UpstreamConfig {
@@ -184,6 +190,7 @@ impl UpstreamConfig {
             staging_min_bytes: default_staging_min_bytes(),
             rest_url: None,
             rest_max_bytes: default_rest_max_bytes(),
+            rest_idle_ms: default_rest_idle_ms(),
         }
     }
 }
@@ -200,6 +207,13 @@ fn default_staging_min_bytes() -> u64 {
 /// costs less (docs/performance.md, "gRPC or REST to the upstream").
 fn default_rest_max_bytes() -> u64 {
     64 << 10
+}
+
+/// 1 s: below the keep-alive timeouts of the HTTP servers model servers run on (uvicorn's 5 s,
+/// which MLServer keeps; gunicorn's 2 s), and long enough for a connection to be reused under
+/// any steady load.
+fn default_rest_idle_ms() -> u64 {
+    1000
 }
 
 fn default_upstream_timeout() -> u64 {

@@ -122,6 +122,13 @@ impl SidecarConfig {
                         ),
                     }
                 }
+                if up.rest_idle_ms > 3_600_000 {
+                    err(
+                        "backend.rest_idle_ms",
+                        "must be at most 3600000 (an hour; 0 opens a connection for every call)"
+                            .into(),
+                    );
+                }
                 if up.timeout_seconds == 0 {
                     err("backend.timeout_seconds", "must be at least 1".into());
                 }
@@ -232,6 +239,27 @@ mod tests {
         assert_eq!(
             with("grpc://127.0.0.1:8001", "grpc://127.0.0.1:8000"),
             Some(vec!["backend.rest_url".to_string()])
+        );
+    }
+
+    #[test]
+    fn an_idle_limit_for_rest_connections_is_at_most_an_hour() {
+        let with = |ms: u64| {
+            let mut up = crate::config::UpstreamConfig::new("http://127.0.0.1:8000");
+            up.rest_idle_ms = ms;
+            let cfg = SidecarConfig {
+                backend: BackendConfig::Upstream(up),
+                ..Default::default()
+            };
+            cfg.validate(&[])
+                .err()
+                .map(|errors| errors.iter().map(|e| e.path.clone()).collect::<Vec<_>>())
+        };
+        assert_eq!(with(0), None);
+        assert_eq!(with(3_600_000), None);
+        assert_eq!(
+            with(3_600_001),
+            Some(vec!["backend.rest_idle_ms".to_string()])
         );
     }
 }

@@ -7,7 +7,8 @@
 //! Here the caller takes an idle connection, writes the request in one go, reads the answer, and
 //! puts the connection back. A call whose future is dropped drops its connection with it.
 //!
-//! Connections idle for longer than [`MAX_IDLE_AGE`] are closed instead of reused: model servers'
+//! Connections idle for longer than the idle limit (`backend.rest_idle_ms`, 1 s by default) are
+//! closed instead of reused: model servers'
 //! HTTP front ends close idle connections after a few seconds (uvicorn's default, which MLServer
 //! keeps, is 5 s; gunicorn's 2 s), and a request sent just as the server closes its
 //! end is lost with nothing to tell whether the model ran. Retrying it could run the model twice,
@@ -28,10 +29,10 @@ const MAX_HEADERS: usize = 64;
 /// Idle connections kept for reuse; more than the calls in flight at once is never needed, and
 /// the upstream's own concurrency limit (`backend.max_concurrency`) bounds those.
 const MAX_IDLE: usize = 256;
-/// Idle connections older than this are closed, not reused: below the shortest idle timeout of
-/// the HTTP servers model servers run on (see the module's comment). Under load connections are
-/// reused within milliseconds; below one call a second each call connects anew, which costs a
-/// loopback handshake.
+/// Idle connections older than this are closed, not reused, unless [`Http1Client::with_max_idle_age`]
+/// says otherwise: below the shortest idle timeout of the HTTP servers model servers run on (see
+/// the module's comment). Under load connections are reused within milliseconds; below one call
+/// a second each call connects anew, which costs a loopback handshake.
 const MAX_IDLE_AGE: Duration = Duration::from_secs(1);
 /// Requests up to this size are copied into one buffer and sent with one write; larger ones are
 /// written from their parts.
@@ -105,6 +106,13 @@ impl Http1Client {
         }
     }
 
+    /// Closes connections idle for longer than `age` instead of reusing them; zero keeps none
+    /// (a connection for every call).
+    pub fn with_max_idle_age(mut self, age: Duration) -> Self {
+        self.max_idle_age = age;
+        self
+    }
+
     /// Sends `request` and reads its whole answer, whose body may be at most `max_body` bytes.
     pub async fn call(&self, request: &Request<'_>, max_body: usize) -> Result<Response, Error> {
         let head = self.head(request);
@@ -125,7 +133,7 @@ impl Http1Client {
                 .map_err(|e| Error::Broken(format!("cannot send to the upstream: {e}")))?;
         }
         let (response, keep) = connection.read_response(max_body).await?;
-        if keep {
+        if keep && !self.max_idle_age.is_zero() {
             self.put_idle(connection);
         }
         Ok(response)
@@ -686,8 +694,8 @@ mod tests {
     #[tokio::test]
     async fn a_connection_idle_too_long_is_closed_not_reused() {
         let address = serve_connection_numbers().await;
-        let mut client = Http1Client::new(&address, Duration::from_secs(2));
-        client.max_idle_age = Duration::from_millis(200);
+        let client = Http1Client::new(&address, Duration::from_secs(2))
+            .with_max_idle_age(Duration::from_millis(200));
         let call = async |client: &Http1Client| client.call(&post(&[]), 10).await.unwrap().body;
         assert_eq!(&call(&client).await[..], b"1");
         assert_eq!(&call(&client).await[..], b"1", "reused while fresh");
@@ -698,6 +706,19 @@ mod tests {
             "idle too long: a new connection"
         );
         assert_eq!(&call(&client).await[..], b"2");
+    }
+
+    #[tokio::test]
+    async fn no_idle_age_means_a_connection_for_every_call() {
+        let address = serve_connection_numbers().await;
+        let client =
+            Http1Client::new(&address, Duration::from_secs(2)).with_max_idle_age(Duration::ZERO);
+        for expected in [b"1", b"2", b"3"] {
+            assert_eq!(
+                &client.call(&post(&[]), 10).await.unwrap().body[..],
+                expected
+            );
+        }
     }
 
     #[tokio::test]

@@ -101,8 +101,9 @@ impl SmallCalls {
 impl Upstream {
     /// A lazily connecting client: the sidecar starts whether or not the upstream is up.
     pub fn new(config: &UpstreamConfig, max_message_bytes: usize) -> Result<Self> {
+        let rest_idle = Duration::from_millis(config.rest_idle_ms);
         let client = if config.url.starts_with("http://") {
-            Transport::Rest(RestClient::new(&config.url, max_message_bytes))
+            Transport::Rest(RestClient::new(&config.url, max_message_bytes, rest_idle))
         } else {
             let address = config.url.replacen("grpc://", "http://", 1);
             let settings = h2_channel::Settings {
@@ -128,7 +129,7 @@ impl Upstream {
             passthrough: Passthrough::default(),
             offers_cuda: AtomicBool::new(false),
             small_calls: config.rest_url.as_ref().map(|url| SmallCalls {
-                client: RestClient::new(url, max_message_bytes),
+                client: RestClient::new(url, max_message_bytes, rest_idle),
                 url: url.clone(),
                 max_bytes: config.rest_max_bytes,
                 live: AtomicBool::new(false),

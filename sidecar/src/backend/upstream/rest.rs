@@ -44,11 +44,15 @@ pub struct RestClient {
 }
 
 impl RestClient {
-    pub fn new(url: &str, max_body: usize) -> Self {
+    /// A client for the V2 REST endpoint at `url`; connections idle for longer than `max_idle`
+    /// are closed instead of reused.
+    pub fn new(url: &str, max_body: usize, max_idle: Duration) -> Self {
         let authority = url.trim_end_matches('/');
         let authority = authority.split_once("://").map_or(authority, |(_, a)| a);
         RestClient {
-            client: Arc::new(Http1Client::new(authority, Duration::from_secs(2))),
+            client: Arc::new(
+                Http1Client::new(authority, Duration::from_secs(2)).with_max_idle_age(max_idle),
+            ),
             max_body,
             binary: Arc::new(AtomicBool::new(true)),
         }
@@ -579,7 +583,11 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let client = RestClient::new(&format!("http://127.0.0.1:{port}"), 1 << 20);
+        let client = RestClient::new(
+            &format!("http://127.0.0.1:{port}"),
+            1 << 20,
+            Duration::from_secs(1),
+        );
         let status = client.infer(&request()).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unavailable);
         assert!(is_unreachable(&status), "{status:?}");
