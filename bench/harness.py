@@ -687,14 +687,8 @@ def fmt_us(v):
     return "—" if v is None else (f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs")
 
 
-def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
-    lines = [f"Machine: {machine['cpu']} ({machine['cores']} cores); memcpy "
-             f"{machine['memcpy_gbps']:.1f} GB/s; loopback TCP (one stream) "
-             f"{machine['loopback_tcp_gbps']:.1f} GB/s. Medians of {machine['rounds']} round(s); "
-             "throughput in infer/s.", ""]
-    head = ["case", "protocol", "conc."]
-    for s in systems:
-        head += [f"{s} infer/s", f"{s} p50", f"{s} p99"]
+def ratio_pairs(systems: list[str]) -> list[tuple[str, str]]:
+    """The (system, baseline) pairs whose throughput ratios the summary reports."""
     ratios = []
     for upstream in UPSTREAMS:
         if "sidecar" in systems and upstream in systems:
@@ -712,6 +706,19 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
                       f"sidecar→{upstream}+pool+rest", *variants, f"nginx→{upstream}"):
             if front in systems and upstream in systems:
                 ratios.append((front, upstream))
+    return ratios
+
+
+def markdown(summary: list[dict], systems: list[str], machine: dict,
+             results: list[dict]) -> str:
+    lines = [f"Machine: {machine['cpu']} ({machine['cores']} cores); memcpy "
+             f"{machine['memcpy_gbps']:.1f} GB/s; loopback TCP (one stream) "
+             f"{machine['loopback_tcp_gbps']:.1f} GB/s. Medians of {machine['rounds']} round(s); "
+             "throughput in infer/s.", ""]
+    head = ["case", "protocol", "conc."]
+    for s in systems:
+        head += [f"{s} infer/s", f"{s} p50", f"{s} p99"]
+    ratios = ratio_pairs(systems)
     head += [f"{a} / {b}" for a, b in ratios]
     # Latency the sidecar adds in front of each model server (difference of p50s).
     added = [(a, b) for a, b in ratios if a.startswith(("sidecar→", "proxy→", "nginx→"))]
@@ -744,6 +751,7 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
             else:
                 cells.append("—")
         lines.append("| " + " | ".join(cells) + " |")
+    lines += round_ratio_table(results, ratios)
     lines += cpu_table(summary, systems)
     errors = [r for r in summary if r["errors"]]
     if errors:
@@ -751,6 +759,34 @@ def markdown(summary: list[dict], systems: list[str], machine: dict) -> str:
         lines += [f"- {r['system']} {r['case']} {r['protocol']} c={r['concurrency']}: {r['errors']}"
                   for r in errors]
     return "\n".join(lines) + "\n"
+
+
+def round_ratio_table(rows: list[dict], ratios: list[tuple[str, str]]) -> list[str]:
+    """Each ratio taken within each round (the two systems measured back to back), with its
+    median and range over the rounds: on a noisy machine the range says how much one run's ratio
+    can be trusted, which the ratio of medians above does not."""
+    rates: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if not r["errors"] and r["throughput"] > 0:
+            key = (r["case"], r["protocol"], r["concurrency"], r["round"])
+            rates.setdefault(key, {})[r["system"]] = r["throughput"]
+    table: dict[tuple, list[float]] = {}
+    for (case, protocol, conc, _), by_system in rates.items():
+        for a, b in ratios:
+            if a in by_system and b in by_system:
+                table.setdefault((case, protocol, conc, a, b), []).append(
+                    by_system[a] / by_system[b])
+    if not any(len(v) > 1 for v in table.values()):
+        return []
+    lines = ["", "Ratios within each round (both systems measured back to back): median over the "
+             "rounds, lowest and highest.", "",
+             "| case | protocol | conc. | ratio | rounds | median | lowest | highest |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (case, protocol, conc, a, b), values in table.items():
+        lines.append(f"| {case} | {protocol} | {conc} | {a} / {b} | {len(values)} | "
+                     f"{statistics.median(values):.2f}× | {min(values):.2f}× | "
+                     f"{max(values):.2f}× |")
+    return lines
 
 
 def cpu_table(summary: list[dict], systems: list[str]) -> list[str]:
@@ -1009,7 +1045,7 @@ def main():
         w.writeheader()
         w.writerows(summary)
     order = [s for s in systems_wanted if any(r["system"] == s for r in summary)]
-    (args.out / "summary.md").write_text(markdown(summary, order, machine))
+    (args.out / "summary.md").write_text(markdown(summary, order, machine, rows))
     (args.out / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
     chart(summary, order, args.out / "throughput.png")
     print((args.out / "summary.md").read_text())
