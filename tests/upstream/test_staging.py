@@ -203,6 +203,55 @@ def test_client_regions_are_read_and_written_by_triton_itself(protocol):
         shm.destroy_shared_memory_region(out_handle)
 
 
+def test_a_key_registered_again_at_once_and_used_by_many_requests_is_still_passed_through():
+    """perf_analyzer's pattern: each run creates the same keys, registers them, drives many
+    requests at once and lets go; the next run does the same right away. The sidecar's old
+    registration of the key with Triton (Triton refuses one key under two names) and eight
+    requests asking for the new one at the same moment must not send the bytes the slow way."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tritonclient.utils.shared_memory as shm
+
+    data = np.random.default_rng(12).standard_normal(ELEMENTS).astype(np.float32)
+    tag = f"igagain{os.getpid()}"
+    keys = {f"{tag}_in": f"/{tag}_in", f"{tag}_out": f"/{tag}_out"}
+
+    def run(scale, requests_at_once):
+        handles = [shm.create_shared_memory_region(name, key, data.nbytes)
+                   for name, key in keys.items()]
+        client = grpcclient.InferenceServerClient(GRPC)
+        try:
+            shm.set_shared_memory_region(handles[0], [data * scale])
+            for name, key in keys.items():
+                client.register_system_shared_memory(name, key, data.nbytes)
+
+            def one(_):
+                inp = grpcclient.InferInput("INPUT0", [ELEMENTS], "FP32")
+                inp.set_shared_memory(f"{tag}_in", data.nbytes)
+                out = grpcclient.InferRequestedOutput("OUTPUT0")
+                out.set_shared_memory(f"{tag}_out", data.nbytes)
+                grpcclient.InferenceServerClient(GRPC).infer("identity_fp32", [inp], outputs=[out])
+
+            with ThreadPoolExecutor(requests_at_once) as pool_:
+                list(pool_.map(one, range(requests_at_once)))
+            got = shm.get_contents_as_numpy(handles[1], np.float32, [ELEMENTS])
+            np.testing.assert_array_equal(got, data * scale)
+            del got
+        finally:
+            for name in keys:
+                client.unregister_system_shared_memory(name)
+            for handle in handles:
+                shm.destroy_shared_memory_region(handle)
+
+    run(1, 1)
+    passed_before, staged_before = passed(), staged()
+    run(3, 8)
+    passed_after, staged_after = passed(), staged()
+    assert passed_after[0] - passed_before[0] == 8 * data.nbytes, (passed_before, passed_after)
+    assert passed_after[1] - passed_before[1] == 8 * data.nbytes, (passed_before, passed_after)
+    assert staged_after == staged_before, (staged_before, staged_after)
+
+
 def test_a_region_input_beside_an_inline_one_and_a_window_inside_a_region():
     # simple (INT32 [1,16] x2): INPUT0 from the middle of a client's region, INPUT1 in the
     # request; outputs in the response.

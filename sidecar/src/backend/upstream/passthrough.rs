@@ -38,6 +38,11 @@ struct Entry {
 #[derive(Default)]
 pub struct Passthrough {
     entries: Mutex<Vec<Entry>>,
+    /// Held while a region is registered with the upstream. Requests that first use a region at
+    /// the same moment would otherwise each register its key, and the upstream refuses a key
+    /// under a second name (Triton: `Invalid shared memory region`): the first outcome is the
+    /// one every request waits for and reads.
+    registering: tokio::sync::Mutex<()>,
     next: AtomicU64,
     /// Output bytes the upstream wrote straight into clients' regions.
     pub output_bytes: AtomicU64,
@@ -66,13 +71,19 @@ impl Passthrough {
         };
         let name = match self.lookup(region) {
             Some(known) => known,
-            None => match self.register(upstream, region).await {
-                Ok(name) => Some(name),
-                Err((_, status)) => {
-                    tracing::info!(%status, "the upstream cannot open a client region; its bytes go through the sidecar");
-                    None
+            None => {
+                let _one_at_a_time = self.registering.lock().await;
+                match self.lookup(region) {
+                    Some(known) => known,
+                    None => match self.register(upstream, region).await {
+                        Ok(name) => Some(name),
+                        Err((_, status)) => {
+                            tracing::info!(%status, "the upstream cannot open a client region; its bytes go through the sidecar");
+                            None
+                        }
+                    },
                 }
-            },
+            }
         };
         name.map(|name| (name, base))
     }
@@ -85,6 +96,7 @@ impl Passthrough {
         client_name: &str,
         region: &Arc<Region>,
     ) -> Result<()> {
+        let _one_at_a_time = self.registering.lock().await;
         match self.register(upstream, region).await {
             Ok(name) => {
                 tracing::info!(region = client_name, upstream_region = %name, "CUDA shared memory registered with the model server");
@@ -101,11 +113,16 @@ impl Passthrough {
 
     /// Registers `region` with the upstream under a new name of the sidecar's, and remembers
     /// the outcome either way (a region the upstream refused is not offered to it again).
+    /// Called with `registering` held.
     async fn register(
         &self,
         upstream: &Upstream,
         region: &Arc<Region>,
     ) -> std::result::Result<String, (String, tonic::Status)> {
+        // A client that let go of a region and registered the same key again (perf_analyzer
+        // does at every start) is refused by the upstream while the old registration stands,
+        // and the probe's sweep may be seconds away: let go of the dead ones first.
+        self.sweep(upstream).await;
         let name = format!(
             "{NAME_PREFIX}client_{}_{}",
             std::process::id(),
