@@ -218,18 +218,23 @@ mod tests {
         );
     }
 
+    /// The paths of the errors in a configuration with this upstream, `None` when it is valid.
+    fn upstream_errors(up: crate::config::UpstreamConfig) -> Option<Vec<String>> {
+        let cfg = SidecarConfig {
+            backend: BackendConfig::Upstream(up),
+            ..Default::default()
+        };
+        cfg.validate(&[])
+            .err()
+            .map(|errors| errors.iter().map(|e| e.path.clone()).collect())
+    }
+
     #[test]
     fn a_rest_address_goes_beside_a_grpc_upstream_only() {
         let with = |url: &str, rest_url: &str| {
             let mut up = crate::config::UpstreamConfig::new(url);
             up.rest_url = Some(rest_url.into());
-            let cfg = SidecarConfig {
-                backend: BackendConfig::Upstream(up),
-                ..Default::default()
-            };
-            cfg.validate(&[])
-                .err()
-                .map(|errors| errors.iter().map(|e| e.path.clone()).collect::<Vec<_>>())
+            upstream_errors(up)
         };
         assert_eq!(with("grpc://127.0.0.1:8001", "http://127.0.0.1:8000"), None);
         assert_eq!(
@@ -247,13 +252,7 @@ mod tests {
         let with = |ms: u64| {
             let mut up = crate::config::UpstreamConfig::new("http://127.0.0.1:8000");
             up.rest_idle_ms = ms;
-            let cfg = SidecarConfig {
-                backend: BackendConfig::Upstream(up),
-                ..Default::default()
-            };
-            cfg.validate(&[])
-                .err()
-                .map(|errors| errors.iter().map(|e| e.path.clone()).collect::<Vec<_>>())
+            upstream_errors(up)
         };
         assert_eq!(with(0), None);
         assert_eq!(with(3_600_000), None);
