@@ -11,8 +11,9 @@
 //! {"inputs":[...]}<binary tensors>
 //! ```
 //!
-//! Checked: an error is a JSON object with an `error` string; a success is JSON, or JSON followed
-//! by binary outputs whose header length fits the body.
+//! Checked: an error is a JSON object with an `error` string; a success is JSON (its BYTES strings
+//! may hold bytes that are not UTF-8, as Triton's do), or JSON followed by binary outputs whose
+//! header length fits the body.
 
 use axum::body::Body;
 use http::{Request, StatusCode, header};
@@ -83,7 +84,11 @@ fn check(status: StatusCode, headers: &http::HeaderMap, body: &[u8]) {
             n
         }
     };
-    let value: serde_json::Value = serde_json::from_slice(&body[..json_len])
+    // BYTES outputs sent as JSON strings carry the element's bytes as they are, valid UTF-8 or
+    // not, as Triton writes them (it does not validate them either): the structure is what is
+    // checked, with any invalid sequence read as U+FFFD.
+    let text = String::from_utf8_lossy(&body[..json_len]);
+    let value: serde_json::Value = serde_json::from_str(&text)
         .unwrap_or_else(|e| panic!("200 answer is not JSON ({e}): {body:?}"));
     assert!(
         value.get("outputs").is_some_and(|o| o.is_array()),
