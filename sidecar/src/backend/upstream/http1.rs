@@ -8,10 +8,9 @@
 //! puts the connection back. A call whose future is dropped drops its connection with it.
 //!
 //! Connections idle for longer than the idle limit (`backend.rest_idle_ms`, 1 s by default) are
-//! closed instead of reused: model servers'
-//! HTTP front ends close idle connections after a few seconds (uvicorn's default, which MLServer
-//! keeps, is 5 s; gunicorn's 2 s), and a request sent just as the server closes its
-//! end is lost with nothing to tell whether the model ran. Retrying it could run the model twice,
+//! closed instead of reused: model servers' HTTP front ends close idle connections after a few
+//! seconds (uvicorn's default, which MLServer keeps, is 5 s; gunicorn's 2 s), and a request sent
+//! just as the server closes its end is lost with nothing to tell whether the model ran. Retrying it could run the model twice,
 //! so the sidecar does not send on a connection that old in the first place.
 
 use std::io::{self, IoSlice};
@@ -29,10 +28,9 @@ const MAX_HEADERS: usize = 64;
 /// Idle connections kept for reuse; more than the calls in flight at once is never needed, and
 /// the upstream's own concurrency limit (`backend.max_concurrency`) bounds those.
 const MAX_IDLE: usize = 256;
-/// Idle connections older than this are closed, not reused, unless [`Http1Client::with_max_idle_age`]
-/// says otherwise: below the shortest idle timeout of the HTTP servers model servers run on (see
-/// the module's comment). Under load connections are reused within milliseconds; below one call
-/// a second each call connects anew, which costs a loopback handshake.
+/// The client's own idle limit, for callers that set none with
+/// [`Http1Client::with_max_idle_age`]; the sidecar always passes `backend.rest_idle_ms`, whose
+/// default is the same second (why a second: the module's comment).
 const MAX_IDLE_AGE: Duration = Duration::from_secs(1);
 /// Requests up to this size are copied into one buffer and sent with one write; larger ones are
 /// written from their parts.
