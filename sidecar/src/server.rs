@@ -125,10 +125,10 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     // The builder's `tcp_nodelay` only applies to listeners tonic binds itself: set it on every
     // accepted socket, or Nagle's algorithm delays the tail of each large response.
     let incoming = TcpListenerStream::new(grpc).map(|conn| {
-        if let Ok(stream) = &conn {
+        conn.map(|stream| {
             let _ = stream.set_nodelay(true);
-        }
-        conn
+            crate::grpc::IgnoreIdleResets::new(stream)
+        })
     });
     let stop = signal(rx.clone());
     tasks.push(tokio::spawn(async move {

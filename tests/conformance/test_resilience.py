@@ -9,7 +9,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.grpc import service_pb2
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from support import SIMPLE_A, SIMPLE_B, assert_serving, binary_body, simple_json_request
 
@@ -217,6 +217,61 @@ def test_grpc_deadline_exceeded_then_serving(grpc_stub, http_url):
     resp = grpc_stub.ModelInfer(req, timeout=30)
     assert len(resp.raw_output_contents[0]) == 4 << 20
     assert_serving(http_url)
+
+
+@pytest.mark.triton251_differs(
+    "Triton 2.51 dies (SIGSEGV in its gRPC front end) under this many cancelled 4 MiB calls, "
+    "which would take the oracle down for the tests after this one",
+    run=False,
+)
+def test_grpc_calls_cancelled_before_they_are_sent_leave_the_connection_serving(grpc_url):
+    """gRPC's C core can cancel a call after numbering its stream but before sending it, and
+    still reset that stream: a deadline of a millisecond or two on calls queued behind a large
+    message does it. That reset must not close the connection under the calls in flight on it
+    (an HTTP/2 server that answers it with GOAWAY fails them all with UNAVAILABLE)."""
+    big = service_pb2.ModelInferRequest(model_name="identity_fp32")
+    big.inputs.add(name="INPUT0", datatype="FP32", shape=[1 << 20])
+    big.raw_input_contents.append(np.zeros(1 << 20, np.float32).tobytes())
+    options = [
+        ("grpc.max_send_message_length", 64 << 20),
+        ("grpc.max_receive_message_length", 64 << 20),
+    ]
+    lock = threading.Lock()
+    short_call_codes = set()
+    failures = []
+    for _ in range(30):
+        channel = grpc.insecure_channel(grpc_url, options=options)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+        def short_calls():
+            for _ in range(4):
+                try:
+                    stub.ModelInfer(big, timeout=0.002)
+                    code = grpc.StatusCode.OK
+                except grpc.RpcError as exc:
+                    code = exc.code()
+                with lock:
+                    short_call_codes.add(code)
+
+        def full_call():
+            try:
+                resp = stub.ModelInfer(big, timeout=60)
+                if len(resp.raw_output_contents[0]) != 4 << 20:
+                    raise AssertionError("short output")
+            except (grpc.RpcError, AssertionError) as exc:
+                with lock:
+                    failures.append(exc)
+
+        threads = [threading.Thread(target=short_calls) for _ in range(4)]
+        threads.append(threading.Thread(target=full_call))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        channel.close()
+    assert not failures, f"{len(failures)} of 30 full calls failed, first: {failures[0]}"
+    expected = {grpc.StatusCode.OK, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+    assert short_call_codes <= expected, short_call_codes
 
 
 def test_grpc_stream_cancelled_with_requests_in_flight_then_serving(grpc_stub, http_url):
