@@ -184,15 +184,20 @@ impl SystemRegion {
     /// Copies `len` bytes at `offset` (relative to the registered offset) out of the region.
     pub fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
         let (start, len) = self.window(offset, len)?;
-        let mut out = vec![0u8; len];
+        // Not zero-filled first: the copy writes every byte, and filling megabytes with zeros
+        // costs nearly as much as the copy itself.
+        let mut out = Vec::<u8>::with_capacity(len);
         // SAFETY: `window` checked `start + len <= delta + byte_size == mapped_len`, so the
-        // source lies inside our live mapping; the destination is a fresh buffer of `len` bytes.
-        // The client may write the source concurrently: we copy raw bytes and never form a
-        // reference to them. If it shrinks the object during the copy, the guard turns the fault
-        // into zero pages and a poison mark, checked right after.
+        // source lies inside our live mapping; the destination is the vector's spare capacity,
+        // at least `len` bytes, which cannot overlap the mapping. The client may write the
+        // source concurrently: we copy raw bytes and never form a reference to them. If it
+        // shrinks the object during the copy, the guard turns the fault into zero pages and a
+        // poison mark, checked right after; the copy still writes all `len` bytes either way,
+        // so they are initialized when `set_len` makes them part of the vector.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(start), out.as_mut_ptr(), len)
-        };
+            std::ptr::copy_nonoverlapping(self.base.as_ptr().add(start), out.as_mut_ptr(), len);
+            out.set_len(len);
+        }
         self.check_intact()?;
         Ok(Bytes::from(out))
     }
