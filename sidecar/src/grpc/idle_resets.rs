@@ -210,7 +210,8 @@ impl<T: AsyncRead + Unpin> IgnoreIdleResets<T> {
         self.ready.drain(..n);
     }
 
-    /// A read into a buffer too small for held bytes plus a whole frame header: read into a
+    /// A read into a buffer of at most a frame header's length, where the held bytes might
+    /// leave the inner read no room (and filtering may release more than fits): read into a
     /// stack buffer, filter there, and keep what does not fit.
     fn poll_read_small(
         &mut self,
