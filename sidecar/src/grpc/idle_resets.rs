@@ -44,12 +44,11 @@ struct ResetFilter {
     /// The highest client stream id seen in a HEADERS frame.
     highest_opened: u32,
     /// The start of a frame header that a read cut short; it goes in front of the next bytes.
-    held: [u8; FRAME_HEADER_LEN],
-    held_len: usize,
+    held: Held,
 }
 
 /// The start of a frame header kept back between reads.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Held {
     bytes: [u8; FRAME_HEADER_LEN],
     len: usize,
@@ -68,27 +67,20 @@ impl ResetFilter {
             payload_left: 0,
             dropping_payload: false,
             highest_opened: 0,
-            held: [0; FRAME_HEADER_LEN],
-            held_len: 0,
+            held: Held::default(),
         }
     }
 
     /// Hands out the bytes kept back by the last [`filter`](Self::filter): the caller puts them
     /// in front of the next bytes it reads.
     fn take_held(&mut self) -> Held {
-        let held = Held {
-            bytes: self.held,
-            len: self.held_len,
-        };
-        self.held_len = 0;
-        held
+        std::mem::take(&mut self.held)
     }
 
     /// Puts back bytes from [`take_held`](Self::take_held) when the read they were for produced
     /// nothing.
     fn restore_held(&mut self, held: Held) {
-        self.held = held.bytes;
-        self.held_len = held.len;
+        self.held = held;
     }
 
     /// Filters `bytes`, the connection's next bytes (after any held ones), in place. Returns how
@@ -113,8 +105,8 @@ impl ResetFilter {
                 read += n;
                 self.payload_left -= n;
             } else if left < FRAME_HEADER_LEN {
-                self.held[..left].copy_from_slice(&bytes[read..]);
-                self.held_len = left;
+                self.held.bytes[..left].copy_from_slice(&bytes[read..]);
+                self.held.len = left;
                 read = bytes.len();
             } else {
                 let header = FrameHeader::parse(&bytes[read..read + FRAME_HEADER_LEN]);
