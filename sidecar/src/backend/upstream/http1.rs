@@ -10,8 +10,9 @@
 //! Connections idle for longer than the idle limit (`backend.rest_idle_ms`, 1 s by default) are
 //! closed instead of reused: model servers' HTTP front ends close idle connections after a few
 //! seconds (uvicorn's default, which MLServer keeps, is 5 s; gunicorn's 2 s), and a request sent
-//! just as the server closes its end is lost with nothing to tell whether the model ran. Retrying it could run the model twice,
-//! so the sidecar does not send on a connection that old in the first place.
+//! just as the server closes its end is lost with nothing to tell whether the model ran.
+//! Retrying it could run the model twice, so the sidecar does not send on a connection that old
+//! in the first place.
 
 use std::io::{self, IoSlice};
 use std::sync::Mutex;
