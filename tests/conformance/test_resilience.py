@@ -205,10 +205,16 @@ def test_concurrent_http_and_grpc(http_url, grpc_url):
     assert_serving(http_url)
 
 
-def test_grpc_deadline_exceeded_then_serving(grpc_stub, http_url):
+def identity_1m_request(values=np.zeros):
+    """A gRPC request to identity_fp32 with one 1M-element (4 MiB) FP32 input."""
     req = service_pb2.ModelInferRequest(model_name="identity_fp32")
     req.inputs.add(name="INPUT0", datatype="FP32", shape=[1 << 20])
-    req.raw_input_contents.append(np.zeros(1 << 20, np.float32).tobytes())
+    req.raw_input_contents.append(values(1 << 20, np.float32).tobytes())
+    return req
+
+
+def test_grpc_deadline_exceeded_then_serving(grpc_stub, http_url):
+    req = identity_1m_request()
     for _ in range(3):
         try:
             grpc_stub.ModelInfer(req, timeout=0.001)
@@ -229,9 +235,7 @@ def test_grpc_calls_cancelled_before_they_are_sent_leave_the_connection_serving(
     still reset that stream: a deadline of a millisecond or two on calls queued behind a large
     message does it. That reset must not close the connection under the calls in flight on it
     (an HTTP/2 server that answers it with GOAWAY fails them all with UNAVAILABLE)."""
-    big = service_pb2.ModelInferRequest(model_name="identity_fp32")
-    big.inputs.add(name="INPUT0", datatype="FP32", shape=[1 << 20])
-    big.raw_input_contents.append(np.zeros(1 << 20, np.float32).tobytes())
+    big = identity_1m_request()
     options = [
         ("grpc.max_send_message_length", 64 << 20),
         ("grpc.max_receive_message_length", 64 << 20),
@@ -282,9 +286,7 @@ def test_grpc_stream_cancelled_with_requests_in_flight_then_serving(grpc_stub, h
     pending = queue.Queue()
     end = object()
     responses = grpc_stub.ModelStreamInfer(iter(pending.get, end), timeout=60)
-    big = service_pb2.ModelInferRequest(model_name="identity_fp32")
-    big.inputs.add(name="INPUT0", datatype="FP32", shape=[1 << 20])
-    big.raw_input_contents.append(np.ones(1 << 20, np.float32).tobytes())
+    big = identity_1m_request(np.ones)
     pending.put(big)
     first = next(responses)
     assert not first.error_message, first.error_message
