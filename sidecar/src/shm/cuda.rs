@@ -297,16 +297,21 @@ impl CudaRegion {
     pub fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
         let (src, len) = self.window(offset, len)?;
         self.enter()?;
-        let mut out = vec![0u8; len];
+        // Not zero-filled first: the copy below writes every byte, and zeroing a large tensor
+        // costs as much as the copy itself (see `ShmRegion::read`).
+        let mut out = Vec::<u8>::with_capacity(len);
         // SAFETY: `src..src+len` lies inside the opened allocation (checked by `window` against
         // a size verified with cuMemGetAddressRange at registration); the destination is our
-        // buffer of exactly `len` bytes. The copy is synchronous for pageable host memory.
+        // buffer with room for exactly `len` bytes. The copy is synchronous for pageable host
+        // memory, so it has finished when the call returns.
         check(unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, len) }).map_err(|e| {
             Error::internal(format!(
                 "failed to read CUDA shared memory region '{}': {e}",
                 self.name
             ))
         })?;
+        // SAFETY: the successful copy above initialised all `len` bytes of the capacity.
+        unsafe { out.set_len(len) };
         Ok(Bytes::from(out))
     }
 
