@@ -156,6 +156,9 @@ def sidecar(model_server, tmp_path_factory):
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
+        # The case under test is a sidecar container without a GPU: on a machine with one, hide
+        # it, or the sidecar would open the (made-up) handles itself instead of handing them on.
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
     )
     base = f"http://127.0.0.1:{ports['http']}"
     deadline = time.time() + 60
