@@ -197,3 +197,36 @@ def test_tensor_window_is_checked(client, cudashm):
         c.infer("simple", inputs)
     assert _error(exc.value, proto) == f"Invalid offset + byte size for shared memory region: '{name}'"
 
+
+def test_a_handle_wrapped_as_tritons_cpp_client_wraps_it(raw_http, http_client, cudashm):
+    """perf_analyzer and Triton's C++ client encode the handle with libb64 (a line break after
+    72 characters and one at the end); Triton reads past them, and so must the sidecar."""
+    name, handle = cudashm.create("wrapped")
+    cudashm.module.set_shared_memory_region(handle, [SIMPLE_A])
+    plain = cudashm.module.get_raw_handle(handle).decode()
+    body = f'{{"raw_handle":{{"b64":"{plain[:72]}\\n{plain[72:]}\\n"}},"device_id":0,"byte_size":64}}'
+    resp = raw_http("POST", f"/v2/cudasharedmemory/region/{name}/register", body)
+    try:
+        assert resp.status == 200, resp.error
+        inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_shared_memory(name, 64)
+        inputs[1].set_data_from_numpy(SIMPLE_B)
+        np.testing.assert_array_equal(http_client.infer("simple", inputs).as_numpy("OUTPUT0"), SUM)
+    finally:
+        http_client.unregister_cuda_shared_memory(name)
+
+
+@pytest.mark.perf_analyzer
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_cuda_shared_memory(http_url, grpc_url, raw_http, protocol):
+    from test_perf_analyzer import _find_perf_analyzer, run_pa
+
+    pa = _find_perf_analyzer()
+    if not pa:
+        pytest.skip("perf_analyzer not found: run tests/tools/setup-python.sh or set INFERGATE_PERF_ANALYZER")
+    url = http_url if protocol == "http" else grpc_url
+    run_pa(pa, "-m", "identity_fp32", "-u", url, "-i", protocol, "--shape", "INPUT0:1048576",
+           "--shared-memory", "cuda", "--output-shared-memory-size", str(4 * 1048576))
+    # perf_analyzer unregisters its regions when it exits
+    resp = raw_http("GET", "/v2/cudasharedmemory/status")
+    assert resp.status == 200 and resp.json() == [], resp

@@ -311,3 +311,24 @@ def test_bad_windows_are_refused_by_the_sidecar_before_the_model_server(model_se
     finally:
         http_client.unregister_cuda_shared_memory("window")
 
+
+
+def test_a_handle_encoded_as_tritons_cpp_client_encodes_it_is_read_as_triton_reads_it(model_server, sidecar):
+    """Triton's C++ client (perf_analyzer's) encodes the handle with libb64: a line break after 72
+    characters and one at the end. Triton skips every character outside the alphabet, so must we."""
+    raw = handle(5)
+    plain = base64.b64encode(raw).decode()
+    wrapped = f"{plain[:72]}\n{plain[72:]}\n"
+    body = {"raw_handle": {"b64": wrapped}, "device_id": 0, "byte_size": 64}
+    base = f"http://127.0.0.1:{sidecar['http']}/v2/cudasharedmemory"
+    resp = requests.post(f"{base}/region/wrapped/register", json=body, timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert model_server.registrations[-1].raw_handle == raw
+    try:
+        # Junk that leaves fewer than 64 bytes is still a handle of the wrong length.
+        body["raw_handle"]["b64"] = plain[:40] + "-_-_" + "\n"
+        resp = requests.post(f"{base}/region/cut/register", json=body, timeout=10)
+        assert (resp.status_code, resp.json()) == (
+            400, {"error": "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"})
+    finally:
+        requests.post(f"{base}/region/wrapped/unregister", timeout=10)

@@ -4,6 +4,7 @@
 pub(crate) mod body;
 pub mod compression;
 pub(crate) mod infer;
+mod lenient_base64;
 mod params;
 mod routes;
 pub mod serve;

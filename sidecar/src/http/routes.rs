@@ -5,7 +5,6 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use base64::Engine as _;
 use http::{HeaderMap, StatusCode, header};
 use serde_json::{Value as J, json};
 
@@ -729,9 +728,9 @@ async fn cuda_shm_register(
             Some(J::String(b)) => b,
             _ => return Err(invalid_handle()),
         };
-        let raw = base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .map_err(|_| invalid_handle())?;
+        // Read as Triton reads it (skipping line breaks and other non-alphabet characters), so
+        // handles from its C++ client and perf_analyzer register; the registry checks the length.
+        let raw = super::lenient_base64::decode(b64);
         let uint = |field: &str| match doc.get(field) {
             None => Err(Error::internal(format!(
                 "attempt to find non-existing object member '{field}'"
