@@ -49,6 +49,18 @@ def run_pa(perf_analyzer, *args, timeout=90):
     return out
 
 
+def run_pa_over_shared_memory(raw_http, url, protocol, kind):
+    """identity_fp32 with 1,048,576 elements, inputs and outputs in `kind` ("system" or "cuda")
+    shared memory; perf_analyzer unregisters its regions when it exits, and none is left."""
+    pa = _find_perf_analyzer()
+    if not pa:
+        pytest.skip("perf_analyzer not found: run tests/tools/setup-python.sh or set INFERGATE_PERF_ANALYZER")
+    run_pa(pa, "-m", "identity_fp32", "-u", url, "-i", protocol, "--shape", "INPUT0:1048576",
+           "--shared-memory", kind, "--output-shared-memory-size", str(4 * 1048576))
+    resp = raw_http("GET", f"/v2/{kind}sharedmemory/status")
+    assert resp.status == 200 and resp.json() == [], resp
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_perf_analyzer_simple(perf_analyzer, http_url, grpc_url, protocol):
     url = http_url if protocol == "http" else grpc_url

@@ -923,17 +923,9 @@ def test_extensions_omit_cuda_shared_memory_without_gpu(raw_http, grpc_stub):
 @pytest.mark.perf_analyzer
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_perf_analyzer_system_shared_memory(http_url, grpc_url, raw_http, protocol):
-    from test_perf_analyzer import _find_perf_analyzer, run_pa
+    from test_perf_analyzer import run_pa_over_shared_memory
 
-    pa = _find_perf_analyzer()
-    if not pa:
-        pytest.skip("perf_analyzer not found: run tests/tools/setup-python.sh or set INFERGATE_PERF_ANALYZER")
-    url = http_url if protocol == "http" else grpc_url
-    run_pa(pa, "-m", "identity_fp32", "-u", url, "-i", protocol, "--shape", "INPUT0:1048576",
-           "--shared-memory", "system", "--output-shared-memory-size", str(4 * 1048576))
-    # perf_analyzer unregisters its regions when it exits
-    resp = raw_http("GET", "/v2/systemsharedmemory/status")
-    assert resp.status == 200 and resp.json() == [], resp
+    run_pa_over_shared_memory(raw_http, http_url if protocol == "http" else grpc_url, protocol, "system")
 
 
 # --------------------------------------------------------------------------- owner misbehaving
