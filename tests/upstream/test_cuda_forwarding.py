@@ -1,4 +1,5 @@
-"""Clients' CUDA buffers handed to the model server, where this container has no GPU.
+"""Clients' CUDA buffers handed to the model server, where this container has no GPU (and, at
+the end, where it has one).
 
 No GPU is needed: the model server here is a recording V2 gRPC server (grpcio, with tritonclient's
 own service definitions) that lists `cuda_shared_memory`, accepts any 64-byte IPC handle except
@@ -14,6 +15,7 @@ Standalone: starts the sidecar binary (INFERGATE_SIDECAR_BIN, default target/deb
 """
 
 import base64
+import contextlib
 import os
 import signal
 import socket
@@ -46,6 +48,7 @@ class RecordingModelServer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.registrations = []
         self.unregistrations = []
         self.requests = []
+        self.refuse_all = False  # refuse every handle, as a model server without the GPU would
 
     def ServerLive(self, request, context):
         return service_pb2.ServerLiveResponse(live=True)
@@ -88,7 +91,7 @@ class RecordingModelServer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def CudaSharedMemoryRegister(self, request, context):
         with self.lock:
             self.registrations.append(request)
-            if request.raw_handle[:1] == b"\xff":
+            if self.refuse_all or request.raw_handle[:1] == b"\xff":
                 context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"failed to register shared memory region '{request.name}': invalid args",
@@ -114,7 +117,10 @@ class RecordingModelServer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     )
         shape = list(request.inputs[0].shape)
         output = service_pb2.ModelInferResponse.InferOutputTensor(name="OUTPUT0", datatype="FP32", shape=shape)
-        return service_pb2.ModelInferResponse(model_name=MODEL, model_version="1", outputs=[output])
+        # An identity model for bytes sent on the wire (a sidecar copying out of a region).
+        return service_pb2.ModelInferResponse(
+            model_name=MODEL, model_version="1", outputs=[output],
+            raw_output_contents=list(request.raw_input_contents))
 
     def forget(self):
         """A restart: the model server holds no region any more."""
@@ -140,12 +146,13 @@ def model_server():
     server.stop(grace=None)
 
 
-@pytest.fixture(scope="module")
-def sidecar(model_server, tmp_path_factory):
+@contextlib.contextmanager
+def running_sidecar(model_server, log_dir, env):
+    """The sidecar in front of `model_server`: its ports, and its process as "proc"."""
     if not BINARY.exists():
         pytest.fail(f"sidecar binary not found at {BINARY}: build it (cargo build -p infergate-sidecar)")
     ports = {name: free_port() for name in ("http", "grpc", "metrics", "admin")}
-    log = open(tmp_path_factory.mktemp("cuda-forwarding") / "sidecar.log", "wb")
+    log = open(log_dir / "sidecar.log", "wb")
     proc = subprocess.Popen(
         [
             str(BINARY),
@@ -156,9 +163,7 @@ def sidecar(model_server, tmp_path_factory):
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        # The case under test is a sidecar container without a GPU: on a machine with one, hide
-        # it, or the sidecar would open the (made-up) handles itself instead of handing them on.
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        env=env,
     )
     base = f"http://127.0.0.1:{ports['http']}"
     deadline = time.time() + 60
@@ -176,6 +181,15 @@ def sidecar(model_server, tmp_path_factory):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0, Path(log.name).read_text()[-4000:]
     log.close()
+
+
+@pytest.fixture(scope="module")
+def sidecar(model_server, tmp_path_factory):
+    # The case under test is a sidecar container without a GPU: on a machine with one, hide it,
+    # or the sidecar would open the (made-up) handles itself instead of handing them on.
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    with running_sidecar(model_server, tmp_path_factory.mktemp("cuda-forwarding"), env) as ports:
+        yield ports
 
 
 @pytest.fixture
@@ -332,3 +346,99 @@ def test_a_handle_encoded_as_tritons_cpp_client_encodes_it_is_read_as_triton_rea
             400, {"error": "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"})
     finally:
         requests.post(f"{base}/region/wrapped/unregister", timeout=10)
+
+
+# --------------------------------------------------------------------------- a GPU of its own
+def _gpu_reason() -> str:
+    """Empty when a CUDA device and the client's CUDA library are usable, else why not."""
+    try:
+        import tritonclient.utils.cuda_shared_memory  # noqa: F401
+        from cuda.bindings import runtime as cudart
+    except Exception as exc:  # ImportError, or the CUDA libraries failing to load
+        return f"cuda-python is not usable: {exc}"
+    err, count = cudart.cudaGetDeviceCount()
+    if err != cudart.cudaError_t.cudaSuccess or count < 1:
+        return f"no CUDA device ({err})"
+    return ""
+
+
+GPU_REASON = _gpu_reason()
+needs_gpu = pytest.mark.skipif(bool(GPU_REASON), reason=GPU_REASON or "GPU present")
+
+
+@pytest.fixture(scope="module")
+def gpu_sidecar(model_server, tmp_path_factory):
+    """A sidecar that sees the GPU, in front of the same model server."""
+    with running_sidecar(model_server, tmp_path_factory.mktemp("cuda-own-gpu"), dict(os.environ)) as ports:
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
+        yield client
+        client.close()
+
+
+@pytest.fixture
+def device_region():
+    """A 4 KiB buffer on device 0, exported as tritonclient exports it; freed afterwards."""
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    regions = []
+
+    def create(name):
+        regions.append(cudashm.create_shared_memory_region(name, 4096, 0))
+        return cudashm, regions[-1]
+
+    yield create
+    for region in regions:
+        cudashm.destroy_shared_memory_region(region)
+
+
+@needs_gpu
+def test_with_a_gpu_of_its_own_the_sidecar_still_hands_the_handle_to_the_model_server(
+    model_server, gpu_sidecar, device_region
+):
+    cudashm, region = device_region("own_gpu_passed")
+    raw = base64.b64decode(cudashm.get_raw_handle(region))
+    gpu_sidecar.register_cuda_shared_memory("passed", cudashm.get_raw_handle(region), 0, 4096)
+    try:
+        tensor = grpcclient.InferInput("INPUT0", [16], "FP32")
+        tensor.set_shared_memory("passed", 64, offset=256)
+        output = grpcclient.InferRequestedOutput("OUTPUT0")
+        output.set_shared_memory("passed", 64, offset=1024)
+        before = len(model_server.requests)
+        gpu_sidecar.infer(MODEL, [tensor], outputs=[output])
+        sent = model_server.requests[before]
+        upstream = upstream_name_of(model_server, raw)
+        assert shm_params(sent.inputs[0]) == (upstream, 256, 64)
+        assert shm_params(sent.outputs[0]) == (upstream, 1024, 64)
+        assert list(sent.raw_input_contents) == []
+    finally:
+        gpu_sidecar.unregister_cuda_shared_memory("passed")
+    assert upstream in model_server.unregistrations
+
+
+@needs_gpu
+def test_with_a_gpu_of_its_own_the_sidecar_copies_for_a_model_server_that_refuses_the_handle(
+    model_server, gpu_sidecar, device_region
+):
+    import numpy as np
+
+    cudashm, region = device_region("own_gpu_copied")
+    values = np.arange(16, dtype=np.float32) * 1.5
+    cudashm.set_shared_memory_region(region, [values])
+    model_server.refuse_all = True
+    try:
+        gpu_sidecar.register_cuda_shared_memory("copied", cudashm.get_raw_handle(region), 0, 4096)
+        tensor = grpcclient.InferInput("INPUT0", [16], "FP32")
+        tensor.set_shared_memory("copied", 64)
+        output = grpcclient.InferRequestedOutput("OUTPUT0")
+        output.set_shared_memory("copied", 64, offset=1024)
+        before = len(model_server.requests)
+        gpu_sidecar.infer(MODEL, [tensor], outputs=[output])
+        sent = model_server.requests[before:]
+        assert len(sent) == 1, sent
+        assert list(sent[0].raw_input_contents) == [values.tobytes()]
+        assert "shared_memory_region" not in sent[0].inputs[0].parameters
+        whole = cudashm.get_contents_as_numpy(region, np.float32, [1024])
+        np.testing.assert_array_equal(whole[256:272], values)
+    finally:
+        model_server.refuse_all = False
+        gpu_sidecar.unregister_cuda_shared_memory("copied")
