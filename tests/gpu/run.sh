@@ -2,7 +2,7 @@
 # The checks that need a CUDA device, for a machine with one (CI has none):
 #   1. the conformance files that touch shared memory, with tritonclient's cuda_shared_memory and
 #      perf_analyzer --shared-memory cuda (test_cuda_shared_memory.py runs only where a device is);
-#   2. the CUDA forwarding tests, which hide the device from their sidecar;
+#   2. the CUDA forwarding tests: most hide the device from their sidecar, two need it;
 #   3. perf_analyzer, identity_fp32 with 1,048,576 elements over CUDA and over system shared
 #      memory, HTTP and gRPC, concurrency 1 and 8, alternating, ROUNDS times (default 2).
 #
@@ -37,7 +37,7 @@ if grep -q "test_cuda_shared_memory.py.*no CUDA device\|cuda-python is not usabl
   failed=1
 fi
 
-echo "== CUDA forwarding (device hidden from the sidecar)"
+echo "== CUDA forwarding (a model server that opens clients' handles)"
 "$PYTHON" -m pytest -q -p no:cacheprovider tests/upstream/test_cuda_forwarding.py > "$OUT/forwarding.log" 2>&1 || failed=1
 tail -2 "$OUT/forwarding.log"
 
