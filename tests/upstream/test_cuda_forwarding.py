@@ -326,7 +326,6 @@ def test_bad_windows_are_refused_by_the_sidecar_before_the_model_server(model_se
         http_client.unregister_cuda_shared_memory("window")
 
 
-
 def test_a_handle_encoded_as_tritons_cpp_client_encodes_it_is_read_as_triton_reads_it(model_server, sidecar):
     """Triton's C++ client (perf_analyzer's) encodes the handle with libb64: a line break after 72
     characters and one at the end. Triton skips every character outside the alphabet, so must we."""
