@@ -236,3 +236,17 @@ def find_perf_analyzer():
     if beside.exists():
         return str(beside)
     return shutil.which("perf_analyzer")
+
+
+def cuda_unusable_reason() -> str:
+    """Empty when a CUDA device and tritonclient's CUDA utilities (cuda-python) are usable here,
+    else why not: the reason the GPU-only tests give when they are skipped."""
+    try:
+        import tritonclient.utils.cuda_shared_memory  # noqa: F401
+        from cuda.bindings import runtime as cudart
+    except Exception as exc:  # ImportError, or the CUDA libraries failing to load
+        return f"cuda-python is not usable: {exc}"
+    err, count = cudart.cudaGetDeviceCount()
+    if err != cudart.cudaError_t.cudaSuccess or count < 1:
+        return f"no CUDA device ({err})"
+    return ""

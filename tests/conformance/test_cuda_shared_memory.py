@@ -22,23 +22,10 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
-from support import SIMPLE_A, SIMPLE_B, grpc_error
+from support import SIMPLE_A, SIMPLE_B, cuda_unusable_reason, grpc_error
 
 
-def _gpu_reason() -> str:
-    """Empty when a device and the client library are usable, else why not."""
-    try:
-        import tritonclient.utils.cuda_shared_memory  # noqa: F401
-        from cuda.bindings import runtime as cudart
-    except Exception as exc:  # ImportError, or the CUDA libraries failing to load
-        return f"cuda-python is not usable: {exc}"
-    err, count = cudart.cudaGetDeviceCount()
-    if err != cudart.cudaError_t.cudaSuccess or count < 1:
-        return f"no CUDA device ({err})"
-    return ""
-
-
-REASON = _gpu_reason()
+REASON = cuda_unusable_reason()
 pytestmark = [
     pytest.mark.skipif(bool(REASON), reason=REASON or "GPU present"),
     pytest.mark.gpu,

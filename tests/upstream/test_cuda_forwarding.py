@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from concurrent import futures
@@ -34,6 +35,9 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "conformance"))
+from support import cuda_unusable_reason  # noqa: E402  (tests/conformance/support.py)
+
 BINARY = Path(os.environ.get("INFERGATE_SIDECAR_BIN", REPO / "target/debug/infergate-sidecar"))
 MODEL = "identity_fp32"
 PREFIX = "infergate_client_"
@@ -348,20 +352,7 @@ def test_a_handle_encoded_as_tritons_cpp_client_encodes_it_is_read_as_triton_rea
 
 
 # --------------------------------------------------------------------------- a GPU of its own
-def _gpu_reason() -> str:
-    """Empty when a CUDA device and the client's CUDA library are usable, else why not."""
-    try:
-        import tritonclient.utils.cuda_shared_memory  # noqa: F401
-        from cuda.bindings import runtime as cudart
-    except Exception as exc:  # ImportError, or the CUDA libraries failing to load
-        return f"cuda-python is not usable: {exc}"
-    err, count = cudart.cudaGetDeviceCount()
-    if err != cudart.cudaError_t.cudaSuccess or count < 1:
-        return f"no CUDA device ({err})"
-    return ""
-
-
-GPU_REASON = _gpu_reason()
+GPU_REASON = cuda_unusable_reason()
 needs_gpu = pytest.mark.skipif(bool(GPU_REASON), reason=GPU_REASON or "GPU present")
 
 
