@@ -97,7 +97,8 @@ def test_simple_cudashm_client(client, cudashm):
     # The bytes are on the device, not in the reply: as Triton answers for system shm, HTTP
     # lists name, datatype and shape only, gRPC an empty raw_output_contents entry per output.
     if proto == "http":
-        assert result.get_output("OUTPUT0") == {"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16]}
+        for out in ("OUTPUT0", "OUTPUT1"):
+            assert result.get_output(out) == {"name": out, "datatype": "INT32", "shape": [1, 16]}
     else:
         assert list(result.get_response().raw_output_contents) == [b"", b""]
     got0 = cudashm.module.get_contents_as_numpy(h_out0, np.int32, [1, 16])

@@ -55,10 +55,15 @@ def run_pa_over_shared_memory(raw_http, url, protocol, kind):
     pa = _find_perf_analyzer()
     if not pa:
         pytest.skip("perf_analyzer not found: run tests/tools/setup-python.sh or set INFERGATE_PERF_ANALYZER")
-    run_pa(pa, "-m", "identity_fp32", "-u", url, "-i", protocol, "--shape", "INPUT0:1048576",
-           "--shared-memory", kind, "--output-shared-memory-size", str(4 * 1048576))
-    resp = raw_http("GET", f"/v2/{kind}sharedmemory/status")
-    assert resp.status == 200 and resp.json() == [], resp
+    try:
+        run_pa(pa, "-m", "identity_fp32", "-u", url, "-i", protocol, "--shape", "INPUT0:1048576",
+               "--shared-memory", kind, "--output-shared-memory-size", str(4 * 1048576))
+        resp = raw_http("GET", f"/v2/{kind}sharedmemory/status")
+        assert resp.status == 200 and resp.json() == [], resp
+    finally:
+        # A perf_analyzer that failed or was killed leaves its regions registered: later tests
+        # must not inherit them.
+        raw_http("POST", f"/v2/{kind}sharedmemory/unregister")
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -170,21 +170,26 @@ def running_sidecar(model_server, log_dir, env):
         env=env,
     )
     base = f"http://127.0.0.1:{ports['http']}"
-    deadline = time.time() + 60
-    while True:
-        assert proc.poll() is None, Path(log.name).read_text()
-        try:
-            if requests.get(f"{base}/v2/health/ready", timeout=2).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        assert time.time() < deadline, Path(log.name).read_text()
-        time.sleep(0.2)
-    ports["proc"] = proc
-    yield ports
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0, Path(log.name).read_text()[-4000:]
-    log.close()
+    try:
+        deadline = time.time() + 60
+        while True:
+            assert proc.poll() is None, Path(log.name).read_text()
+            try:
+                if requests.get(f"{base}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.time() < deadline, Path(log.name).read_text()
+            time.sleep(0.2)
+        ports["proc"] = proc
+        yield ports
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, Path(log.name).read_text()[-4000:]
+    finally:
+        if proc.poll() is None:  # it never became ready, or did not stop: it holds ports (and a GPU)
+            proc.kill()
+            proc.wait()
+        log.close()
 
 
 @pytest.fixture(scope="module")
@@ -339,9 +344,9 @@ def test_a_handle_encoded_as_tritons_cpp_client_encodes_it_is_read_as_triton_rea
     body = {"raw_handle": {"b64": wrapped}, "device_id": 0, "byte_size": 64}
     base = f"http://127.0.0.1:{sidecar['http']}/v2/cudasharedmemory"
     resp = requests.post(f"{base}/region/wrapped/register", json=body, timeout=10)
-    assert resp.status_code == 200, resp.text
-    assert model_server.registrations[-1].raw_handle == raw
     try:
+        assert resp.status_code == 200, resp.text
+        assert model_server.registrations[-1].raw_handle == raw
         # Junk that leaves fewer than 64 bytes is still a handle of the wrong length.
         body["raw_handle"]["b64"] = plain[:40] + "-_-_" + "\n"
         resp = requests.post(f"{base}/region/cut/register", json=body, timeout=10)

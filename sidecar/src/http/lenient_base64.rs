@@ -110,6 +110,11 @@ mod tests {
         assert_eq!(decode("QQ"), b"A");
         assert_eq!(decode("QR"), b"A", "leftover bits are dropped, not checked");
         assert_eq!(decode("QUI"), b"AB");
+        assert_eq!(
+            decode("QUJ"),
+            b"AB",
+            "leftover bits are dropped, not checked"
+        );
         assert_eq!(decode("QUJD"), b"ABC");
         assert_eq!(decode("QUJDR"), b"ABC");
     }
