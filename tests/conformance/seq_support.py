@@ -242,4 +242,4 @@ def flow_schedule(lengths: list, order: str) -> list:
     raise ValueError(order)
 
 
-from support import find_perf_analyzer  # noqa: E402,F401  (re-exported for test_sequence)
+from support import perf_analyzer_or_skip  # noqa: E402,F401  (re-exported for test_sequence)

@@ -238,6 +238,17 @@ def find_perf_analyzer():
     return shutil.which("perf_analyzer")
 
 
+def perf_analyzer_or_skip() -> str:
+    """perf_analyzer's path, or the calling test skipped with how to install it."""
+    import pytest
+
+    path = find_perf_analyzer()
+    if not path:
+        pytest.skip("perf_analyzer not found: run tests/tools/setup-python.sh (it installs "
+                    "<venv>/bin/perf_analyzer) or set INFERGATE_PERF_ANALYZER")
+    return path
+
+
 def cuda_unusable_reason() -> str:
     """Empty when a CUDA device and tritonclient's CUDA utilities (cuda-python) are usable here,
     else why not: the reason the GPU-only tests give when they are skipped."""

@@ -8,23 +8,14 @@ import subprocess
 
 import pytest
 
-from support import find_perf_analyzer
+from support import perf_analyzer_or_skip
 
 pytestmark = pytest.mark.perf_analyzer
 
 
-_find_perf_analyzer = find_perf_analyzer
-
-
 @pytest.fixture(scope="module")
 def perf_analyzer():
-    path = _find_perf_analyzer()
-    if not path:
-        pytest.skip(
-            "perf_analyzer not found: run tests/tools/setup-python.sh (it installs <venv>/bin/perf_analyzer) "
-            "or set INFERGATE_PERF_ANALYZER"
-        )
-    return path
+    return perf_analyzer_or_skip()
 
 
 def run_pa(perf_analyzer, *args, timeout=90):
@@ -52,9 +43,7 @@ def run_pa(perf_analyzer, *args, timeout=90):
 def run_pa_over_shared_memory(raw_http, url, protocol, kind):
     """identity_fp32 with 1,048,576 elements, inputs and outputs in `kind` ("system" or "cuda")
     shared memory; perf_analyzer unregisters its regions when it exits, and none is left."""
-    pa = _find_perf_analyzer()
-    if not pa:
-        pytest.skip("perf_analyzer not found: run tests/tools/setup-python.sh or set INFERGATE_PERF_ANALYZER")
+    pa = perf_analyzer_or_skip()
     try:
         run_pa(pa, "-m", "identity_fp32", "-u", url, "-i", protocol, "--shape", "INPUT0:1048576",
                "--shared-memory", kind, "--output-shared-memory-size", str(4 * 1048576))

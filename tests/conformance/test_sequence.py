@@ -33,7 +33,6 @@ from seq_support import (
     batch_error,
     corrid_type_error,
     expected_outputs,
-    find_perf_analyzer,
     flow_schedule,
     grpc_output,
     grpc_seq_request,
@@ -43,6 +42,7 @@ from seq_support import (
     model_config,
     model_step,
     no_id_error,
+    perf_analyzer_or_skip,
     simple_grpc_request,
     slot_count,
     start_error,
@@ -641,9 +641,7 @@ def test_model_config_shows_sequence_batching(http_url, grpc_client, model):
 @pytest.mark.perf_analyzer
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_perf_analyzer_sequence_mode(http_url, grpc_url, protocol):
-    pa = find_perf_analyzer()
-    if not pa:
-        pytest.skip("perf_analyzer not found: run tests/tools/setup-python.sh or set INFERGATE_PERF_ANALYZER")
+    pa = perf_analyzer_or_skip()
     cmd = [
         pa, "-m", "sequence_accumulator", "-u", http_url if protocol == "http" else grpc_url, "-i", protocol,
         "--sequence-length", "5", "--concurrency-range", "4",

@@ -722,11 +722,10 @@ async fn cuda_shm_register(
             }
             Some(h) => h,
         };
-        let invalid_handle =
-            || Error::invalid_arg("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t");
-        let b64 = match handle.get("b64") {
-            Some(J::String(b)) => b,
-            _ => return Err(invalid_handle()),
+        let Some(J::String(b64)) = handle.get("b64") else {
+            return Err(Error::invalid_arg(
+                "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+            ));
         };
         // Read as Triton reads it (skipping line breaks and other non-alphabet characters), so
         // handles from its C++ client and perf_analyzer register; the registry checks the length.
