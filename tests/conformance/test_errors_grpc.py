@@ -76,6 +76,33 @@ def test_datatype_mismatch(grpc_stub):
            "[request id: g-7] inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'")
 
 
+def test_checks_visit_inputs_in_tritons_order(grpc_stub):
+    # Triton checks inputs in the order of its hash map of them: INPUT1 before INPUT0.
+    req = simple_request()
+    for i in req.inputs:
+        i.datatype = "FP32"
+    expect(grpc_stub, req, "INVALID_ARGUMENT",
+           "[request id: <id_unknown>] inference input 'INPUT1' data-type is 'FP32', but model 'simple' expects 'INT32'")
+    two = np.zeros((2, 16), dtype=np.int32)
+    expect(grpc_stub, simple_request(SIMPLE_A, two), "INVALID_ARGUMENT",
+           "[request id: <id_unknown>] input 'INPUT0' batch size does not match other inputs for 'simple'")
+
+
+def test_wildcard_dimension_in_request(grpc_stub):
+    req = simple_request()
+    req.inputs[0].shape[:] = [1, -1]
+    expect(grpc_stub, req, "INVALID_ARGUMENT",
+           "[request id: <id_unknown>] All input dimensions should be specified for input 'INPUT0' for model "
+           "'simple', got [1,-1]")
+
+
+def test_batch_of_zero(grpc_stub):
+    empty = np.zeros((0, 16), dtype=np.int32)
+    expect(grpc_stub, simple_request(empty, empty), "INVALID_ARGUMENT",
+           "[request id: <id_unknown>] input byte size mismatch for input 'INPUT1' for model 'simple'. "
+           "Expected 64, got 0")
+
+
 def test_shape_mismatch(grpc_stub):
     req = simple_request()
     req.inputs[0].shape[:] = [1, 15]

@@ -3,8 +3,9 @@
 
 use infergate_proto::DataType;
 
-use super::model::Model;
-use super::request::{InferRequest, RequestedOutput};
+use super::input_order;
+use super::model::{Model, TensorSpec};
+use super::request::{InferRequest, InputTensor, RequestedOutput};
 use crate::error::{Error, Result, request_prefix};
 use crate::shm::registry::ShmTarget;
 use crate::tensor::Tensor;
@@ -29,7 +30,38 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
     let prefix = request_prefix(&request.id);
     let m = &model.name;
 
-    // Outputs: unknown or repeated names; none listed means all.
+    // Triton's front ends refuse a repeated name as they add inputs, then outputs, to the
+    // request: in the request's order.
+    for (i, input) in request.inputs.iter().enumerate() {
+        if request.inputs[..i].iter().any(|o| o.name == input.name) {
+            return Err(Error::invalid_arg(format!(
+                "{prefix}input '{}' already exists in request",
+                input.name
+            )));
+        }
+    }
+    for (i, out) in request.outputs.iter().enumerate() {
+        if request.outputs[..i].iter().any(|o| o.name == out.name) {
+            return Err(Error::invalid_arg(format!(
+                "{prefix}output '{}' already exists in request",
+                out.name
+            )));
+        }
+    }
+
+    // Requested outputs, which Triton keeps in a sorted set: unknown names; none means all.
+    let mut unknown: Vec<&str> = request
+        .outputs
+        .iter()
+        .map(|o| o.name.as_str())
+        .filter(|name| model.output(name).is_none())
+        .collect();
+    unknown.sort_unstable();
+    if let Some(name) = unknown.first() {
+        return Err(Error::invalid_arg(format!(
+            "unexpected inference output '{name}' for model '{m}'"
+        )));
+    }
     let outputs = if request.outputs.is_empty() {
         model
             .outputs
@@ -41,169 +73,118 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
             })
             .collect()
     } else {
-        for (i, out) in request.outputs.iter().enumerate() {
-            if model.output(&out.name).is_none() {
-                return Err(Error::invalid_arg(format!(
-                    "unexpected inference output '{}' for model '{m}'",
-                    out.name
-                )));
-            }
-            if request.outputs[..i].iter().any(|o| o.name == out.name) {
-                return Err(Error::invalid_arg(format!(
-                    "{prefix}output '{}' already exists in request",
-                    out.name
-                )));
-            }
-        }
         request.outputs
     };
 
-    // Inputs: repeated names (rejected as they are added), too many, unknown names, then
-    // missing required ones.
-    for (i, input) in request.inputs.iter().enumerate() {
-        if request.inputs[..i].iter().any(|o| o.name == input.name) {
-            return Err(Error::invalid_arg(format!(
-                "{prefix}input '{}' already exists in request",
-                input.name
-            )));
-        }
-    }
-    if request.inputs.len() > model.inputs.len() {
-        return Err(Error::invalid_arg(format!(
-            "{prefix}expected {} inputs but got {} inputs for model '{m}'.",
-            model.inputs.len(),
-            request.inputs.len()
-        )));
-    }
-    for input in &request.inputs {
+    // From here on Triton visits the inputs in its map's order, so the one an error names is
+    // the one it would name.
+    let order = input_order::triton_order(
+        &request
+            .inputs
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>(),
+    );
+    check_input_count(model, &request.inputs, &order, &prefix)?;
+
+    // Every input known; for a batching model, the batch size from each one's first dimension.
+    let mut batch_size: Option<u64> = None;
+    for &i in &order {
+        let input = &request.inputs[i];
         if model.input(&input.name).is_none() {
             return Err(Error::invalid_arg(format!(
                 "unexpected inference input '{}' for model '{m}'",
                 input.name
             )));
         }
+        if model.max_batch_size == 0 {
+            continue;
+        }
+        let Some(&first) = input.shape.first() else {
+            return Err(Error::invalid_arg(format!(
+                "{prefix}input '{}' has no shape but model requires batch dimension for '{m}'",
+                input.name
+            )));
+        };
+        // A negative batch dimension (gRPC only) fails the shape check below.
+        let batch = u64::try_from(first).unwrap_or(0);
+        match batch_size {
+            None | Some(0) => batch_size = Some(batch),
+            Some(b) if b != batch => {
+                return Err(Error::invalid_arg(format!(
+                    "{prefix}input '{}' batch size does not match other inputs for '{m}'",
+                    input.name
+                )));
+            }
+            Some(_) => {}
+        }
     }
-    let missing: Vec<&str> = model
-        .inputs
-        .iter()
-        .filter(|s| !s.optional && !request.inputs.iter().any(|i| i.name == s.name))
-        .map(|s| s.name.as_str())
-        .collect();
-    if !missing.is_empty() {
-        let required = model.inputs.iter().filter(|s| !s.optional).count();
-        let got: Vec<String> = request
-            .inputs
-            .iter()
-            .map(|i| format!("'{}'", i.name))
-            .collect();
-        let missing: Vec<String> = missing.iter().map(|n| format!("'{n}'")).collect();
+    if model.max_batch_size > 0 && batch_size.unwrap_or(0) > u64::from(model.max_batch_size) {
         return Err(Error::invalid_arg(format!(
-            "{prefix}expected {required} inputs but got {} inputs for model '{m}'. Got input(s) [{}], but missing required input(s) [{}]. Please provide all required input(s).",
-            request.inputs.len(),
-            got.join(","),
-            missing.join(",")
+            "{prefix}inference request batch-size must be <= {} for '{m}'",
+            model.max_batch_size
         )));
     }
 
-    // Batch size from the first dimension of every input of a batching model.
-    let mut batch_size: Option<u64> = None;
-    let mut inputs = Vec::with_capacity(request.inputs.len());
-    let mut input_regions = Vec::with_capacity(request.inputs.len());
-    for mut input in request.inputs {
+    // Each input's datatype, shape and size, in the same order.
+    let mut inputs: Vec<Option<InputTensor>> = request.inputs.into_iter().map(Some).collect();
+    let mut checked: Vec<Option<(Tensor, Option<ShmTarget>)>> =
+        (0..inputs.len()).map(|_| None).collect();
+    for &i in &order {
+        let Some(mut input) = inputs[i].take() else {
+            continue;
+        };
         let Some(spec) = model.input(&input.name) else {
             continue;
         };
-        let expected_shape = model.metadata_shape(spec);
-        let datatype = match input.parsed_datatype() {
-            Some(dt) if dt == spec.datatype => dt,
-            _ => {
-                let got = if input.parsed_datatype().is_some() {
-                    input.datatype.as_str()
-                } else {
-                    "INVALID"
-                };
-                return Err(Error::invalid_arg(format!(
-                    "{prefix}inference input '{}' data-type is '{got}', but model '{m}' expects '{}'",
-                    input.name, spec.datatype
-                )));
-            }
-        };
-        let shape_error = || {
-            let note = if model.max_batch_size > 0 {
-                BATCH_NOTE
-            } else {
-                ""
-            };
-            Error::invalid_arg(format!(
-                "{prefix}unexpected shape for input '{}' for model '{m}'. Expected {}, got {}. {note}",
-                input.name,
-                format_shape(&expected_shape),
-                format_shape(&input.shape)
-            ))
-        };
-        let dims = if model.max_batch_size > 0 {
-            let Some((&batch, rest)) = input.shape.split_first() else {
-                return Err(shape_error());
-            };
-            if batch < 0 {
-                return Err(shape_error());
-            }
-            let batch = batch as u64;
-            match batch_size {
-                None => {
-                    if batch > u64::from(model.max_batch_size) {
-                        return Err(Error::invalid_arg(format!(
-                            "{prefix}inference request batch-size must be <= {} for '{m}'",
-                            model.max_batch_size
-                        )));
-                    }
-                    batch_size = Some(batch);
-                }
-                Some(b) if b != batch => {
-                    return Err(Error::invalid_arg(format!(
-                        "{prefix}input '{}' batch size does not match other inputs for '{m}'",
-                        input.name
-                    )));
-                }
-                Some(_) => {}
-            }
-            rest
+        let datatype = check_datatype(&input, spec, m, &prefix)?;
+        check_shape(model, spec, &input, m, &prefix)?;
+        // Triton sizes a batch of 0 as the shape without its batch dimension; sizes that agree
+        // only because of that are refused all the same (the tensor itself holds nothing).
+        let zero_batch = model.max_batch_size > 0 && batch_size == Some(0);
+        let counted = if zero_batch {
+            input.shape.get(1..).unwrap_or(&[])
         } else {
             &input.shape[..]
         };
-        let matches = dims.len() == spec.dims.len()
-            && dims
-                .iter()
-                .zip(&spec.dims)
-                .all(|(&got, &want)| got >= 0 && (want == -1 || got == want));
-        if !matches {
-            return Err(shape_error());
-        }
-        let count = element_count(&input.shape, &input.name)?;
+        let count = element_count(counted, &input.name)?;
         match byte_size(datatype, count, &input.name)? {
             Some(expected) => {
-                if expected != input.byte_len() {
+                let got = input.byte_len();
+                let expected = if zero_batch && expected == got {
+                    0
+                } else {
+                    expected
+                };
+                if expected != got {
                     return Err(Error::invalid_arg(format!(
-                        "{prefix}input byte size mismatch for input '{}' for model '{m}'. Expected {expected}, got {}",
-                        input.name,
-                        input.byte_len()
+                        "{prefix}input byte size mismatch for input '{}' for model '{m}'. Expected {expected}, got {got}",
+                        input.name
                     )));
                 }
             }
             None => {
                 // Strings are checked element by element: their bytes are needed here.
                 input.read_region()?;
+                let count = if zero_batch && !input.data.is_empty() {
+                    0
+                } else {
+                    count
+                };
                 check_bytes_elements(&input.data, count, &input.name, m, &prefix)?
             }
         }
-        input_regions.push(input.shm);
-        inputs.push(Tensor {
-            name: input.name,
-            datatype,
-            shape: input.shape,
-            data: input.data,
-        });
+        checked[i] = Some((
+            Tensor {
+                name: input.name,
+                datatype,
+                shape: input.shape,
+                data: input.data,
+            },
+            input.shm,
+        ));
     }
+    let (inputs, input_regions) = checked.into_iter().flatten().unzip();
 
     Ok(Validated {
         inputs,
@@ -211,6 +192,123 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
         outputs,
         batch_size: batch_size.unwrap_or(1),
     })
+}
+
+/// Too many inputs, or required ones missing: Triton's message lists the inputs in its map's
+/// order (and, when none is missing, ends the missing list with a lone `]`, as Triton does).
+fn check_input_count(
+    model: &Model,
+    inputs: &[InputTensor],
+    order: &[usize],
+    prefix: &str,
+) -> Result<()> {
+    let required = model.inputs.iter().filter(|s| !s.optional).count();
+    if inputs.len() <= model.inputs.len() && inputs.len() >= required {
+        return Ok(());
+    }
+    let quoted = |names: &mut dyn Iterator<Item = &str>| {
+        names
+            .map(|n| format!("'{n}'"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let got = format!(
+        "[{}]",
+        quoted(&mut order.iter().map(|&i| inputs[i].name.as_str()))
+    );
+    let missing = quoted(
+        &mut model
+            .inputs
+            .iter()
+            .filter(|s| !s.optional && !inputs.iter().any(|i| i.name == s.name))
+            .map(|s| s.name.as_str()),
+    );
+    let missing = if missing.is_empty() {
+        "]".to_string()
+    } else {
+        format!("[{missing}]")
+    };
+    let expected = if required == model.inputs.len() {
+        format!("expected {required} inputs")
+    } else {
+        format!(
+            "expected number of inputs between {required} and {}",
+            model.inputs.len()
+        )
+    };
+    Err(Error::invalid_arg(format!(
+        "{prefix}{expected} but got {} inputs for model '{}'. Got input(s) {got}, but missing required input(s) {missing}. Please provide all required input(s).",
+        inputs.len(),
+        model.name
+    )))
+}
+
+fn check_datatype(
+    input: &InputTensor,
+    spec: &TensorSpec,
+    model: &str,
+    prefix: &str,
+) -> Result<DataType> {
+    match input.parsed_datatype() {
+        Some(dt) if dt == spec.datatype => Ok(dt),
+        parsed => {
+            let got = if parsed.is_some() {
+                input.datatype.as_str()
+            } else {
+                "INVALID"
+            };
+            Err(Error::invalid_arg(format!(
+                "{prefix}inference input '{}' data-type is '{got}', but model '{model}' expects '{}'",
+                input.name, spec.datatype
+            )))
+        }
+    }
+}
+
+/// The input's shape against the configuration.
+fn check_shape(
+    model: &Model,
+    spec: &TensorSpec,
+    input: &InputTensor,
+    m: &str,
+    prefix: &str,
+) -> Result<()> {
+    let dims = if model.max_batch_size > 0 {
+        input.shape.get(1..).unwrap_or(&[])
+    } else {
+        &input.shape[..]
+    };
+    let batch_ok = model.max_batch_size == 0 || input.shape.first().is_some_and(|&b| b >= 0);
+    let mut matches = batch_ok && dims.len() == spec.dims.len();
+    if matches {
+        for (&got, &want) in dims.iter().zip(&spec.dims) {
+            if got == -1 {
+                return Err(Error::invalid_arg(format!(
+                    "{prefix}All input dimensions should be specified for input '{}' for model '{m}', got {}",
+                    input.name,
+                    format_shape(&input.shape)
+                )));
+            }
+            if got < 0 || (want != -1 && got != want) {
+                matches = false;
+                break;
+            }
+        }
+    }
+    if matches {
+        return Ok(());
+    }
+    let note = if model.max_batch_size > 0 {
+        BATCH_NOTE
+    } else {
+        ""
+    };
+    Err(Error::invalid_arg(format!(
+        "{prefix}unexpected shape for input '{}' for model '{m}'. Expected {}, got {}. {note}",
+        input.name,
+        format_shape(&model.metadata_shape(spec)),
+        format_shape(&input.shape)
+    )))
 }
 
 fn check_bytes_elements(
