@@ -113,6 +113,23 @@ def test_malformed_json_message_shape(raw_http):
     assert_error(resp, 500, "failed to parse the request JSON buffer: Missing a name for object member. at 1")
 
 
+@pytest.mark.parametrize("path", [INFER, "/v2/systemsharedmemory/region/r/register",
+                                  "/v2/repository/index", "/v2/logging"])
+@pytest.mark.parametrize("body,offset", [(b"not json", 1), (b"[tru]", 4), (b"[-]", 2), (b"[Nan]", 3)])
+def test_syntax_error_where_rapidjson_stops(raw_http, path, body, offset):
+    # A word or a number is reported where it stops matching, on every route that reads JSON.
+    assert_error(raw_http("POST", path, body), 500,
+                 f"failed to parse the request JSON buffer: Invalid value. at {offset}")
+
+
+def test_inf_is_infinity(raw_http):
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": ["__INF__"]}]}
+    body = json.dumps(doc).replace('["__INF__"]', "[Inf,-Inf]")
+    resp = raw_http("POST", "/v2/models/identity_fp32/infer", body)
+    assert resp.status == 200, resp
+    assert b'"data":[Infinity,-Infinity]' in resp.body, resp
+
+
 def test_negative_dim(raw_http):
     doc = req_with(lambda d: d["inputs"][0].update(shape=[-1, 16]))
     assert_error(post_json(raw_http, doc), 500,
@@ -166,9 +183,21 @@ def test_unexpected_input(raw_http):
 def test_too_many_inputs(raw_http):
     def add(d):
         d["inputs"].append(dict(copy.deepcopy(d["inputs"][0]), name="INPUT2"))
-    resp = post_json(raw_http, req_with(add))
-    assert resp.status == 400, resp
-    assert resp.error.startswith("[request id: <id_unknown>] expected 2 inputs but got 3 inputs for model 'simple'."), resp
+    # Triton lists the inputs in the order of its map of them, and, with none missing, ends the
+    # missing list with a lone "]".
+    assert_error(post_json(raw_http, req_with(add)), 400,
+                 "[request id: <id_unknown>] expected 2 inputs but got 3 inputs for model 'simple'. "
+                 "Got input(s) ['INPUT2','INPUT1','INPUT0'], but missing required input(s) ]. "
+                 "Please provide all required input(s).")
+
+
+def test_unknown_input_counted_before_named(raw_http):
+    # One input, and not a known one: the count is wrong first.
+    doc = req_with(lambda d: (d["inputs"].pop(), d["inputs"][0].update(name="X")))
+    assert_error(post_json(raw_http, doc), 400,
+                 "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. "
+                 "Got input(s) ['X'], but missing required input(s) ['INPUT0','INPUT1']. "
+                 "Please provide all required input(s).")
 
 
 def test_duplicate_input(raw_http):
@@ -183,6 +212,40 @@ def test_datatype_mismatch(raw_http):
     doc = req_with(lambda d: d["inputs"][0].update(datatype="FP32"), id="req-7")
     assert_error(post_json(raw_http, doc), 400,
                  "[request id: req-7] inference input 'INPUT0' data-type is 'FP32', but model 'simple' expects 'INT32'")
+
+
+def test_checks_visit_inputs_in_tritons_order(raw_http):
+    # Triton checks the inputs in the order of its hash map of them: for two inputs, the one the
+    # request gives last comes first.
+    for order, named in (((0, 1), "INPUT1"), ((1, 0), "INPUT0")):
+        def both_fp32(d):
+            for i in d["inputs"]:
+                i["datatype"] = "FP32"
+            d["inputs"] = [d["inputs"][k] for k in order]
+        assert_error(post_json(raw_http, req_with(both_fp32)), 400,
+                     f"[request id: <id_unknown>] inference input '{named}' data-type is 'FP32', but model "
+                     "'simple' expects 'INT32'")
+    # The batch size comes from INPUT1, so INPUT0 is the one that does not match.
+    a = np.zeros((2, 16), dtype=np.int32)
+    b = np.zeros((1, 16), dtype=np.int32)
+    for x, y in ((a, b), (b, a)):
+        assert_error(post_json(raw_http, simple_json_request(x, y)), 400,
+                     "[request id: <id_unknown>] input 'INPUT0' batch size does not match other inputs for 'simple'")
+
+
+def test_batch_mismatch_before_batch_too_big(raw_http):
+    big = np.zeros((9, 16), dtype=np.int32)
+    one = np.zeros((1, 16), dtype=np.int32)
+    assert_error(post_json(raw_http, simple_json_request(one, big)), 400,
+                 "[request id: <id_unknown>] input 'INPUT0' batch size does not match other inputs for 'simple'")
+
+
+def test_batch_of_zero(raw_http):
+    # Triton sizes a batch of 0 as one without the batch dimension.
+    empty = np.zeros((0, 16), dtype=np.int32)
+    assert_error(post_json(raw_http, simple_json_request(empty, empty)), 400,
+                 "[request id: <id_unknown>] input byte size mismatch for input 'INPUT1' for model 'simple'. "
+                 "Expected 64, got 0")
 
 
 def test_invalid_datatype(raw_http):
@@ -210,6 +273,50 @@ def test_batch_too_big(raw_http):
     a = np.zeros((9, 16), dtype=np.int32)
     assert_error(post_json(raw_http, simple_json_request(a, a)), 400,
                  "[request id: <id_unknown>] inference request batch-size must be <= 8 for 'simple'")
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d["inputs"][0].pop("name"), "name"),
+    (lambda d: d["inputs"][0].pop("datatype"), "datatype"),
+    (lambda d: d["inputs"][0].pop("shape"), "shape"),
+    (lambda d: d.pop("inputs"), "inputs"),
+    (lambda d: d.update(outputs=[{"parameters": {"binary_data": True}}]), "name"),
+])
+def test_missing_member(raw_http, mutate, field):
+    assert_error(post_json(raw_http, req_with(mutate)), 500,
+                 f"Unable to parse '{field}': attempt to access non-existing object member '{field}'")
+
+
+@pytest.mark.parametrize("body", [b"[]", b"null", b"{}"])
+def test_body_without_inputs(raw_http, body):
+    assert_error(raw_http("POST", INFER, body), 500,
+                 "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'")
+
+
+def test_input_not_an_object(raw_http):
+    # Where its data comes from is checked before anything else of an input.
+    assert_error(post_json(raw_http, {"inputs": [1]}), 400,
+                 "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', "
+                 "'shared_memory_region' in 'parameters'. But no field is set")
+
+
+def test_scalar_data(raw_http):
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": 1.5}]}
+    assert_error(post_json(raw_http, doc, "/v2/models/identity_fp32/infer"), 500,
+                 "Unable to parse 'data': attempt to access JSON non-array as array")
+
+
+def test_request_parameters_not_an_object(raw_http):
+    doc = req_with(lambda d: d.update(parameters=[1]))
+    assert_error(post_json(raw_http, doc), 500,
+                 "failed to get request params.: attempt to get members for non-object")
+
+
+@pytest.mark.parametrize("value", [{"b": 1}, None, [1]])
+def test_parameter_of_invalid_type(raw_http, value):
+    doc = req_with(lambda d: d.update(parameters={"custom": value}))
+    assert_error(post_json(raw_http, doc), 400,
+                 "parameter 'custom' has invalid type. It should be either 'int', 'bool', or 'string'.")
 
 
 def test_no_data_field(raw_http):

@@ -54,7 +54,7 @@ pub fn decode(
         return decode_raw(state, model_name, version, body);
     }
     let max_depth = state.limits.max_json_depth;
-    let doc = json::parse_lazy_data(&body[..json_len], max_depth).map_err(json_error)?;
+    let doc = json::parse_lazy_data(&body[..json_len], max_depth).map_err(body_json_error)?;
     let binary = body.slice(json_len..);
     let limits = JsonLimits {
         max_depth,
@@ -70,7 +70,9 @@ struct JsonLimits {
     max_input_bytes: u64,
 }
 
-fn json_error(e: JsonError) -> Error {
+/// A request body that is not JSON: syntax errors are INTERNAL in Triton (500); nesting beyond
+/// the sidecar's limit is the client's error (400).
+pub(crate) fn body_json_error(e: JsonError) -> Error {
     match e {
         JsonError::TooDeep { .. } => Error::invalid_arg(e.request_message()),
         JsonError::Syntax { .. } => Error::internal(e.request_message()),
@@ -90,12 +92,6 @@ fn decode_json(
     binary: Bytes,
     limits: JsonLimits,
 ) -> Result<InferRequest> {
-    if !matches!(doc, Value::Object(_)) {
-        return Err(parse_err(
-            "inputs",
-            "attempt to access JSON non-object as object",
-        ));
-    }
     let mut request = InferRequest {
         model_name: model.to_string(),
         model_version: version.to_string(),
@@ -109,39 +105,15 @@ fn decode_json(
         request.parameters = parameters;
         request.default_binary = binary_output;
     }
-    let Some(Value::Array(inputs)) = doc.get("inputs") else {
-        return Err(parse_err(
-            "inputs",
-            "attempt to access JSON non-array as array",
-        ));
-    };
+    let inputs = member_array(doc, "inputs")?;
     let mut offset = 0usize;
     for input in inputs {
-        let name = string(input.get("name").unwrap_or(&Value::Null), "name")?;
-        let datatype = string(input.get("datatype").unwrap_or(&Value::Null), "datatype")?;
-        let shape = shape(input.get("shape"))?;
+        check_input_source(input)?;
+        let name = member_string(input, "name")?;
+        let datatype = member_string(input, "datatype")?;
+        let shape = shape(member_array(input, "shape")?)?;
         let params = tensor_parameters(input.get("parameters"))?;
         let data = input.get("data");
-        let mut set = Vec::new();
-        if data.is_some() {
-            set.push("'data'");
-        }
-        if params.binary_data_size.is_some() {
-            set.push("'binary_data_size'");
-        }
-        if params.shm_region.is_some() {
-            set.push("'shared_memory_region'");
-        }
-        if set.len() != 1 {
-            let which = if set.is_empty() {
-                "But no field is set".to_string()
-            } else {
-                format!("But set {}", set.join(" "))
-            };
-            return Err(Error::invalid_arg(format!(
-                "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. {which}"
-            )));
-        }
         if let Some(region) = params.shm_region {
             let offset = params.shm_offset.unwrap_or(0);
             let byte_size = params.shm_byte_size.unwrap_or(0);
@@ -174,26 +146,11 @@ fn decode_json(
             "unexpected additional input data for model '{model}'"
         )));
     }
-    if let Some(outputs) = doc.get("outputs") {
-        let Value::Array(outputs) = outputs else {
-            return Err(parse_err(
-                "outputs",
-                "attempt to access JSON non-array as array",
-            ));
-        };
-        for output in outputs {
-            let name = string(output.get("name").unwrap_or(&Value::Null), "name")?;
+    if doc.get("outputs").is_some() {
+        for output in member_array(doc, "outputs")? {
+            check_output_parameters(output)?;
+            let name = member_string(output, "name")?;
             let params = tensor_parameters(output.get("parameters"))?;
-            if params.shm_region.is_some() && params.binary_data == Some(true) {
-                return Err(Error::invalid_arg(
-                    "Output can't set both 'shared_memory_region' and 'binary_data'",
-                ));
-            }
-            if params.shm_region.is_some() && params.classification.unwrap_or(0) > 0 {
-                return Err(Error::invalid_arg(
-                    "Output can't set both 'shared_memory_region' and 'classification'",
-                ));
-            }
             let target = match params.shm_region {
                 Some(region) => {
                     let offset = params.shm_offset.unwrap_or(0);
@@ -223,13 +180,83 @@ fn string(v: &Value<'_>, field: &str) -> Result<String> {
     }
 }
 
-fn shape(v: Option<&Value<'_>>) -> Result<Vec<i64>> {
-    let Some(Value::Array(dims)) = v else {
-        return Err(parse_err(
-            "shape",
+/// A member Triton reads with `MemberAs*`: a missing one (or a holder that is not an object) is
+/// "non-existing", one of the wrong type a type error.
+fn member<'v, 'a>(holder: &'v Value<'a>, field: &str) -> Result<&'v Value<'a>> {
+    holder.get(field).ok_or_else(|| {
+        parse_err(
+            field,
+            &format!("attempt to access non-existing object member '{field}'"),
+        )
+    })
+}
+
+fn member_string(holder: &Value<'_>, field: &str) -> Result<String> {
+    string(member(holder, field)?, field)
+}
+
+fn member_array<'v, 'a>(holder: &'v Value<'a>, field: &str) -> Result<&'v [Value<'a>]> {
+    match member(holder, field)? {
+        Value::Array(items) => Ok(items),
+        _ => Err(parse_err(
+            field,
             "attempt to access JSON non-array as array",
-        ));
+        )),
+    }
+}
+
+/// Exactly one of `data`, `binary_data_size` and `shared_memory_region` (Triton checks this
+/// before anything else of an input, on whatever the input is).
+fn check_input_source(input: &Value<'_>) -> Result<()> {
+    let params = input.get("parameters");
+    let has = |key: &str| params.is_some_and(|p| p.get(key).is_some());
+    let set: Vec<&str> = [
+        (input.get("data").is_some(), "'data'"),
+        (has("binary_data_size"), "'binary_data_size'"),
+        (has("shared_memory_region"), "'shared_memory_region'"),
+    ]
+    .into_iter()
+    .filter_map(|(present, name)| present.then_some(name))
+    .collect();
+    if set.len() == 1 {
+        return Ok(());
+    }
+    let which = if set.is_empty() {
+        "But no field is set".to_string()
+    } else {
+        format!("But set {}", set.join(" "))
     };
+    Err(Error::invalid_arg(format!(
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. {which}"
+    )))
+}
+
+/// An output may not go to shared memory and also be classified or sent as binary data
+/// (checked, as Triton does, before the output's name).
+fn check_output_parameters(output: &Value<'_>) -> Result<()> {
+    let Some(params) = output.get("parameters") else {
+        return Ok(());
+    };
+    if params.get("shared_memory_region").is_none() {
+        return Ok(());
+    }
+    if params.get("classification").is_some() {
+        return Err(Error::invalid_arg(
+            "Output can't set both 'shared_memory_region' and 'classification'",
+        ));
+    }
+    match params.get("binary_data") {
+        Some(Value::Bool(true)) => Err(Error::invalid_arg(
+            "Output can't set both 'shared_memory_region' and 'binary_data'",
+        )),
+        Some(Value::Bool(false)) | None => Ok(()),
+        Some(_) => Err(Error::internal(
+            "Unable to set 'binary_data': attempt to access JSON non-boolean as boolean",
+        )),
+    }
+}
+
+fn shape(dims: &[Value<'_>]) -> Result<Vec<i64>> {
     dims.iter()
         .map(|d| match d.as_u64() {
             Some(u) => i64::try_from(u).map_err(|_| {
@@ -264,6 +291,15 @@ fn json_data(
         )));
     }
     let count = element_count(shape, name)?;
+    if !matches!(
+        data,
+        None | Some(Value::Array(_) | Value::Raw(_) | Value::Decoded(..))
+    ) {
+        return Err(parse_err(
+            "data",
+            "attempt to access JSON non-array as array",
+        ));
+    }
     // The shape's size is checked before any element is read (Triton's order): a huge shape is
     // refused for what it claims, whatever `data` holds.
     if let Some(size) = crate::tensor::shape::byte_size(dt, count, name)?
@@ -282,20 +318,8 @@ fn json_data(
     }
     let raw: &[u8] = match data {
         Some(Value::Raw(raw) | Value::Decoded(raw, _)) => raw,
-        Some(Value::Array(items)) if items.is_empty() => b"[]",
-        Some(other) => {
-            // A scalar `data` is one element.
-            return match other {
-                Value::Null | Value::Object(_) => Err(parse_err(
-                    "data",
-                    "attempt to access JSON non-array as array",
-                )),
-                _ => Err(Error::internal(
-                    "Unable to parse 'data': Shape does not match true shape of 'data' field",
-                )),
-            };
-        }
-        None => b"[]",
+        // Only an empty array is held as a parsed one (see the check above).
+        Some(_) | None => b"[]",
     };
     json::data::decode(raw, dt, count, limits.max_depth)
         .map(Bytes::from)
@@ -310,7 +334,7 @@ fn json_data(
             DataError::TooFew => {
                 Error::internal("Failed to parse 'data' field: shape does not match true shape")
             }
-            DataError::Json(e) => json_error(e),
+            DataError::Json(e) => body_json_error(e),
         })
 }
 

@@ -16,9 +16,8 @@ const NOT_STRING: &str = "attempt to access JSON non-string as string";
 /// Parses request-level parameters; returns them and the `binary_data_output` flag.
 pub fn parse_request_parameters(value: &Value<'_>) -> Result<(Parameters, bool)> {
     let Value::Object(members) = value else {
-        return Err(type_err(
-            "parameters",
-            "attempt to access JSON non-object as object",
+        return Err(Error::internal(
+            "failed to get request params.: attempt to get members for non-object",
         ));
     };
     let mut params = Parameters::default();
@@ -63,7 +62,7 @@ pub fn parse_request_parameters(value: &Value<'_>) -> Result<(Parameters, bool)>
                     Value::String(s) => ParamValue::String(String::from_utf8_lossy(s).into_owned()),
                     _ => {
                         return Err(Error::invalid_arg(format!(
-                            "parameter '{key}' has invalid type. It should be either 'int', 'bool', 'string' or 'double'"
+                            "parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
                         )));
                     }
                 };

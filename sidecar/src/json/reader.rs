@@ -230,12 +230,25 @@ impl<'a> Parser<'a> {
     }
 
     fn literal(&mut self, text: &[u8], value: Value<'a>) -> Result<Value<'a>, JsonError> {
-        if self.buf[self.pos..].starts_with(text) {
-            self.pos += text.len();
+        // The first character chose the word; an error is reported where the word stops
+        // matching, as rapidjson reports it.
+        self.pos += 1;
+        if self.consume(&text[1..]) {
             Ok(value)
         } else {
             Err(self.err("Invalid value."))
         }
+    }
+
+    /// Moves past as much of `expected` as the input matches; whether it matched all of it.
+    fn consume(&mut self, expected: &[u8]) -> bool {
+        for &byte in expected {
+            if self.peek() != Some(byte) {
+                return false;
+            }
+            self.pos += 1;
+        }
+        true
     }
 
     fn check_depth(&self, depth: u32) -> Result<(), JsonError> {
@@ -542,13 +555,21 @@ impl<'a> Parser<'a> {
         if negative {
             self.pos += 1;
         }
+        // rapidjson (with its NaN/Inf flag) takes `Inf` as well as `Infinity`, and, like it, a
+        // word that stops matching is reported where it stops.
         match self.peek() {
-            Some(b'N') if self.buf[self.pos..].starts_with(b"NaN") => {
-                self.pos += 3;
-                return Ok(Number::Float(f64::NAN));
+            Some(b'N') => {
+                self.pos += 1;
+                if self.consume(b"aN") {
+                    return Ok(Number::Float(f64::NAN));
+                }
+                return Err(self.err("Invalid value."));
             }
-            Some(b'I') if self.buf[self.pos..].starts_with(b"Infinity") => {
-                self.pos += 8;
+            Some(b'I') => {
+                self.pos += 1;
+                if !self.consume(b"nf") || (self.peek() == Some(b'i') && !self.consume(b"inity")) {
+                    return Err(self.err("Invalid value."));
+                }
                 return Ok(Number::Float(if negative {
                     f64::NEG_INFINITY
                 } else {
@@ -564,10 +585,8 @@ impl<'a> Parser<'a> {
         match self.peek() {
             Some(b'0') => self.pos += 1,
             Some(b'1'..=b'9') => mantissa = self.digits(0),
-            _ => {
-                self.pos = start;
-                return Err(self.err("Invalid value."));
-            }
+            // Reported after the sign, where rapidjson stops.
+            _ => return Err(self.err("Invalid value.")),
         }
         let int_digits = self.pos - int_start;
         let mut fraction_digits = 0;
@@ -575,7 +594,7 @@ impl<'a> Parser<'a> {
         if self.peek() == Some(b'.') {
             self.pos += 1;
             if !matches!(self.peek(), Some(b'0'..=b'9')) {
-                return Err(self.err("Missing fraction part in number."));
+                return Err(self.err("Miss fraction part in number."));
             }
             let fraction_start = self.pos;
             mantissa = self.digits(mantissa);
@@ -590,7 +609,7 @@ impl<'a> Parser<'a> {
                 self.pos += 1;
             }
             if !matches!(self.peek(), Some(b'0'..=b'9')) {
-                return Err(self.err("Missing exponent in number."));
+                return Err(self.err("Miss exponent in number."));
             }
             let exponent_start = self.pos;
             let e = self.digits(0);
@@ -814,6 +833,28 @@ mod tests {
                 offset: 3
             }
         );
+        // Offsets and texts as Triton's rapidjson reports them (checked against Triton 2.51):
+        // a word is reported where it stops matching, a sign without digits after the sign.
+        for (text, message, offset) in [
+            ("[not]", "Invalid value.", 2),
+            ("[nul]", "Invalid value.", 4),
+            ("[tru]", "Invalid value.", 4),
+            ("[fals]", "Invalid value.", 5),
+            ("[Nax]", "Invalid value.", 3),
+            ("[Infin]", "Invalid value.", 6),
+            ("[-x]", "Invalid value.", 2),
+            ("[1.]", "Miss fraction part in number.", 3),
+            ("[1.5e+]", "Miss exponent in number.", 6),
+        ] {
+            assert_eq!(
+                p(text).unwrap_err(),
+                JsonError::Syntax { message, offset },
+                "{text}"
+            );
+        }
+        for (text, infinity) in [("Inf", f64::INFINITY), ("-Inf", f64::NEG_INFINITY)] {
+            assert!(matches!(p(text).unwrap(), Value::Number(Number::Float(f)) if f == infinity));
+        }
         assert!(p("1.").is_err());
         assert!(p("1e").is_err());
         assert!(p("01").is_err());
