@@ -10,6 +10,7 @@ pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod json;
+pub mod log_update;
 pub mod metrics;
 pub mod server;
 pub mod shm;

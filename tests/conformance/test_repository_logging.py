@@ -108,3 +108,46 @@ def test_logging_grpc(grpc_client):
     finally:
         grpc_client.update_log_settings({"log_verbose_level": original})
     assert grpc_client.get_log_settings().settings["log_verbose_level"].uint32_param == original
+
+
+@pytest.fixture
+def restore_logging(raw_http):
+    before = raw_http("GET", "/v2/logging").json()
+    yield before
+    restore = {k: v for k, v in before.items() if k != "log_file"}
+    assert raw_http("POST", "/v2/logging", json.dumps(restore)).status == 200
+    assert raw_http("GET", "/v2/logging").json() == before
+
+
+@pytest.mark.parametrize("body", [b'{"no_such_setting":1}', b"[]", b"null", b'{"log_info":null}',
+                                  b'{"log_file":null}'])
+def test_logging_ignores_what_it_does_not_know(raw_http, restore_logging, body):
+    # Triton looks up each setting it knows by name: anything else, and nulls, change nothing.
+    resp = raw_http("POST", "/v2/logging", body)
+    assert resp.status == 200, resp
+    assert resp.json() == restore_logging
+
+
+def test_logging_settings_before_an_invalid_one_stay(raw_http, restore_logging):
+    # Triton applies log_warning before it reads log_format, whatever the order in the body.
+    flipped = not restore_logging["log_warning"]
+    resp = raw_http("POST", "/v2/logging", json.dumps({"log_format": "xml", "log_warning": flipped}))
+    assert resp.status == 503, resp
+    assert resp.json() == {"error": "invalid argument for --log_format, got: xml"}
+    assert raw_http("GET", "/v2/logging").json()["log_warning"] is flipped
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("log_info", {"uint32_param": 1}, "expect boolean for 'log_info'"),
+    ("log_verbose_level", {"bool_param": True}, "expect int32 for 'log_verbose_level'"),
+    ("log_format", {"uint32_param": 3}, "expect string for 'log_format'"),
+    ("log_format", {"string_param": "xml"}, "invalid argument for log_format, got: xml"),
+    ("log_error", {}, "expect boolean for 'log_error'"),
+])
+def test_logging_grpc_invalid(grpc_stub, raw_http, restore_logging, key, value, message):
+    req = service_pb2.LogSettingsRequest()
+    req.settings[key].CopyFrom(service_pb2.LogSettingsRequest.SettingValue(**value))
+    req.settings["no_such_setting"].bool_param = True
+    with pytest.raises(Exception) as info:
+        grpc_stub.LogSettings(req)
+    assert (info.value.code().name, info.value.details()) == ("INVALID_ARGUMENT", message)

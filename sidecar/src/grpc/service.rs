@@ -20,7 +20,7 @@ use crate::core::model::Model;
 use crate::core::pipeline;
 use crate::core::stats::Duration2;
 use crate::error::Error;
-use crate::http::{LogValue, apply_log_setting};
+use crate::log_update::{self, Front, LogValue};
 use crate::state::SharedState;
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -437,19 +437,20 @@ impl GrpcInferenceService for Inference {
     ) -> Reply<LogSettingsResponse> {
         use log_settings_request::setting_value::ParameterChoice as In;
         use log_settings_response::setting_value::ParameterChoice as Out;
-        let r = request.into_inner();
-        if !r.settings.is_empty() {
+        let mut given = request.into_inner().settings;
+        if !given.is_empty() {
             let mut settings = self.state.log.get();
-            for (key, value) in r.settings {
-                let v = match value.parameter_choice {
+            let result = log_update::update(&mut settings, Front::Grpc, |key| {
+                given.remove(key).map(|value| match value.parameter_choice {
                     Some(In::BoolParam(b)) => LogValue::Bool(b),
-                    Some(In::Uint32Param(u)) => LogValue::Uint(u),
+                    Some(In::Uint32Param(u)) => LogValue::Uint(u.into()),
                     Some(In::StringParam(s)) => LogValue::String(s),
                     None => LogValue::Other,
-                };
-                apply_log_setting(&mut settings, &key, v)?;
-            }
+                })
+            });
+            // What was applied before an invalid setting stays applied, as in Triton.
             self.state.log.set(settings);
+            result?;
         }
         let s = self.state.log.get();
         let entry = |c: Out| log_settings_response::SettingValue {

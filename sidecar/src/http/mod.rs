@@ -9,8 +9,6 @@ mod params;
 mod routes;
 pub mod serve;
 
-pub use routes::{LogValue, apply_log_setting};
-
 use axum::Router;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};

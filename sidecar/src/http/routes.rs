@@ -15,6 +15,7 @@ use crate::core::pipeline;
 use crate::core::stats::{Duration2, Snapshot};
 use crate::error::{Error, Result};
 use crate::json::{self, Value};
+use crate::log_update::{self, Front, LogValue};
 use crate::state::SharedState;
 use crate::telemetry::LogSettings;
 
@@ -410,68 +411,30 @@ async fn logging_get(State(st): State<SharedState>) -> Response {
     json_ok(&logging_json(&st.log.get()))
 }
 
-/// Applies one log setting; shared with gRPC `LogSettings`.
-pub fn apply_log_setting(settings: &mut LogSettings, key: &str, value: LogValue) -> Result<()> {
-    // Wrong JSON types are INTERNAL in Triton's HTTP front end (its JSON helper's error code).
-    let bad = |expected: &str| {
-        Error::internal(format!(
-            "attempt to access JSON non-{expected} as {expected}"
-        ))
-    };
-    match (key, value) {
-        ("log_file", _) => {
-            return Err(Error::unsupported(
-                "log file location can not be updated through network protocol",
-            ));
-        }
-        ("log_info", LogValue::Bool(b)) => settings.log_info = b,
-        ("log_warning", LogValue::Bool(b)) => settings.log_warning = b,
-        ("log_error", LogValue::Bool(b)) => settings.log_error = b,
-        ("log_info" | "log_warning" | "log_error", _) => return Err(bad("boolean")),
-        ("log_verbose_level", LogValue::Uint(v)) => settings.log_verbose_level = v,
-        ("log_verbose_level", _) => return Err(bad("unsigned-integer")),
-        ("log_format", LogValue::String(s)) if s == "default" || s == "ISO8601" => {
-            settings.log_format = s
-        }
-        ("log_format", _) => {
-            return Err(Error::invalid_arg(
-                "expect 'log_format' to be 'default' or 'ISO8601'",
-            ));
-        }
-        _ => return Err(Error::invalid_arg(format!("unknown log setting '{key}'"))),
-    }
-    Ok(())
-}
-
-pub enum LogValue {
-    Bool(bool),
-    Uint(u32),
-    String(String),
-    Other,
-}
-
 async fn logging_post(State(st): State<SharedState>, body: Body) -> Response {
     let result = async {
         let raw = read_body(body, 1 << 20, None, st.limits.http_body_timeout()).await?;
-        let doc = json::parse(&raw, 16).map_err(|e| Error::invalid_arg(e.request_message()))?;
-        let Value::Object(members) = &doc else {
-            return Err(Error::invalid_arg("expected a JSON object of log settings"));
+        // An empty body changes nothing; neither does anything but an object (Triton looks each
+        // setting up by name and finds none).
+        let doc = if raw.iter().all(u8::is_ascii_whitespace) {
+            Value::Null
+        } else {
+            json::parse(&raw, 16).map_err(infer::body_json_error)?
         };
         let mut settings = st.log.get();
-        for (key, v) in members {
-            let value = match v {
+        let result = log_update::update(&mut settings, Front::Rest, |key| {
+            doc.get(key).map(|v| match v {
+                Value::Null => LogValue::Null,
                 Value::Bool(b) => LogValue::Bool(*b),
-                Value::Number(json::Number::Uint(u)) => {
-                    u32::try_from(*u).map_or(LogValue::Other, LogValue::Uint)
-                }
+                Value::Number(json::Number::Uint(u)) => LogValue::Uint(*u),
                 Value::String(s) => LogValue::String(String::from_utf8_lossy(s).into_owned()),
                 _ => LogValue::Other,
-            };
-            apply_log_setting(&mut settings, &String::from_utf8_lossy(key), value)?;
-        }
+            })
+        });
+        // What was applied before an invalid setting stays applied, as in Triton.
         st.log.set(settings.clone());
         tracing::info!(level = settings.filter(), "log settings changed");
-        Ok(json_ok(&logging_json(&settings)))
+        result.map(|()| json_ok(&logging_json(&settings)))
     }
     .await;
     respond(result)
@@ -481,6 +444,11 @@ async fn optional_json(body: Body, stall: std::time::Duration) -> Result<Option<
     let raw = read_body(body, 64 << 20, None, stall).await?;
     if raw.iter().all(|b| b.is_ascii_whitespace()) {
         return Ok(None);
+    }
+    // Syntax errors in rapidjson's words and offsets, as the infer route gives them. Past
+    // serde's own nesting limit (128) the reader stops, and serde answers a bomb.
+    if let Err(e @ json::JsonError::Syntax { .. }) = json::parse(&raw, 128) {
+        return Err(Error::internal(e.request_message()));
     }
     serde_json::from_slice(&raw)
         .map(Some)
