@@ -217,3 +217,35 @@ def test_many_errors_then_good(grpc_stub):
         for req in (bad, unknown):
             with pytest.raises(Exception):
                 grpc_stub.ModelInfer(req)
+
+
+@pytest.mark.parametrize("version,message", [
+    ("abc", "failed to get model version from specified version string 'abc' (details: stol), version should "
+            "be an integral value > 0"),
+    ("-1", "invalid model version specified '-1' , version should be an integral value > 0"),
+])
+def test_version_string_texts(grpc_stub, version, message):
+    req = simple_request()
+    req.model_version = version
+    expect(grpc_stub, req, "INVALID_ARGUMENT", message)
+
+
+def test_version_string_read_as_stol(grpc_stub):
+    # Triton reads the version with std::stol: leading blanks and a sign pass, trailing text is ignored.
+    for version in (" 1", "+1", "1abc"):
+        req = simple_request()
+        req.model_version = version
+        assert grpc_stub.ModelInfer(req, timeout=30).model_name == "simple", version
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("custom", {"uint64_param": 5},
+     "invalid value type for 'custom' parameter, expected int64_param, bool_param, or string_param."),
+    ("priority", {"int64_param": -1}, "invalid value for 'priority', expected value >= 0."),
+    ("priority", {"bool_param": True},
+     "invalid value type for 'priority' parameter, expected int64_param or uint64_param."),
+])
+def test_request_parameter_texts(grpc_stub, key, value, message):
+    req = simple_request()
+    req.parameters[key].CopyFrom(service_pb2.InferParameter(**value))
+    expect(grpc_stub, req, "INVALID_ARGUMENT", message)

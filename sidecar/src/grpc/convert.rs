@@ -124,8 +124,11 @@ fn request_parameters(params: &HashMap<String, InferParameter>) -> Result<Parame
                     "invalid value type for '{key}' parameter, expected bool_param."
                 )));
             }
-            ("priority", Some(ParameterChoice::Int64Param(v))) if v >= 0 => {
-                ParamValue::Uint(v as u64)
+            ("priority", Some(ParameterChoice::Int64Param(v))) => {
+                let v = u64::try_from(v).map_err(|_| {
+                    Error::invalid_arg("invalid value for 'priority', expected value >= 0.")
+                })?;
+                ParamValue::Uint(v)
             }
             ("priority", Some(ParameterChoice::Uint64Param(v))) => ParamValue::Uint(v),
             ("priority", _) => {
@@ -133,9 +136,8 @@ fn request_parameters(params: &HashMap<String, InferParameter>) -> Result<Parame
                     "invalid value type for 'priority' parameter, expected int64_param or uint64_param.",
                 ));
             }
-            ("timeout", Some(ParameterChoice::Int64Param(v))) if v >= 0 => {
-                ParamValue::Uint(v as u64)
-            }
+            // Triton takes a negative timeout as the unsigned number of the same bits.
+            ("timeout", Some(ParameterChoice::Int64Param(v))) => ParamValue::Uint(v as u64),
             ("timeout", _) => {
                 return Err(Error::invalid_arg(
                     "invalid value type for 'timeout' parameter, expected int64_param.",
@@ -155,7 +157,7 @@ fn request_parameters(params: &HashMap<String, InferParameter>) -> Result<Parame
             (_, Some(ParameterChoice::DoubleParam(d))) => ParamValue::Double(d),
             (k, _) => {
                 return Err(Error::invalid_arg(format!(
-                    "invalid value type for '{k}' parameter, expected int64_param, bool_param, string_param or double_param."
+                    "invalid value type for '{k}' parameter, expected int64_param, bool_param, or string_param."
                 )));
             }
         };
