@@ -222,6 +222,27 @@ def test_header_length_not_a_number(raw_http):
     assert resp.json() == {"error": "Unable to parse Inference-Header-Content-Length, got: abc"}
 
 
+@pytest.mark.triton251_differs("an Inference-Header-Content-Length out of int32's range is not reported as such "
+                               "(current source: std::stoi's out_of_range)")
+def test_header_length_out_of_range(raw_http):
+    body, headers = binary_body({"inputs": [bin_input("INPUT0"), bin_input("INPUT1")]}, A, B)
+    headers["Inference-Header-Content-Length"] = "2147483648"
+    resp = raw_http("POST", "/v2/models/simple/infer", body, headers)
+    assert resp.status == 400, resp
+    assert resp.json() == {"error": "Unable to parse Inference-Header-Content-Length, value is out of range "
+                                    "[ -2147483648, 2147483647 ], got: 2147483648"}
+
+
+def test_header_length_read_as_stoi(raw_http):
+    # std::stoi: leading blanks and a sign pass, what follows the digits is ignored.
+    body, headers = binary_body({"inputs": [bin_input("INPUT0"), bin_input("INPUT1")]}, A, B)
+    length = headers["Inference-Header-Content-Length"]
+    for text in (f" {length}", f"+{length}", f"{length}abc"):
+        headers["Inference-Header-Content-Length"] = text
+        resp = raw_http("POST", "/v2/models/simple/infer", body, headers)
+        assert resp.status == 200, (text, resp)
+
+
 def test_header_length_cut_inside_json(raw_http):
     body, headers = binary_body({"inputs": [bin_input("INPUT0"), bin_input("INPUT1")]}, A, B)
     headers["Inference-Header-Content-Length"] = "20"
@@ -242,6 +263,14 @@ def test_raw_request_single_input_model(raw_http):
         {"name": "OUTPUT0", "datatype": "FP32", "shape": [16], "parameters": {"binary_data_size": 64}}
     ]
     np.testing.assert_array_equal(np.frombuffer(tail, np.float32), x)
+
+
+def test_raw_request_of_the_wrong_size(raw_http):
+    # Triton calls the input of a raw body 'raw_input' in its size errors.
+    resp = raw_http("POST", "/v2/models/identity_fp32/infer", b"abcde", {"Inference-Header-Content-Length": "0"})
+    assert resp.status == 400, resp
+    assert resp.json() == {"error": "[request id: <id_unknown>] input byte size mismatch for input 'raw_input' for "
+                                    "model 'identity_fp32'. Expected 4, got 5"}
 
 
 def test_raw_request_two_input_model(raw_http):

@@ -122,6 +122,20 @@ def test_syntax_error_where_rapidjson_stops(raw_http, path, body, offset):
                  f"failed to parse the request JSON buffer: Invalid value. at {offset}")
 
 
+def test_nul_ends_the_json(raw_http):
+    # rapidjson reads a NUL byte as the end of the input.
+    doc = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [1]}]}).encode()
+    path = "/v2/models/identity_fp32/infer"
+    assert_error(raw_http("POST", path, b"\0" + doc), 500,
+                 "failed to parse the request JSON buffer: The document is empty. at 0")
+    assert raw_http("POST", path, doc + b"\0 anything").status == 200
+    at = doc.index(b"INPUT0") + 3
+    assert_error(raw_http("POST", path, doc[:at] + b"\0" + doc[at:]), 500,
+                 f"failed to parse the request JSON buffer: Missing a closing quotation mark in string. at {at}")
+    assert_error(raw_http("POST", path, doc[:at] + b"\t" + doc[at:]), 500,
+                 f"failed to parse the request JSON buffer: Invalid escape character in string. at {at}")
+
+
 def test_inf_is_infinity(raw_http):
     doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": ["__INF__"]}]}
     body = json.dumps(doc).replace('["__INF__"]', "[Inf,-Inf]")

@@ -3,6 +3,7 @@
 //! ties them together. The HTTP and gRPC front ends translate their wire forms into these types.
 
 pub mod classify;
+pub mod cxx_number;
 pub mod input_order;
 pub mod model;
 pub mod params;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use super::cxx_number;
 use super::model::Model;
 use crate::error::{Error, Result};
 
@@ -40,36 +41,21 @@ pub struct Repository {
     loader: Arc<dyn ModelLoader>,
 }
 
-/// Parses a requested version: empty is "latest" (`None`). Read as Triton reads it, with C++'s
-/// `std::stol`: leading whitespace and a sign allowed, anything after the digits ignored.
+/// Parses a requested version: empty is "latest" (`None`). Read as Triton reads it, with
+/// `std::stol` (see [`cxx_number`]).
 pub fn parse_version(version: &str) -> Result<Option<i64>> {
     if version.is_empty() {
         return Ok(None);
     }
-    match stol(version) {
-        Some(v) if v >= 0 => Ok(Some(v)),
-        Some(_) => Err(Error::invalid_arg(format!(
+    match cxx_number::stol(version) {
+        Ok(v) if v >= 0 => Ok(Some(v)),
+        Ok(_) => Err(Error::invalid_arg(format!(
             "invalid model version specified '{version}' , version should be an integral value > 0"
         ))),
-        None => Err(Error::invalid_arg(format!(
+        Err(_) => Err(Error::invalid_arg(format!(
             "failed to get model version from specified version string '{version}' (details: stol), version should be an integral value > 0"
         ))),
     }
-}
-
-/// `std::stol(text)`; `None` where it throws (no digits, or out of range).
-fn stol(text: &str) -> Option<i64> {
-    let text = text.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
-    let (sign, rest) = match text.as_bytes().first() {
-        Some(b'-') => ("-", &text[1..]),
-        Some(b'+') => ("", &text[1..]),
-        _ => ("", text),
-    };
-    let digits = &rest[..rest.bytes().take_while(u8::is_ascii_digit).count()];
-    if digits.is_empty() {
-        return None;
-    }
-    format!("{sign}{digits}").parse().ok()
 }
 
 fn unknown(message: String) -> Error {

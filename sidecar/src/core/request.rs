@@ -53,6 +53,9 @@ pub struct InferRequest {
     pub outputs: Vec<RequestedOutput>,
     /// REST `binary_data_output`: the kind of outputs returned when none are listed.
     pub default_binary: bool,
+    /// A REST body that was the one input's bytes, with no JSON: Triton names that input
+    /// `raw_input` in its size and datatype errors.
+    pub raw_input: bool,
 }
 
 /// A successful inference. `outputs` is aligned with `requested`.

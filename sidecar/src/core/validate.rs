@@ -126,7 +126,15 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
         )));
     }
 
-    // Each input's datatype, shape and size, in the same order.
+    // Each input's datatype, shape and size, in the same order. (Triton's messages call the
+    // input of a raw REST body `raw_input`.)
+    let shown = |input: &InputTensor| -> String {
+        if request.raw_input {
+            "raw_input".to_string()
+        } else {
+            input.name.clone()
+        }
+    };
     let mut inputs: Vec<Option<InputTensor>> = request.inputs.into_iter().map(Some).collect();
     let mut checked: Vec<Option<(Tensor, Option<ShmTarget>)>> =
         (0..inputs.len()).map(|_| None).collect();
@@ -159,7 +167,7 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
                 if expected != got {
                     return Err(Error::invalid_arg(format!(
                         "{prefix}input byte size mismatch for input '{}' for model '{m}'. Expected {expected}, got {got}",
-                        input.name
+                        shown(&input)
                     )));
                 }
             }
@@ -171,7 +179,7 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
                 } else {
                     count
                 };
-                check_bytes_elements(&input.data, count, &input.name, m, &prefix)?
+                check_bytes_elements(&input.data, count, &shown(&input), m, &prefix)?
             }
         }
         checked[i] = Some((

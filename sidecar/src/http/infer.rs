@@ -9,6 +9,7 @@ use infergate_proto::DataType;
 use super::body::Chunks;
 use super::compression::{self, Encoding};
 use super::params::{parse_request_parameters, tensor_parameters};
+use crate::core::cxx_number::{self, CxxParseError};
 use crate::core::model::Model;
 use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
 use crate::error::{Error, Result};
@@ -30,19 +31,26 @@ pub fn decode(
     let header_length = match headers.get(HEADER_LENGTH) {
         None => None,
         Some(v) => {
-            let text = v.to_str().unwrap_or("");
-            let n: i64 = text
-                .trim()
-                .parse::<i32>()
-                .map_err(|_| {
-                    Error::invalid_arg(format!(
+            let text = String::from_utf8_lossy(v.as_bytes());
+            // Read with std::stoi, as Triton reads it.
+            let n = match cxx_number::stoi(&text) {
+                Ok(n) => i64::from(n),
+                Err(CxxParseError::Invalid) => {
+                    return Err(Error::invalid_arg(format!(
                         "Unable to parse Inference-Header-Content-Length, got: {text}"
-                    ))
-                })?
-                .into();
+                    )));
+                }
+                Err(CxxParseError::OutOfRange) => {
+                    return Err(Error::invalid_arg(format!(
+                        "Unable to parse Inference-Header-Content-Length, value is out of range [ {}, {} ], got: {text}",
+                        i32::MIN,
+                        i32::MAX
+                    )));
+                }
+            };
             if n < 0 || n as u64 > body.len() as u64 {
                 return Err(Error::invalid_arg(format!(
-                    "inference header size should be in range (0, {}), got: {n}",
+                    "inference header size should be in range (0, {}), got: {text}",
                     body.len()
                 )));
             }
@@ -362,6 +370,7 @@ fn decode_raw(
         inputs: vec![input],
         outputs,
         default_binary: true,
+        raw_input: true,
         ..Default::default()
     })
 }

@@ -157,12 +157,18 @@ impl<'a> Value<'a> {
 
 /// Parses a whole document.
 pub fn parse(buf: &[u8], max_depth: u32) -> Result<Value<'_>, JsonError> {
-    Parser::new(buf, max_depth, false).document()
+    Parser::new(up_to_nul(buf), max_depth, false).document()
+}
+
+/// rapidjson reads a NUL byte as the end of the input: what follows it is never seen (a body
+/// that starts with one is empty, a string cut by one misses its closing quote).
+fn up_to_nul(buf: &[u8]) -> &[u8] {
+    &buf[..memchr::memchr(0, buf).unwrap_or(buf.len())]
 }
 
 /// Parses a whole document, keeping every array under a `data` key as [`Value::Raw`].
 pub fn parse_lazy_data(buf: &[u8], max_depth: u32) -> Result<Value<'_>, JsonError> {
-    Parser::new(buf, max_depth, true).document()
+    Parser::new(up_to_nul(buf), max_depth, true).document()
 }
 
 pub(crate) struct Parser<'a> {
@@ -424,7 +430,7 @@ impl<'a> Parser<'a> {
                     return Ok(Cow::Borrowed(s));
                 }
                 b'\\' => break,
-                c if c < 0x20 => return Err(self.err("Invalid encoding in string.")),
+                c if c < 0x20 => return Err(self.err("Invalid escape character in string.")),
                 _ => self.pos += 1,
             }
         }
@@ -442,7 +448,7 @@ impl<'a> Parser<'a> {
                     self.pos += 1;
                     self.escape(&mut out)?;
                 }
-                c if c < 0x20 => return Err(self.err("Invalid encoding in string.")),
+                c if c < 0x20 => return Err(self.err("Invalid escape character in string.")),
                 c => {
                     out.push(c);
                     self.pos += 1;
@@ -855,6 +861,23 @@ mod tests {
         for (text, infinity) in [("Inf", f64::INFINITY), ("-Inf", f64::NEG_INFINITY)] {
             assert!(matches!(p(text).unwrap(), Value::Number(Number::Float(f)) if f == infinity));
         }
+        for (text, message, offset) in [
+            ("\0{}", "The document is empty.", 0),
+            (
+                "[\"a\0\"]",
+                "Missing a closing quotation mark in string.",
+                3,
+            ),
+            ("[\"a\u{1}\"]", "Invalid escape character in string.", 3),
+            ("[1,\0]", "Invalid value.", 3),
+        ] {
+            assert_eq!(
+                p(text).unwrap_err(),
+                JsonError::Syntax { message, offset },
+                "{text:?}"
+            );
+        }
+        assert!(p("{}\0 trailing bytes rapidjson never reads").is_ok());
         assert!(p("1.").is_err());
         assert!(p("1e").is_err());
         assert!(p("01").is_err());
