@@ -246,6 +246,25 @@ def test_nan_values(http_client, grpc_client, transport):
     assert sorted(got) == sorted(["1.000000:0", "nan:1", "3.000000:2", "-nan:3", "2.000000:4"])
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_ties_beyond_sixteen_classes(http_client, grpc_client, transport):
+    """Triton orders classes with std::sort, which is not stable: past 16 elements equal values
+    come out in the order its introsort leaves them, not by index (this is Triton's answer)."""
+    data = np.array([i % 3 for i in range(20)], np.int32)
+    shape, got = classify(transport, http_client, grpc_client, "identity_int32", data, "INT32", 20)
+    assert shape == [20]
+    assert got == ["2:2", "2:17", "2:5", "2:14", "2:8", "2:11", "1:10", "1:19", "1:16", "1:13", "1:7",
+                   "1:4", "1:1", "0:0", "0:9", "0:12", "0:6", "0:15", "0:3", "0:18"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_nan_where_the_sort_leaves_it(http_client, grpc_client, transport):
+    """NaN compares false with everything; std::sort's insertion sort leaves a leading NaN first."""
+    data = np.array([np.nan, 1e10, -np.inf, 0.0], np.float64)
+    shape, got = classify(transport, http_client, grpc_client, "identity_fp64", data, "FP64", 4)
+    assert got == ["nan:0", "10000000000.000000:1", "0.000000:3", "-inf:2"]
+
+
 INT_CASES = {
     "INT8": [-5, 3, 127, -128, 3],
     "INT16": [-300, 32767, -32768, 0],

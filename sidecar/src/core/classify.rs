@@ -2,11 +2,10 @@
 //! batching models, as `"<value>:<index>[:<label>]"` BYTES elements, formatted the way Triton's
 //! C++ (`std::to_string`) formats them.
 
-use std::cmp::Ordering;
-
 use bytes::Bytes;
 use infergate_proto::DataType;
 
+use super::cxx_sort;
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, bytes_elements, le_elements};
 
@@ -39,12 +38,9 @@ pub fn classify(
         let row_values = &values[row * per_row..(row + 1) * per_row];
         order.clear();
         order.extend(0..per_row);
-        // Descending value, ties by ascending index (a stable sort keeps index order); NaN last.
-        order.sort_by(|&a, &b| {
-            row_values[b]
-                .partial_cmp(&row_values[a])
-                .unwrap_or_else(|| nan_last(&row_values[a], &row_values[b]))
-        });
+        // Triton's order: std::sort with `value[a] > value[b]`, which is not stable (equal
+        // values and NaN end where its algorithm leaves them), so the same algorithm.
+        cxx_sort::sort(&mut order, |&a, &b| row_values[a] > row_values[b]);
         for &index in &order[..take] {
             let mut text = row_values[index].to_string();
             text.push(':');
@@ -75,12 +71,6 @@ enum Class {
     Int(i64),
     Uint(u64),
     Float(f64),
-}
-
-fn nan_last(a: &Class, b: &Class) -> Ordering {
-    let a_nan = matches!(a, Class::Float(f) if f.is_nan());
-    let b_nan = matches!(b, Class::Float(f) if f.is_nan());
-    a_nan.cmp(&b_nan)
 }
 
 impl std::fmt::Display for Class {
@@ -204,9 +194,11 @@ mod tests {
     fn float_formatting_and_nan() {
         let t = fp32(vec![4], &[f32::NAN, 1e10, f32::NEG_INFINITY, 1e-7]);
         let out = classify(&t, 4, false, None).unwrap();
+        // NaN compares false with everything, so the insertion sort leaves it first (Triton
+        // 2.51 answers the same).
         assert_eq!(
             strings(&out),
-            ["10000000000.000000:1", "0.000000:3", "-inf:2", "nan:0"]
+            ["nan:0", "10000000000.000000:1", "0.000000:3", "-inf:2"]
         );
     }
 

@@ -4,6 +4,7 @@
 
 pub mod classify;
 pub mod cxx_number;
+pub mod cxx_sort;
 pub mod input_order;
 pub mod model;
 pub mod params;
