@@ -7,8 +7,8 @@ keys and unique region names; the `pool` fixture unregisters those names and
 destroys the objects afterwards.
 
 Sidecar choices where Triton 2.51 differs (TRITON.md §12), marked
-``triton251_differs``: any registration offset works (not only page-aligned
-ones) and is applied once; keys made of slashes only and keys with the
+``triton251_differs``: a registration offset (a multiple of the page size, as
+Triton's mmap needs) is applied once; keys made of slashes only and keys with the
 python-backend prefix are rejected with 400; one key may back several
 regions; an offset + byte_size overflow in a tensor is reported; CUDA
 registration without a GPU answers "GPUs not supported" and `/v2` does not
@@ -648,31 +648,31 @@ def test_register_exactly_object_size(api, pool):
     np.testing.assert_array_equal(got["OUTPUT1"], DIFF)
 
 
+@pytest.mark.parametrize("offset,byte_size", [(100, 128), (37, 8), (4097, 64), (0, 0), (4096, 0)])
+def test_register_offset_inside_a_page_or_nothing(api, pool, offset, byte_size):
+    """Triton maps the region at its offset: one inside a page, or a size of 0, fails its mmap
+    with EINVAL, and Triton says so (TRITON.md §5.2)."""
+    _, key = pool.create(3 * 4096, "k")
+    name = pool.name("r")
+    assert api.register(name, key, byte_size, offset) == api.err(
+        400, "INVALID_ARGUMENT",
+        f"failed to register shared memory region '{name}': unable to process address spaceInvalid argument")
+    assert api.status(name) == api.err(404, "NOT_FOUND", f"Unable to find system shared memory region: '{name}'")
+
+
 @pytest.mark.triton251_differs(
-    "registration offsets must be page-aligned in 2.51: offset 100 -> 400 \"failed to register shared memory "
-    "region '<n>': unable to process address spaceInvalid argument\" (mmap EINVAL)")
-def test_register_unaligned_offset(api, pool):
-    """Any offset works (the sidecar maps from the page below): reads and writes land at offset + x."""
-    in_handle, in_key = pool.create(4096, "in", fill=0)
-    write(in_handle, A_BYTES + B_BYTES, offset=100)
-    out_handle, out_key = pool.create(256, "out", fill=SENTINEL)
-    in_name, out_name = pool.name("in"), pool.name("out")
-    assert api.register(in_name, in_key, 128, offset=100) is None
-    assert api.register(out_name, out_key, 150, offset=37) is None
-    assert api.status(in_name) == [{"name": in_name, "key": in_key, "offset": 100, "byte_size": 128}]
-    assert api.status(out_name) == [{"name": out_name, "key": out_key, "offset": 37, "byte_size": 150}]
-    got = api.infer_ok(shm_params(in_name, 64), shm_params(in_name, 64, 64),
-                       {"OUTPUT0": shm_params(out_name, 64), "OUTPUT1": shm_params(out_name, 64, 86)})
-    assert got == {"OUTPUT0": None, "OUTPUT1": None}
-    np.testing.assert_array_equal(read_i32(out_handle, 37), SUM)
-    np.testing.assert_array_equal(read_i32(out_handle, 37 + 86), DIFF)
-    assert read(out_handle, 37) == bytes([SENTINEL]) * 37
-    assert read(out_handle, 256 - 187, 187) == bytes([SENTINEL]) * (256 - 187)
+    "2.51 applies a page-multiple registration offset twice (TRITON.md §12): the region reads past its object")
+def test_register_bounds_are_the_regions(api, pool):
+    handle, key = pool.create(2 * 4096, "in", fill=0)
+    write(handle, A_BYTES + B_BYTES, offset=4096)
+    name = pool.name("in")
+    assert api.register(name, key, 128, offset=4096) is None
+    assert api.status(name) == [{"name": name, "key": key, "offset": 4096, "byte_size": 128}]
     # bounds are those of the region, not of the object
-    assert api.infer_err(shm_params(in_name, 64, 128), SIMPLE_B) == api.err(
-        400, "INVALID_ARGUMENT", f"Invalid offset for shared memory region: '{in_name}'")
-    assert api.infer_err(shm_params(in_name, 64, 65), SIMPLE_B) == api.err(
-        400, "INVALID_ARGUMENT", f"Invalid offset + byte size for shared memory region: '{in_name}'")
+    assert api.infer_err(shm_params(name, 64, 128), SIMPLE_B) == api.err(
+        400, "INVALID_ARGUMENT", f"Invalid offset for shared memory region: '{name}'")
+    assert api.infer_err(shm_params(name, 64, 65), SIMPLE_B) == api.err(
+        400, "INVALID_ARGUMENT", f"Invalid offset + byte size for shared memory region: '{name}'")
 
 
 @pytest.mark.triton251_differs(

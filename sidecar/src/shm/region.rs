@@ -8,6 +8,7 @@ use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 
 use bytes::Bytes;
+use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap, shm_open};
 use nix::sys::stat::{Mode, fstat};
@@ -71,6 +72,14 @@ pub fn validate_key(name: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
+/// Triton's words for a mapping that failed (`strerror` appended without a space, as it does).
+fn mmap_failed(name: &str, errno: Errno) -> Error {
+    Error::invalid_arg(format!(
+        "failed to register shared memory region '{name}': unable to process address space{}",
+        errno.desc()
+    ))
+}
+
 fn page_size() -> u64 {
     match nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE) {
         Ok(Some(n)) if n > 0 => n as u64,
@@ -79,8 +88,10 @@ fn page_size() -> u64 {
 }
 
 impl SystemRegion {
-    /// Opens `key` and maps `[offset, offset + byte_size)`. Any offset is accepted: the mapping
-    /// starts at the page boundary below it.
+    /// Opens `key` and maps `[offset, offset + byte_size)`. As in Triton, which maps at the
+    /// offset itself, the offset must be a multiple of the page size and the size above zero
+    /// (Triton's `mmap` fails with EINVAL otherwise, and says so). (The mapping code still
+    /// handles an offset inside a page, at the page below it.)
     pub fn open(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Self> {
         validate_key(name, key)?;
         let invalid = || {
@@ -94,10 +105,13 @@ impl SystemRegion {
         })?;
         let size = fstat(&fd).map_err(|_| invalid())?.st_size;
         let end = offset.checked_add(byte_size).ok_or_else(invalid)?;
-        if byte_size == 0 || end > u64::try_from(size).unwrap_or(0) {
+        if end > u64::try_from(size).unwrap_or(0) {
             return Err(invalid());
         }
         let page = page_size();
+        if byte_size == 0 || !offset.is_multiple_of(page) {
+            return Err(mmap_failed(name, Errno::EINVAL));
+        }
         let map_offset = offset - offset % page;
         let delta = usize::try_from(offset - map_offset).map_err(|_| invalid())?;
         let mapped_len = usize::try_from(byte_size)
@@ -110,11 +124,16 @@ impl SystemRegion {
         // file offset, of a length checked against the object's size above; the kernel picks
         // the address. The mapping is released in `drop` with the same base and length.
         let base = unsafe {
-            mmap(None, length, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, &fd, file_offset)
+            mmap(
+                None,
+                length,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                &fd,
+                file_offset,
+            )
         }
-        .map_err(|e| {
-            Error::invalid_arg(format!("failed to register shared memory region '{name}': unable to process address space{e}"))
-        })?;
+        .map_err(|e| mmap_failed(name, e))?;
         let Some(guard) = Guard::watch(base.as_ptr() as usize, mapped_len) else {
             // SAFETY: the mapping was made just above with this base and length and is not
             // referred to by anything yet.
@@ -258,15 +277,23 @@ mod tests {
     }
 
     #[test]
-    fn unaligned_offsets_read_and_write_the_right_bytes() {
-        let obj = object("rw", 10_000);
-        let a = SystemRegion::open("a", &obj.0, 0, 10_000).unwrap();
-        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    fn offsets_are_page_multiples() {
+        let obj = object("rw", 3 * 4096);
+        let a = SystemRegion::open("a", &obj.0, 0, 3 * 4096).unwrap();
+        let data: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 251) as u8).collect();
         a.write(0, &data).unwrap();
-        let b = SystemRegion::open("b", &obj.0, 4100, 100).unwrap();
-        assert_eq!(&b.read(3, 10).unwrap()[..], &data[4103..4113]);
+        let b = SystemRegion::open("b", &obj.0, 4096, 100).unwrap();
+        assert_eq!(&b.read(3, 10).unwrap()[..], &data[4099..4109]);
         b.write(0, &[7, 7]).unwrap();
-        assert_eq!(&a.read(4100, 3).unwrap()[..], &[7, 7, data[4102]]);
+        assert_eq!(&a.read(4096, 3).unwrap()[..], &[7, 7, data[4098]]);
+        for (offset, size) in [(4100, 100), (1, 8), (0, 0)] {
+            assert_eq!(
+                SystemRegion::open("c", &obj.0, offset, size)
+                    .unwrap_err()
+                    .message,
+                "failed to register shared memory region 'c': unable to process address spaceInvalid argument"
+            );
+        }
     }
 
     #[test]
@@ -274,7 +301,7 @@ mod tests {
         let obj = object("bounds", 4096);
         assert!(SystemRegion::open("x", &obj.0, 4000, 200).is_err());
         assert!(SystemRegion::open("x", &obj.0, u64::MAX, 2).is_err());
-        let r = SystemRegion::open("x", &obj.0, 96, 4000).unwrap();
+        let r = SystemRegion::open("x", &obj.0, 0, 4000).unwrap();
         assert!(r.read(0, 4000).is_ok());
         assert!(r.read(1, 4000).is_err());
         assert!(r.read(u64::MAX, 2).is_err());

@@ -492,6 +492,7 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         let edge = prop_oneof![
             0..OBJECT_SIZE + 10,
+            (0..OBJECT_SIZE / 4096 + 2).prop_map(|pages| pages * 4096),
             Just(u64::MAX),
             Just(u64::MAX - 1),
             Just(4096u64),
@@ -527,7 +528,9 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Register { name, offset, size } => {
-                        let fits = size > 0 && offset.checked_add(size).is_some_and(|e| e <= OBJECT_SIZE);
+                        let fits = size > 0
+                            && offset.is_multiple_of(4096)
+                            && offset.checked_add(size).is_some_and(|e| e <= OBJECT_SIZE);
                         let expect_ok = !model.contains_key(&name) && model.len() < 3 && fits;
                         let got = registry.register_system(&format!("r{name}"), &obj.0, offset, size);
                         prop_assert_eq!(got.is_ok(), expect_ok, "{:?}", got);
