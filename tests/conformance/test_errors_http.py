@@ -76,6 +76,30 @@ def test_unknown_path(raw_http, path):
     assert_error(resp, 404, "Not Found")
 
 
+@pytest.mark.parametrize("method", ["GET", "POST", "DELETE", "OPTIONS"])
+@pytest.mark.parametrize("path", [
+    "/v2/models//ready",
+    "/v2/models/simple/versions/-1",
+    "/v2/models/simple/versions/%31/ready",
+    "/v2/models/simple/versions//config",
+    "/v2/systemsharedmemory/region//status",
+])
+def test_path_no_route_pattern_matches(raw_http, method, path):
+    # Names are one or more characters, versions decimal digits as sent: anything else is an
+    # unknown path, whatever the method.
+    assert_error(raw_http(method, path), 404, "Not Found")
+
+
+@pytest.mark.parametrize("path,status", [
+    ("/v2/health/live", 405), ("/v2/models/simple", 405), ("/v2/models/simple/versions/1/ready", 405),
+    (INFER, 405), ("/v2/health/alive", 404), ("/v2/models/simple/versions/x", 404),
+])
+def test_head(raw_http, path, status):
+    # No handler of Triton's allows HEAD: known paths answer 405, unknown ones 404.
+    resp = raw_http("HEAD", path)
+    assert (resp.status, resp.body) == (status, b""), resp
+
+
 def test_query_string_ignored(raw_http):
     resp = raw_http("GET", "/v2/health/ready?verbose=1")
     assert resp.status == 200, resp

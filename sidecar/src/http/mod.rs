@@ -22,9 +22,44 @@ use crate::state::SharedState;
 
 /// The REST router over shared state.
 pub fn router(state: SharedState) -> Router {
-    routes::router()
+    let routes = routes::router()
         .with_state(state)
-        .layer(axum::middleware::map_response(json_rejections))
+        .layer(axum::middleware::map_response(json_rejections));
+    // The outer router only hands every request to the routes, after Triton's path rules.
+    Router::new()
+        .fallback_service(routes)
+        .layer(axum::middleware::from_fn(triton_path_rules))
+}
+
+/// What Triton's HTTP server refuses before any handler runs. Paths its route patterns cannot
+/// match: an empty segment (names are `[^/]+`) or a version that is not a decimal number
+/// (`[0-9]+`, on the path as sent, before any percent-decoding) is an unknown path (404),
+/// whatever the method. HEAD: each of its handlers allows only its own methods and none allows
+/// HEAD, so a known path answers 405 and an unknown one 404; the routes would answer HEAD like
+/// GET, so it reaches them as a method none of them takes (the connection still answers it as a
+/// HEAD, without a body).
+async fn triton_path_rules(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if request.method() == http::Method::HEAD {
+        *request.method_mut() =
+            http::Method::from_bytes(b"HEAD-AS-TRITON").unwrap_or(http::Method::CONNECT);
+    }
+    let path = request.uri().path();
+    let mut segments = path.split('/').skip(1);
+    let empty_segment = path.split('/').skip(1).any(str::is_empty);
+    let bad_version = segments.next() == Some("v2")
+        && segments.next() == Some("models")
+        && segments.next().is_some()
+        && segments.next() == Some("versions")
+        && !segments
+            .next()
+            .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+    if empty_segment || bad_version {
+        return json_error(StatusCode::NOT_FOUND, "Not Found");
+    }
+    next.run(request).await
 }
 
 /// The router's own refusals (a path segment that is not UTF-8, for one) are plain text; every

@@ -119,15 +119,6 @@ fn respond(result: Result<Response>) -> Response {
     result.unwrap_or_else(|e| error_response(&e))
 }
 
-/// Triton's route only matches numeric versions; anything else is an unknown path.
-fn numeric(version: &str) -> bool {
-    !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit())
-}
-
-fn not_found_path() -> Response {
-    json_error(StatusCode::NOT_FOUND, "Not Found")
-}
-
 fn empty(status: StatusCode) -> Response {
     (status, Body::empty()).into_response()
 }
@@ -169,9 +160,6 @@ async fn model_metadata_v(
     State(st): State<SharedState>,
     Path((model, version)): Path<(String, String)>,
 ) -> Response {
-    if !numeric(&version) {
-        return not_found_path();
-    }
     metadata(&st, &model, &version)
 }
 
@@ -191,9 +179,6 @@ async fn model_ready_v(
     State(st): State<SharedState>,
     Path((model, version)): Path<(String, String)>,
 ) -> Response {
-    if !numeric(&version) {
-        return not_found_path();
-    }
     readiness(&st, &model, &version)
 }
 
@@ -213,9 +198,6 @@ async fn model_config_v(
     State(st): State<SharedState>,
     Path((model, version)): Path<(String, String)>,
 ) -> Response {
-    if !numeric(&version) {
-        return not_found_path();
-    }
     config(&st, &model, &version)
 }
 
@@ -279,9 +261,6 @@ async fn model_stats_v(
     State(st): State<SharedState>,
     Path((model, version)): Path<(String, String)>,
 ) -> Response {
-    if !numeric(&version) {
-        return not_found_path();
-    }
     stats_for(&st, &model, &version)
 }
 
@@ -314,9 +293,6 @@ async fn infer_v(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if !numeric(&version) {
-        return not_found_path();
-    }
     run_infer(st, model, version, headers, body).await
 }
 
