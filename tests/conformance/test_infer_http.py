@@ -258,6 +258,25 @@ def test_fp32_json_output_widened(raw_http):
     assert b'"data":[0.10000000149011612,1.0,-2.5]' in resp.body
 
 
+@pytest.mark.parametrize("dtype,values,text", [
+    # Triton writes a double's digits with rapidjson 1.1's Grisu2, which, from the ninth fraction
+    # digit on, keeps the digits it generated from the top of the rounding interval: the last
+    # digit is often one above the closest (shortest) form, here for every value.
+    ("FP32", [9.009273529052734375, -5.3113861083984375, 3.4028234663852886e38],
+     b'"data":[9.009273529052735,-5.3113861083984379,3.4028234663852887e38]'),
+    ("FP64", [-8.161681157298062, 1.2345e21, 3.3592650058203034e-223],
+     b'"data":[-8.161681157298063,1.2344999999999999e21,3.3592650058203036e-223]'),
+])
+def test_float_json_digits_are_rapidjsons(raw_http, dtype, values, text):
+    raw = np.array(values, {"FP32": np.float32, "FP64": np.float64}[dtype]).tobytes()
+    header = json.dumps({"inputs": [{"name": "INPUT0", "datatype": dtype, "shape": [len(values)],
+                                     "parameters": {"binary_data_size": len(raw)}}]}).encode()
+    resp = raw_http("POST", f"/v2/models/identity_{dtype.lower()}/infer", header + raw,
+                    {"Inference-Header-Content-Length": str(len(header))})
+    assert resp.status == 200, resp
+    assert text in resp.body, resp
+
+
 def test_nan_inf_json(raw_http):
     body = '{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[3],"data":[NaN,Infinity,-Infinity]}]}'
     resp = raw_http("POST", "/v2/models/identity_fp32/infer", body)

@@ -1,6 +1,7 @@
-//! Floating-point text the way rapidjson's `Writer` produces it: the shortest digits that round
-//! trip (as ryu computes them), laid out by rapidjson's rules (`1.0`, `0.0001`, `1e21`,
-//! `1.5e-7`), and `NaN` / `Infinity` / `-Infinity` literals.
+//! Floating-point text the way rapidjson's `Writer` produces it: Grisu2's digits (see
+//! [`super::grisu`]; whole numbers and short binary fractions, whose digits are exact, without
+//! running it), laid out by rapidjson's rules (`1.0`, `0.0001`, `1e21`, `1.5e-7`), and `NaN` /
+//! `Infinity` / `-Infinity` literals.
 
 /// Appends `value` to `out`.
 pub fn write_f64(out: &mut Vec<u8>, value: f64) {
@@ -25,7 +26,7 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
         return;
     }
     // Whole numbers below 10^15 are exact as integers and laid out as `digits.0` either way;
-    // itoa is several times cheaper than the shortest-digits search.
+    // itoa is several times cheaper than Grisu2.
     // (The cast, exact below 10^15, tests for a whole number without a call to libm's trunc.)
     if value.abs() < 1e15 && (value as i64) as f64 == value {
         let mut buffer = itoa::Buffer::new();
@@ -42,15 +43,7 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
         prettify(out, &buf[..len], k);
         return;
     }
-    // ryu lays out the same digits as rapidjson wherever it writes no exponent: both write a
-    // plain decimal from 10^-5 up to 10^16 (rapidjson from 10^-6 up to 10^21). There its text
-    // is appended as it is; elsewhere the digits are laid out again by rapidjson's rules.
-    let mut ryu = ryu::Buffer::new();
-    if (1e-5..1e16).contains(&magnitude) {
-        out.extend_from_slice(ryu.format_finite(magnitude).as_bytes());
-        return;
-    }
-    let (len, k) = shortest_digits(magnitude, &mut buf);
+    let (len, k) = super::grisu::digits(magnitude, &mut buf);
     prettify(out, &buf[..len], k);
 }
 
@@ -64,8 +57,8 @@ pub(crate) const POW10: [f64; 23] = [
 /// decimal form has at most 15 significant digits, and the decimal exponent k (value = digits ×
 /// 10^k). A value with `f` binary fraction digits has exactly `f` decimal ones (2^-f = 5^f ×
 /// 10^-f); no other decimal of 15 digits or fewer rounds to the same double (their spacing is
-/// wider than a double's rounding interval), so this is the shortest round-trip form that the
-/// digits search would find, for a bit test and one exact multiply instead of the search.
+/// wider than a double's rounding interval), so this is the shortest round-trip form, and Grisu2
+/// finds it too (the tests check): a bit test and one exact multiply instead of running it.
 /// Covers the values an FP32 tensor often holds (halves, quarters, …); `None` for the rest.
 fn dyadic_digits(value: f64, buf: &mut [u8; 24]) -> Option<(usize, i32)> {
     let bits = value.to_bits();
@@ -89,56 +82,6 @@ fn dyadic_digits(value: f64, buf: &mut [u8; 24]) -> Option<(usize, i32)> {
     // The last digit is odd (an odd number times 5^f): no trailing zeros to strip.
     buf[..digits.len()].copy_from_slice(digits);
     Some((digits.len(), -fraction_bits))
-}
-
-/// ryu's shortest round-trip digits of a positive finite `value`, without trailing zeros, and
-/// the decimal exponent k (value = digits × 10^k).
-fn shortest_digits(value: f64, buf: &mut [u8; 24]) -> (usize, i32) {
-    let mut buffer = ryu::Buffer::new();
-    let text = buffer.format_finite(value).as_bytes();
-    // Split ryu's output into significant digits and a decimal exponent k such that
-    // value = digits × 10^k.
-    let (mantissa, exp10) = match text.iter().position(|&c| c == b'e') {
-        Some(i) => (&text[..i], parse_exp(&text[i + 1..])),
-        None => (text, 0),
-    };
-    // At most 17 significant digits: a stack buffer, as this runs once per element of a tensor.
-    let mut len = 0;
-    let mut k = exp10;
-    let mut push = |d: &[u8]| {
-        let end = (len + d.len()).min(buf.len());
-        buf[len..end].copy_from_slice(&d[..end - len]);
-        len = end;
-    };
-    match mantissa.iter().position(|&c| c == b'.') {
-        Some(dot) => {
-            push(&mantissa[..dot]);
-            push(&mantissa[dot + 1..]);
-            k -= (mantissa.len() - dot - 1) as i32;
-        }
-        None => push(mantissa),
-    }
-    // Normalize: no leading zeros, no trailing zeros.
-    let lead = buf[..len].iter().take_while(|&&d| d == b'0').count();
-    let mut end = len;
-    while end > lead + 1 && buf[end - 1] == b'0' {
-        end -= 1;
-        k += 1;
-    }
-    buf.copy_within(lead..end, 0);
-    (end - lead, k)
-}
-
-fn parse_exp(text: &[u8]) -> i32 {
-    let (neg, digits) = match text.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, text),
-    };
-    let mut v: i32 = 0;
-    for &d in digits {
-        v = v * 10 + i32::from(d - b'0');
-    }
-    if neg { -v } else { v }
 }
 
 /// rapidjson's `Prettify` for `digits × 10^k`.
@@ -208,10 +151,10 @@ mod tests {
         assert_eq!(f(f64::NEG_INFINITY), "-Infinity");
     }
 
-    /// The digits search and rapidjson's layout alone, for comparison with the shortcuts.
+    /// Grisu2's digits and rapidjson's layout alone, for comparison with the shortcuts.
     fn searched(v: f64) -> String {
         let mut buf = [0u8; 24];
-        let (len, k) = shortest_digits(v.abs(), &mut buf);
+        let (len, k) = super::super::grisu::digits(v.abs(), &mut buf);
         let mut out = Vec::new();
         if v.is_sign_negative() {
             out.push(b'-');
@@ -227,7 +170,7 @@ mod tests {
         assert_eq!(f(0.5e-6), "5e-7");
         assert_eq!(f(2.0f64.powi(-20)), "9.5367431640625e-7");
         // Every FP32 value in a spread over all exponents, as an FP32 tensor is written, and
-        // halves, quarters, … of every size, each checked against the search.
+        // halves, quarters, … of every size, each checked against Grisu2.
         let mut shortcut = 0;
         for bits in (0..u32::MAX).step_by(4093) {
             let v = f64::from(f32::from_bits(bits));
@@ -244,8 +187,8 @@ mod tests {
             shortcut > 10_000,
             "the shortcut took only {shortcut} values"
         );
-        // Where ryu's plain-decimal range (10^-5 to 10^16) and rapidjson's (10^-6 to 10^21)
-        // differ, and either side of their edges.
+        // Either side of the plain-decimal range's edges (rapidjson writes no exponent from
+        // 10^-6 up to 10^21).
         for (v, text) in [
             (1e-5, "0.00001"),
             (1.2345e-5, "0.000012345"),
@@ -256,7 +199,9 @@ mod tests {
             (9_999_999_999_999_998.0, "9999999999999998.0"),
             (1.2345e16, "12345000000000000.0"),
             (1.2345e20, "123450000000000000000.0"),
-            (1.2345e21, "1.2345e21"),
+            // Grisu2 as rapidjson 1.1 runs it stops short of the shortest digits here; Triton
+            // writes the same.
+            (1.2345e21, "1.2344999999999999e21"),
             (1e16, "10000000000000000.0"),
         ] {
             assert_eq!(f(v), text);
@@ -274,6 +219,20 @@ mod tests {
                 assert_eq!(self::f(-v), searched(-v), "{v:e}");
             }
         }
+    }
+
+    #[test]
+    fn writes_what_triton_writes() {
+        // Doubles and the text Triton 2.51's JSON gave each (tests/data/rapidjson_doubles.py).
+        let table = include_str!("../../tests/data/rapidjson_doubles.txt");
+        let mut checked = 0;
+        for line in table.lines().filter(|l| !l.starts_with('#')) {
+            let (bits, text) = line.split_once(" | ").expect("a line of the table");
+            let v = f64::from_bits(u64::from_str_radix(bits, 16).expect("hex bits"));
+            assert_eq!(f(v), text, "{v:e} ({bits})");
+            checked += 1;
+        }
+        assert!(checked > 3000, "the table has {checked} rows");
     }
 
     #[test]
