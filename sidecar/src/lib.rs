@@ -8,6 +8,7 @@ pub mod cli;
 pub mod core;
 pub mod error;
 pub mod grpc;
+pub mod host_metrics;
 pub mod http;
 pub mod json;
 pub mod log_update;

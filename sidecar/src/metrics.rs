@@ -109,14 +109,20 @@ pub fn render(state: &SharedState) -> String {
             let us = |ns: u64| ns / 1000;
             match family.name {
                 "nv_inference_request_failure" => {
+                    // Labels in Triton's order (sorted by name), reasons in its order too.
                     for (reason, n) in [
-                        ("REJECTED", s.failures_rejected),
-                        ("CANCELED", 0),
-                        ("BACKEND", s.failures_backend),
                         ("OTHER", 0),
+                        ("BACKEND", s.failures_backend),
+                        ("CANCELED", 0),
+                        ("REJECTED", s.failures_rejected),
                     ] {
-                        let _ =
-                            writeln!(out, "{}{{{labels},reason=\"{reason}\"}} {n}", family.name);
+                        let _ = writeln!(
+                            out,
+                            "{}{{model=\"{}\",reason=\"{reason}\",version=\"{}\"}} {n}",
+                            family.name,
+                            escape(&model.name),
+                            model.version
+                        );
                     }
                     continue;
                 }
@@ -140,6 +146,7 @@ pub fn render(state: &SharedState) -> String {
             let _ = writeln!(out, "{}{{{labels}}} {value}", family.name);
         }
     }
+    crate::host_metrics::render(&mut out);
     render_sequences(&mut out, &models);
     render_upstream(&mut out, state);
     out

@@ -183,3 +183,21 @@ def test_metrics_success_counter_grows(metrics_url, raw_http):
 def test_metrics_wrong_method(metrics_url):
     resp = raw_request(metrics_url, "POST", "/metrics")
     assert resp.status == 405, resp
+
+
+def test_metrics_host_gauges(metrics_url):
+    # Triton's host gauges: CPU utilization in [0, 1], memory of the host, its pinned pool.
+    text, samples = scrape(metrics_url)
+    for family in ("nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes",
+                   "nv_pinned_memory_pool_total_bytes", "nv_pinned_memory_pool_used_bytes"):
+        assert f"# TYPE {family} gauge" in text, family
+    assert 0.0 <= samples[("nv_cpu_utilization", ())] <= 1.0
+    total = samples[("nv_cpu_memory_total_bytes", ())]
+    assert 0 < samples[("nv_cpu_memory_used_bytes", ())] <= total
+
+
+def test_metrics_failure_line_as_triton_writes_it(metrics_url):
+    text, _ = scrape(metrics_url)
+    reasons = [line.split('reason="')[1].split('"')[0] for line in text.splitlines()
+               if line.startswith('nv_inference_request_failure{model="simple",reason=')]
+    assert reasons == ["OTHER", "BACKEND", "CANCELED", "REJECTED"], text
