@@ -184,6 +184,23 @@ def metric_value(metrics_url: str, name: str, model: str) -> float:
 
 
 # --------------------------------------------------------------------------- truncated bodies
+@pytest.mark.parametrize("repeat", [False, True])
+def test_a_hundred_thousand_inputs(raw_http, repeat):
+    """A request naming 100,000 inputs is answered (repeated names are found with a set, not by
+    comparing each with all before it), with Triton's count message or its repeated-name one."""
+    names = [f"in{k}" for k in range(100_000)]
+    if repeat:
+        names[-1] = names[0]
+    doc = {"inputs": [{"name": n, "datatype": "INT32", "shape": [0], "data": []} for n in names]}
+    resp = raw_http("POST", ID_INT32, json.dumps(doc), timeout=120)
+    if repeat:
+        assert error_of(resp) == (400, "[request id: <id_unknown>] input 'in0' already exists in request"), resp
+    else:
+        assert resp.status == 400, resp
+        assert resp.error.startswith("[request id: <id_unknown>] expected 1 inputs but got 100000 inputs for model "
+                                     "'identity_int32'. Got input(s) ['"), resp
+
+
 @pytest.mark.parametrize("framing", ["content-length", "chunked", "chunked-bad-size"])
 def test_body_cut_short_by_end_of_stream(http_url, framing):
     """The client announces more than it sends, then ends its side: 400, the connection is not stuck."""
