@@ -122,13 +122,7 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
 
     // Each input's datatype, shape and size, in the same order. (Triton's messages call the
     // input of a raw REST body `raw_input`.)
-    let shown = |input: &InputTensor| -> String {
-        if request.raw_input {
-            "raw_input".to_string()
-        } else {
-            input.name.clone()
-        }
-    };
+    let raw_input = request.raw_input;
     let mut inputs: Vec<Option<InputTensor>> = request.inputs.into_iter().map(Some).collect();
     let mut checked: Vec<Option<(Tensor, Option<ShmTarget>)>> =
         (0..inputs.len()).map(|_| None).collect();
@@ -161,7 +155,7 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
                 if expected != got {
                     return Err(Error::invalid_arg(format!(
                         "{prefix}input byte size mismatch for input '{}' for model '{m}'. Expected {expected}, got {got}",
-                        shown(&input)
+                        shown_name(&input, raw_input)
                     )));
                 }
             }
@@ -173,7 +167,13 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
                 } else {
                     count
                 };
-                check_bytes_elements(&input.data, count, &shown(&input), m, &prefix)?
+                check_bytes_elements(
+                    &input.data,
+                    count,
+                    shown_name(&input, raw_input),
+                    m,
+                    &prefix,
+                )?
             }
         }
         checked[i] = Some((
@@ -194,6 +194,11 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
         outputs,
         batch_size: batch_size.unwrap_or(1),
     })
+}
+
+/// The input's name as Triton's messages give it: the input of a raw body is `raw_input`.
+fn shown_name(input: &InputTensor, raw_input: bool) -> &str {
+    if raw_input { "raw_input" } else { &input.name }
 }
 
 /// The first name that comes again, in order. A set, not a scan of those before: a hostile
