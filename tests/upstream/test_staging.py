@@ -11,8 +11,11 @@ Environment: INFERGATE_HTTP_URL, INFERGATE_GRPC_URL, INFERGATE_METRICS_URL, INFE
 """
 
 import base64
+import json
 import os
 import re
+import socket
+import time
 
 import numpy as np
 import pytest
@@ -129,6 +132,54 @@ def test_many_concurrent_requests_share_the_pool_and_give_it_back():
     with ThreadPoolExecutor(8) as pool_:
         assert all(pool_.map(one, range(32)))
     assert pool()["in_use_bytes"] == 0
+
+
+def wait_for(predicate, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def triton_successes(model):
+    stats = requests.get(f"http://{TRITON}/v2/models/{model}/stats", timeout=10).json()
+    return stats["model_stats"][0]["inference_stats"]["success"]["count"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_client_that_goes_away_leaves_its_slots_held_until_triton_answers(protocol):
+    # slow_identity answers after 2 s. The client goes away long before: its slots must stay out
+    # of the pool until Triton has answered (Triton may read and write them until then), and the
+    # call must run to its end in Triton rather than be cancelled there.
+    data = np.ones((1, ELEMENTS), dtype=np.float32)
+    assert pool()["in_use_bytes"] == 0
+    successes = triton_successes("slow_identity")
+    if protocol == "http":
+        header = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": list(data.shape),
+                              "parameters": {"binary_data_size": data.nbytes}}],
+                  "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}
+        head = json.dumps(header).encode()
+        body = head + data.tobytes()
+        host, _, port = HTTP.rpartition(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(
+                (f"POST /v2/models/slow_identity/infer HTTP/1.1\r\nHost: test\r\n"
+                 f"Inference-Header-Content-Length: {len(head)}\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n").encode() + body)
+            assert wait_for(lambda: pool()["in_use_bytes"] > 0, 5), "the request was not staged"
+    else:
+        client = grpcclient.InferenceServerClient(GRPC)
+        inp = grpcclient.InferInput("INPUT0", list(data.shape), "FP32")
+        inp.set_data_from_numpy(data)
+        with pytest.raises(InferenceServerException, match="Deadline|Timeout expired"):
+            client.infer("slow_identity", [inp], client_timeout=0.5)
+    # Gone: the slots are still held while Triton works, and come back once it has answered.
+    time.sleep(0.3)
+    assert pool()["in_use_bytes"] > 0, "slots went back to the pool while Triton held them"
+    assert wait_for(lambda: triton_successes("slow_identity") == successes + 1, 10)
+    assert wait_for(lambda: pool()["in_use_bytes"] == 0, 5), pool()
 
 
 def triton_regions():

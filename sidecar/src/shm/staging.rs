@@ -149,6 +149,7 @@ impl StagingPool {
             pool: self.clone(),
             offset,
             len: rounded,
+            retired: false,
         })
     }
 
@@ -169,12 +170,14 @@ impl Drop for StagingPool {
     }
 }
 
-/// A range of the pool held for one tensor of one request; returned to the pool when dropped.
+/// A range of the pool held for one tensor of one request; returned to the pool when dropped,
+/// unless retired.
 #[derive(Debug)]
 pub struct Slot {
     pool: Arc<StagingPool>,
     offset: u64,
     len: u64,
+    retired: bool,
 }
 
 impl Slot {
@@ -209,10 +212,20 @@ impl Slot {
         }
         self.pool.region.read(self.offset, len)
     }
+
+    /// Keeps the range out of the pool for good (it stays counted in `in_use`): the upstream was
+    /// told to use it and never answered, so it may still read or write it, and handing it to
+    /// another request could mix two requests' tensors.
+    pub fn retire(mut self) {
+        self.retired = true;
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        if self.retired {
+            return;
+        }
         self.pool.free.lock().give_back(self.offset, self.len);
         self.pool.in_use.fetch_sub(self.len, Ordering::Relaxed);
     }
@@ -268,6 +281,24 @@ mod tests {
         assert!(pool.slot(4096).is_some());
         drop(pool);
         assert!(!exists(&k), "the object is unlinked with the pool");
+    }
+
+    #[test]
+    fn a_retired_slot_never_comes_back() {
+        let k = key("retired");
+        let pool = StagingPool::create(&k, 4096).unwrap();
+        let a = pool.slot(1024).unwrap();
+        let offset = a.offset();
+        a.retire();
+        assert_eq!(pool.in_use(), 1024);
+        let rest = pool.slot(3072).unwrap();
+        assert!(
+            rest.offset() >= offset + 1024,
+            "the retired range is not handed out again"
+        );
+        assert!(pool.slot(1).is_none());
+        drop(rest);
+        assert_eq!(pool.in_use(), 1024);
     }
 
     #[test]

@@ -30,13 +30,14 @@ use infergate_proto::inference::model_infer_request::{
 use infergate_proto::inference::{
     InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
 };
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 pub use discovery::{UpstreamLoader, run_discovery};
 use h2_channel::H2Channel;
 use passthrough::Passthrough;
 use rest::RestClient;
 use staging::{ClientWindow, Plan, Staging};
+use transport::Answer;
 pub use transport::Transport;
 
 use crate::core::model::{Backend, Execution};
@@ -187,13 +188,12 @@ impl Upstream {
     }
 
     /// A call over REST could not connect: calls go over `url` until the next probe finds the
-    /// REST address answering. Returns the client for `url`, and `url`.
-    fn rest_unreachable(&self, status: &tonic::Status) -> (&Transport, &str) {
+    /// REST address answering.
+    fn rest_unreachable(&self, status: &tonic::Status) {
         if let Some(small) = &self.small_calls {
             small.set_live(false, status.message());
         }
         self.count_main_call();
-        (&self.client, &self.url)
     }
 
     fn count_main_call(&self) {
@@ -204,28 +204,100 @@ impl Upstream {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The client for a call that carries `wire_bytes()` of tensor data over the socket, and
-    /// its address. The size is worked out only where it decides something (`rest_url` is set).
-    fn route(&self, wire_bytes: impl FnOnce() -> u64) -> (Route<'_>, &str) {
+    /// Where a call that carries `wire_bytes()` of tensor data over the socket goes. The size is
+    /// worked out only where it decides something (`rest_url` is set).
+    fn route(&self, wire_bytes: impl FnOnce() -> u64) -> Via {
         match &self.small_calls {
             Some(small)
                 if small.live.load(Ordering::Relaxed) && wire_bytes() <= small.max_bytes =>
             {
                 self.calls.rest.fetch_add(1, Ordering::Relaxed);
-                (Route::Small(&small.client), &small.url)
+                Via::Small
             }
             _ => {
                 self.count_main_call();
-                (Route::Main(&self.client), &self.url)
+                Via::Main
+            }
+        }
+    }
+
+    fn url_of(&self, via: Via) -> &str {
+        match (via, &self.small_calls) {
+            (Via::Small, Some(small)) => &small.url,
+            _ => &self.url,
+        }
+    }
+
+    /// Makes one inference call and waits for its answer, up to the deadline, holding the
+    /// request's staging slots and its place among the calls in flight all the while.
+    ///
+    /// It runs as a task of its own (`UpstreamModel::execute` spawns it), so a client that goes
+    /// away does not cancel it: the slots must not go back to the pool while the upstream may
+    /// still read the request's inputs from them or write its outputs there, and Triton before
+    /// 2.57 can crash when a gRPC call is cancelled just as it completes. A call with no answer at
+    /// the deadline is reset, and its slots are retired for good, since the upstream may yet
+    /// write them.
+    async fn exchange(
+        self: Arc<Self>,
+        request: ModelInferRequest,
+        via: Via,
+        plan: Plan,
+        _permit: Arc<OwnedSemaphorePermit>,
+    ) -> Exchange {
+        let call = async {
+            match (via, &self.small_calls) {
+                (Via::Small, Some(small)) => match small.client.infer(&request).await {
+                    // Nothing reached the REST address: send the call over gRPC instead, and the
+                    // following ones until a probe finds the address again.
+                    Err(status) if rest::is_unreachable(&status) => {
+                        self.rest_unreachable(&status);
+                        (self.client.model_infer(request).await, Via::Main)
+                    }
+                    answer => (answer, Via::Small),
+                },
+                _ => (self.client.model_infer(request).await, Via::Main),
+            }
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok((answer, via)) => Exchange {
+                answer: Some(answer),
+                via,
+                plan,
+            },
+            Err(_) => {
+                let retired = plan.retire();
+                if retired > 0 {
+                    tracing::warn!(
+                        upstream = %self.url_of(via),
+                        bytes = retired,
+                        "no answer within the deadline: the call's staging slots are retired, since the upstream may still use them"
+                    );
+                }
+                Exchange {
+                    answer: None,
+                    via,
+                    plan: Plan::default(),
+                }
             }
         }
     }
 }
 
-/// Which client makes a call.
-enum Route<'a> {
-    Main(&'a Transport),
-    Small(&'a RestClient),
+/// Which of the upstream's addresses a call goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    /// `url`, over its transport.
+    Main,
+    /// `rest_url`, for calls with little tensor data.
+    Small,
+}
+
+/// What an upstream call came to: the answer (`None`: none within the deadline), the address
+/// that gave it, and the request's staging slots, still held.
+struct Exchange {
+    answer: Option<Answer<ModelInferResponse>>,
+    via: Via,
+    plan: Plan,
 }
 
 /// Maps an upstream failure to the protocol's error the client sees.
@@ -456,44 +528,6 @@ impl UpstreamModel {
         }
     }
 
-    /// One upstream call under the deadline, over the route its tensors' size picks. The outer
-    /// error is the deadline; the inner one is the upstream's answer, with the address that
-    /// gave it.
-    async fn call(
-        &self,
-        request: ModelInferRequest,
-        execution: &Execution<'_>,
-    ) -> Result<(std::result::Result<ModelInferResponse, tonic::Status>, &str)> {
-        let (route, mut url) = self
-            .upstream
-            .route(|| Self::wire_bytes(&request, execution));
-        let deadline = self.upstream.timeout;
-        let answer = match route {
-            Route::Main(client) => {
-                tokio::time::timeout(deadline, client.model_infer(request)).await
-            }
-            Route::Small(client) => {
-                match tokio::time::timeout(deadline, client.infer(&request)).await {
-                    // Nothing reached the REST address: send the call over gRPC instead, and the
-                    // following ones until a probe finds the address again.
-                    Ok(Err(status)) if rest::is_unreachable(&status) => {
-                        let (client, main_url) = self.upstream.rest_unreachable(&status);
-                        url = main_url;
-                        tokio::time::timeout(deadline, client.model_infer(request)).await
-                    }
-                    answer => answer,
-                }
-            }
-        };
-        match answer {
-            Ok(answer) => Ok((answer, url)),
-            Err(_) => Err(Error::unavailable(format!(
-                "upstream model server {url} did not answer within {} s",
-                self.upstream.timeout.as_secs()
-            ))),
-        }
-    }
-
     /// The tensor bytes a call carries over the socket, both ways: the inputs sent inline, and
     /// the outputs not placed in a region (the staging pool's or a client's), as large as the
     /// configuration says, or as the largest input where it cannot tell. Tensors in regions
@@ -681,12 +715,14 @@ impl Backend for UpstreamModel {
 
     fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>> {
         async move {
-            let _permit = self
+            let permit = self
                 .upstream
                 .in_flight
-                .acquire()
+                .clone()
+                .acquire_owned()
                 .await
                 .map_err(|_| Error::unavailable("the upstream client is shutting down"))?;
+            let permit = Arc::new(permit);
             let staging = &self.upstream.staging;
             // Sequence models keep state upstream: never guess an output size for them, since a
             // wrong guess would mean running the step twice.
@@ -702,7 +738,22 @@ impl Backend for UpstreamModel {
             loop {
                 let sent = client_inputs.apply(execution);
                 let request = self.request(&sent, &plan, &client_inputs.windows, &client_outputs);
-                let (answer, url) = self.call(request, &execution).await?;
+                let via = self
+                    .upstream
+                    .route(|| Self::wire_bytes(&request, &execution));
+                let upstream = self.upstream.clone();
+                let call = upstream.exchange(request, via, plan, permit.clone());
+                let exchange = tokio::spawn(call).await.map_err(|e| {
+                    Error::internal(format!("the call to the upstream model server failed: {e}"))
+                })?;
+                plan = exchange.plan;
+                let url = self.upstream.url_of(exchange.via);
+                let Some(answer) = exchange.answer else {
+                    return Err(Error::unavailable(format!(
+                        "upstream model server {url} did not answer within {} s",
+                        self.upstream.timeout.as_secs()
+                    )));
+                };
                 let status = match answer {
                     Ok(response) => {
                         self.upstream
@@ -750,8 +801,8 @@ mod tests {
         config.rest_max_bytes = 100;
         let upstream = Upstream::new(&config, 1 << 20).unwrap();
         let route = |bytes| match upstream.route(|| bytes) {
-            (Route::Main(_), url) => ("main", url.to_string()),
-            (Route::Small(_), url) => ("small", url.to_string()),
+            via @ Via::Main => ("main", upstream.url_of(via).to_string()),
+            via @ Via::Small => ("small", upstream.url_of(via).to_string()),
         };
         // Not probed yet: gRPC.
         assert_eq!(route(10), ("main", URL.to_string()));
@@ -768,8 +819,7 @@ mod tests {
         assert_eq!(upstream.calls.grpc.load(Ordering::Relaxed), 2);
         assert_eq!(upstream.calls.rest.load(Ordering::Relaxed), 2);
         // A REST call that could not connect is sent over gRPC, and so are the next small ones.
-        let (_, url) = upstream.rest_unreachable(&tonic::Status::unavailable("refused"));
-        assert_eq!(url, URL);
+        upstream.rest_unreachable(&tonic::Status::unavailable("refused"));
         assert_eq!(route(0), ("main", URL.to_string()));
         assert_eq!(upstream.calls.grpc.load(Ordering::Relaxed), 4);
         assert_eq!(upstream.calls.rest.load(Ordering::Relaxed), 2);

@@ -305,7 +305,7 @@ pub struct ClientWindow {
 }
 
 /// Slots of one request, by input and by requested output (`None`: over the socket). Dropping the
-/// plan returns every slot to the pool, whatever happened to the request.
+/// plan returns every slot to the pool; the upstream call holds it until the upstream answers.
 #[derive(Debug, Default)]
 pub struct Plan {
     pub inputs: Vec<Option<Slot>>,
@@ -321,6 +321,16 @@ impl Plan {
 
     pub fn output(&self, index: usize) -> Option<&Slot> {
         self.outputs.get(index).and_then(Option::as_ref)
+    }
+
+    /// Keeps every slot out of the pool for good (`Slot::retire`); returns the bytes retired.
+    pub fn retire(self) -> u64 {
+        let slots = self.inputs.into_iter().chain(self.outputs).flatten();
+        slots.fold(0, |sum, slot| {
+            let len = slot.len();
+            slot.retire();
+            sum + len
+        })
     }
 
     /// Sends every output over the socket (after the upstream found an estimated slot too small).
