@@ -10,8 +10,6 @@ use infergate_proto::config::{BackendConfig, SidecarConfig};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
-use tokio_stream::StreamExt;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::backend::builtin::Catalog;
 use crate::backend::upstream::{Upstream, UpstreamLoader, run_discovery};
@@ -110,35 +108,10 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         stop,
     )));
 
-    // HTTP/2's default 64 KiB flow-control windows cost a round trip per 64 KiB of a large
-    // tensor; open them wide enough for multi-megabyte messages.
-    let grpc_router = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .initial_stream_window_size(Some(16 << 20))
-        .initial_connection_window_size(Some(32 << 20))
-        .max_frame_size(Some(1 << 20))
-        .layer(tower::util::MapResponseLayer::new(
-            crate::grpc::as_resource_exhausted::<tonic::body::Body>,
-        ))
-        .add_service(crate::grpc::inference_service(state.clone()))
+    let grpc_routes = tonic::service::Routes::new(crate::grpc::inference_service(state.clone()))
         .add_service(crate::grpc::health_service(state.clone()));
-    // The builder's `tcp_nodelay` only applies to listeners tonic binds itself: set it on every
-    // accepted socket, or Nagle's algorithm delays the tail of each large response.
-    let incoming = TcpListenerStream::new(grpc).map(|conn| {
-        conn.map(|stream| {
-            let _ = stream.set_nodelay(true);
-            crate::grpc::IgnoreIdleResets::new(stream)
-        })
-    });
     let stop = signal(rx.clone());
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = grpc_router
-            .serve_with_incoming_shutdown(incoming, stop)
-            .await
-        {
-            tracing::error!(error = %e, "gRPC server failed");
-        }
-    }));
+    tasks.push(tokio::spawn(crate::grpc::serve(grpc, grpc_routes, stop)));
 
     let admin_app = crate::admin::router(state.clone());
     let stop = signal(rx.clone());

@@ -225,6 +225,22 @@ def test_grpc_deadline_exceeded_then_serving(grpc_stub, http_url):
     assert_serving(http_url)
 
 
+def test_a_deadline_that_passes_while_the_server_works_is_deadline_exceeded(grpc_stub):
+    """Whichever side notices first, the client or the server, a call past its deadline ends
+    DEADLINE_EXCEEDED "Deadline Exceeded", as with gRPC's own servers (tonic's says CANCELLED
+    "Timeout expired" when its timer wins)."""
+    req = identity_1m_request()
+    expired = []
+    for deadline_ms in range(2, 42, 2):
+        try:
+            grpc_stub.ModelInfer(req, timeout=deadline_ms / 1000)
+        except grpc.RpcError as exc:
+            expired.append((deadline_ms, exc.code().name, exc.details()))
+    assert expired, "every call beat its deadline: nothing was checked"
+    for deadline_ms, code, details in expired:
+        assert (code, details) == ("DEADLINE_EXCEEDED", "Deadline Exceeded"), (deadline_ms, code, details)
+
+
 @pytest.mark.triton251_differs(
     "Triton 2.51 dies (SIGSEGV in its gRPC front end) under this many cancelled 4 MiB calls, "
     "which would take the oracle down for the tests after this one",

@@ -18,7 +18,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tonic::transport::server::Connected;
 
 /// The client connection preface, `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`, which precedes all frames.
 const PREFACE_LEN: usize = 24;
@@ -310,14 +309,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for IgnoreIdleResets<T> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
-
-impl<T: Connected> Connected for IgnoreIdleResets<T> {
-    type ConnectInfo = T::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
     }
 }
 

@@ -1,12 +1,16 @@
 //! The gRPC front end (tonic): `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
 
 pub(crate) mod convert;
+mod deadline;
 mod idle_resets;
 mod oversized;
+mod serve;
 mod service;
 mod stream;
 
+pub use deadline::DeadlineLayer;
 pub use idle_resets::IgnoreIdleResets;
 pub use oversized::as_resource_exhausted;
+pub use serve::serve;
 
 pub use service::{health_service, inference_service};

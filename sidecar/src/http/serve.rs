@@ -57,5 +57,6 @@ pub async fn serve(
         });
     }
     drop(listener);
+    tracing::debug!("HTTP port closed; waiting for open connections to finish");
     graceful.shutdown().await;
 }
