@@ -254,6 +254,68 @@ def test_client_regions_are_read_and_written_by_triton_itself(protocol):
         shm.destroy_shared_memory_region(out_handle)
 
 
+def cuda_regions_held_by_triton():
+    return requests.get(f"http://{TRITON}/v2/cudasharedmemory/status", timeout=10).json()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_clients_cuda_buffers_are_opened_by_triton_itself(protocol):
+    """On a GPU machine: Triton opens the client's CUDA IPC handles, reads the input from the
+    device and writes the output there; the sidecar moves none of those bytes."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "conformance"))
+    from support import cuda_unusable_reason
+
+    reason = cuda_unusable_reason()
+    if reason:
+        pytest.skip(reason)
+    if "cuda_shared_memory" not in requests.get(f"http://{TRITON}/v2", timeout=10).json()["extensions"]:
+        pytest.skip("this Triton does not offer cuda_shared_memory")
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    data = np.random.default_rng(13).standard_normal(ELEMENTS).astype(np.float32)
+    tag = f"igcudapass{os.getpid()}{protocol}"
+    in_handle = cudashm.create_shared_memory_region(f"{tag}_in", data.nbytes, 0)
+    out_handle = cudashm.create_shared_memory_region(f"{tag}_out", data.nbytes, 0)
+    lib = httpclient if protocol == "http" else grpcclient
+    client = lib.InferenceServerClient(HTTP if protocol == "http" else GRPC)
+    try:
+        cudashm.set_shared_memory_region(in_handle, [data])
+        for name, handle in ((f"{tag}_in", in_handle), (f"{tag}_out", out_handle)):
+            client.register_cuda_shared_memory(name, cudashm.get_raw_handle(handle), 0, data.nbytes)
+        inp = lib.InferInput("INPUT0", [ELEMENTS], "FP32")
+        inp.set_shared_memory(f"{tag}_in", data.nbytes)
+        out = lib.InferRequestedOutput("OUTPUT0")
+        out.set_shared_memory(f"{tag}_out", data.nbytes)
+        passed_before, staged_before = passed(), staged()
+        client.infer("identity_fp32", [inp], outputs=[out])
+        got = cudashm.get_contents_as_numpy(out_handle, np.float32, [ELEMENTS])
+        np.testing.assert_array_equal(got, data)
+        passed_after, staged_after = passed(), staged()
+        assert passed_after[0] - passed_before[0] == data.nbytes, (passed_before, passed_after)
+        assert passed_after[1] - passed_before[1] == data.nbytes, (passed_before, passed_after)
+        assert staged_after == staged_before, (staged_before, staged_after)
+        held = [r for r in cuda_regions_held_by_triton() if r["name"].startswith("infergate_client_")]
+        assert len(held) == 2 and all(r["byte_size"] == data.nbytes for r in held), held
+        # The client changes its input on the device: the next answer is from the new values.
+        cudashm.set_shared_memory_region(in_handle, [data * 2])
+        client.infer("identity_fp32", [inp], outputs=[out])
+        got = cudashm.get_contents_as_numpy(out_handle, np.float32, [ELEMENTS])
+        np.testing.assert_array_equal(got, data * 2)
+        client.unregister_cuda_shared_memory(f"{tag}_in")
+        client.unregister_cuda_shared_memory(f"{tag}_out")
+        deadline = time.monotonic() + 15
+        while any(r["name"].startswith("infergate_client_") for r in cuda_regions_held_by_triton()):
+            assert time.monotonic() < deadline, cuda_regions_held_by_triton()
+            time.sleep(0.2)
+    finally:
+        client.unregister_cuda_shared_memory(f"{tag}_in")
+        client.unregister_cuda_shared_memory(f"{tag}_out")
+        cudashm.destroy_shared_memory_region(in_handle)
+        cudashm.destroy_shared_memory_region(out_handle)
+
+
 def test_a_key_registered_again_at_once_and_used_by_many_requests_is_still_passed_through():
     """perf_analyzer's pattern: each run creates the same keys, registers them, drives many
     requests at once and lets go; the next run does the same right away. The sidecar's old
