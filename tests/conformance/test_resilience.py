@@ -225,20 +225,71 @@ def test_grpc_deadline_exceeded_then_serving(grpc_stub, http_url):
     assert_serving(http_url)
 
 
+def test_the_server_ends_a_call_at_its_grpc_timeout_with_deadline_exceeded(grpc_url):
+    """A client with no timer of its own sends `grpc-timeout: 300m` and only the start of its
+    message: the server ends the call at the deadline with DEADLINE_EXCEEDED "Deadline Exceeded",
+    as gRPC's servers do (tonic's own server answered CANCELLED "Timeout expired")."""
+    h2_connection = pytest.importorskip("h2.connection")
+    from h2.config import H2Configuration
+    from h2.events import ResponseReceived, StreamReset, TrailersReceived
+
+    message = identity_1m_request().SerializeToString()
+    framed = b"\0" + len(message).to_bytes(4, "big") + message
+    conn = h2_connection.H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
+    conn.initiate_connection()
+    stream = conn.get_next_available_stream_id()
+    conn.send_headers(stream, [
+        (":method", "POST"), (":scheme", "http"), (":authority", "test"),
+        (":path", "/inference.GRPCInferenceService/ModelInfer"),
+        ("content-type", "application/grpc"), ("te", "trailers"), ("grpc-timeout", "300m"),
+    ])
+    conn.send_data(stream, framed[:1000])  # the rest never comes
+    sock = connect(grpc_url)
+    try:
+        sock.sendall(conn.data_to_send())
+        start = time.monotonic()
+        answer = None
+        while answer is None:
+            data = sock.recv(65536)
+            assert data, "the connection closed without an answer"
+            for event in conn.receive_data(data):
+                if isinstance(event, (ResponseReceived, TrailersReceived)):
+                    headers = dict(event.headers)
+                    if "grpc-status" in headers:
+                        answer = (headers["grpc-status"], headers.get("grpc-message"))
+                elif isinstance(event, StreamReset) and answer is None:
+                    answer = ("reset", event.error_code)
+            sock.sendall(conn.data_to_send())
+        waited = time.monotonic() - start
+    finally:
+        sock.close()
+    assert answer == ("4", "Deadline Exceeded"), answer
+    assert 0.25 <= waited < 10, waited
+
+
 def test_a_deadline_that_passes_while_the_server_works_is_deadline_exceeded(grpc_stub):
     """Whichever side notices first, the client or the server, a call past its deadline ends
     DEADLINE_EXCEEDED "Deadline Exceeded", as with gRPC's own servers (tonic's says CANCELLED
     "Timeout expired" when its timer wins)."""
+    # Deadlines are set to fractions of how long the call takes here, so that they pass while the
+    # request is being worked on or answered rather than while the client is still sending it.
     req = identity_1m_request()
+    took = []
+    for _ in range(3):
+        start = time.perf_counter()
+        grpc_stub.ModelInfer(req, timeout=30)
+        took.append(time.perf_counter() - start)
+    typical = sorted(took)[1]
     expired = []
-    for deadline_ms in range(2, 42, 2):
+    for step in range(20):
+        fraction = 0.3 + 0.035 * step
         try:
-            grpc_stub.ModelInfer(req, timeout=deadline_ms / 1000)
+            grpc_stub.ModelInfer(req, timeout=typical * fraction)
         except grpc.RpcError as exc:
-            expired.append((deadline_ms, exc.code().name, exc.details()))
+            expired.append((round(fraction, 3), exc.code().name, exc.details()))
     assert expired, "every call beat its deadline: nothing was checked"
-    for deadline_ms, code, details in expired:
-        assert (code, details) == ("DEADLINE_EXCEEDED", "Deadline Exceeded"), (deadline_ms, code, details)
+    for fraction, code, details in expired:
+        assert (code, details) == ("DEADLINE_EXCEEDED", "Deadline Exceeded"), (fraction, code, details)
 
 
 @pytest.mark.triton251_differs(

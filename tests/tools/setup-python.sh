@@ -66,7 +66,7 @@ want=()
 # The [all] extra brings grpcio/protobuf/aiohttp/etc.; check one of them so a
 # half-finished install is repaired.
 [ -n "$(dist_version grpcio)" ] || want+=("tritonclient[all]==$TRITONCLIENT_VERSION")
-for dist in pytest numpy requests nvidia-cuda-runtime-cu12; do
+for dist in pytest numpy requests nvidia-cuda-runtime-cu12 h2; do
   [ -n "$(dist_version "$dist")" ] || want+=("$dist")
 done
 if [ ${#want[@]} -gt 0 ]; then
