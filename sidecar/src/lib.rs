@@ -1,6 +1,7 @@
 //! Infergate's sidecar: the Open Inference Protocol (KServe V2) with Triton's extensions over
 //! REST and gRPC, in front of built-in models or a model server.
 
+pub mod accept;
 pub mod admin;
 pub mod allocator;
 pub mod backend;

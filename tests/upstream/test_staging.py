@@ -199,6 +199,22 @@ def passed():
     )
 
 
+def infer_in_regions(lib, client, tag, nbytes):
+    """identity_fp32 with its input in the client's region `<tag>_in` and its output in `<tag>_out`:
+    Triton reads and writes them itself, so the sidecar passes every byte through and copies none,
+    not even into its pool."""
+    inp = lib.InferInput("INPUT0", [ELEMENTS], "FP32")
+    inp.set_shared_memory(f"{tag}_in", nbytes)
+    out = lib.InferRequestedOutput("OUTPUT0")
+    out.set_shared_memory(f"{tag}_out", nbytes)
+    passed_before, staged_before = passed(), staged()
+    client.infer("identity_fp32", [inp], outputs=[out])
+    passed_after, staged_after = passed(), staged()
+    assert passed_after[0] - passed_before[0] == nbytes, (passed_before, passed_after)
+    assert passed_after[1] - passed_before[1] == nbytes, (passed_before, passed_after)
+    assert staged_after == staged_before, (staged_before, staged_after)
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_client_regions_are_read_and_written_by_triton_itself(protocol):
     import time
@@ -216,26 +232,15 @@ def test_client_regions_are_read_and_written_by_triton_itself(protocol):
         shm.set_shared_memory_region(in_handle, [data])
         client.register_system_shared_memory(f"{tag}_in", f"/{tag}_in", data.nbytes)
         client.register_system_shared_memory(f"{tag}_out", f"/{tag}_out", data.nbytes)
-        inp = lib.InferInput("INPUT0", [ELEMENTS], "FP32")
-        inp.set_shared_memory(f"{tag}_in", data.nbytes)
-        out = lib.InferRequestedOutput("OUTPUT0")
-        out.set_shared_memory(f"{tag}_out", data.nbytes)
-        passed_before, staged_before = passed(), staged()
-        client.infer("identity_fp32", [inp], outputs=[out])
+        infer_in_regions(lib, client, tag, data.nbytes)
         got = shm.get_contents_as_numpy(out_handle, np.float32, [ELEMENTS])
         np.testing.assert_array_equal(got, data)
-        # Triton read the input from the client's region and wrote the output into the other
-        # one: the sidecar copied none of those bytes, not even into its pool.
-        passed_after, staged_after = passed(), staged()
-        assert passed_after[0] - passed_before[0] == data.nbytes, (passed_before, passed_after)
-        assert passed_after[1] - passed_before[1] == data.nbytes, (passed_before, passed_after)
-        assert staged_after == staged_before, (staged_before, staged_after)
         for key in (f"{tag}_in", f"{tag}_out"):
             name = held_by_triton(key)
             assert name and name.startswith("infergate_client_"), triton_regions()
         # The client changes its input in place: the next answer is from the new bytes.
         shm.set_shared_memory_region(in_handle, [data * 2])
-        client.infer("identity_fp32", [inp], outputs=[out])
+        infer_in_regions(lib, client, tag, data.nbytes)
         got = shm.get_contents_as_numpy(out_handle, np.float32, [ELEMENTS])
         np.testing.assert_array_equal(got, data * 2)
         # The client lets go of its regions: the sidecar unregisters them from Triton on its
@@ -284,23 +289,14 @@ def test_a_clients_cuda_buffers_are_opened_by_triton_itself(protocol):
         cudashm.set_shared_memory_region(in_handle, [data])
         for name, handle in ((f"{tag}_in", in_handle), (f"{tag}_out", out_handle)):
             client.register_cuda_shared_memory(name, cudashm.get_raw_handle(handle), 0, data.nbytes)
-        inp = lib.InferInput("INPUT0", [ELEMENTS], "FP32")
-        inp.set_shared_memory(f"{tag}_in", data.nbytes)
-        out = lib.InferRequestedOutput("OUTPUT0")
-        out.set_shared_memory(f"{tag}_out", data.nbytes)
-        passed_before, staged_before = passed(), staged()
-        client.infer("identity_fp32", [inp], outputs=[out])
+        infer_in_regions(lib, client, tag, data.nbytes)
         got = cudashm.get_contents_as_numpy(out_handle, np.float32, [ELEMENTS])
         np.testing.assert_array_equal(got, data)
-        passed_after, staged_after = passed(), staged()
-        assert passed_after[0] - passed_before[0] == data.nbytes, (passed_before, passed_after)
-        assert passed_after[1] - passed_before[1] == data.nbytes, (passed_before, passed_after)
-        assert staged_after == staged_before, (staged_before, staged_after)
         held = [r for r in cuda_regions_held_by_triton() if r["name"].startswith("infergate_client_")]
         assert len(held) == 2 and all(r["byte_size"] == data.nbytes for r in held), held
         # The client changes its input on the device: the next answer is from the new values.
         cudashm.set_shared_memory_region(in_handle, [data * 2])
-        client.infer("identity_fp32", [inp], outputs=[out])
+        infer_in_regions(lib, client, tag, data.nbytes)
         got = cudashm.get_contents_as_numpy(out_handle, np.float32, [ELEMENTS])
         np.testing.assert_array_equal(got, data * 2)
         client.unregister_cuda_shared_memory(f"{tag}_in")

@@ -1,7 +1,7 @@
-//! The client HTTP port's accept loop. `axum::serve` sets no timers, so a client that stops in
-//! the middle of its request headers would hold its connection for ever; here hyper gets a
-//! timer and a header-read deadline (the body has its own, in `read_body`), and shutdown is
-//! graceful: no new connections, in-flight ones finish.
+//! The client HTTP port. `axum::serve` sets no timers, so a client that stops in the middle of
+//! its request headers would hold its connection for ever; here hyper gets a timer and a
+//! header-read deadline (the body has its own, in `read_body`). Connections are accepted, and
+//! shut down gracefully (no new connections, in-flight ones finish), by `crate::accept`.
 
 use std::future::Future;
 use std::time::Duration;
@@ -9,7 +9,6 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
@@ -30,33 +29,11 @@ pub async fn serve(
         // however long the model takes.
         .half_close(true);
     builder.http2().timer(TokioTimer::new());
-    let graceful = GracefulShutdown::new();
-    tokio::pin!(stop);
-    loop {
-        let (tcp, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(connection) => connection,
-                Err(e) => {
-                    // Out of descriptors and the like: pause rather than spin.
-                    tracing::warn!(error = %e, "HTTP accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut stop => break,
-        };
-        let _ = tcp.set_nodelay(true);
+    crate::accept::serve_until(listener, "HTTP", stop, |tcp| {
         let service = TowerToHyperService::new(app.clone());
-        let connection = builder
+        builder
             .serve_connection(TokioIo::new(tcp), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            // A peer that resets or times out ends its own connection; nothing to report.
-            let _ = connection.await;
-        });
-    }
-    drop(listener);
-    tracing::debug!("HTTP port closed; waiting for open connections to finish");
-    graceful.shutdown().await;
+            .into_owned()
+    })
+    .await;
 }
