@@ -217,8 +217,6 @@ def infer_in_regions(lib, client, tag, nbytes):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_client_regions_are_read_and_written_by_triton_itself(protocol):
-    import time
-
     import tritonclient.utils.shared_memory as shm
 
     data = np.random.default_rng(11).standard_normal(ELEMENTS).astype(np.float32)
@@ -247,10 +245,8 @@ def test_client_regions_are_read_and_written_by_triton_itself(protocol):
         # next probes.
         client.unregister_system_shared_memory(f"{tag}_in")
         client.unregister_system_shared_memory(f"{tag}_out")
-        deadline = time.monotonic() + 15
-        while held_by_triton(f"{tag}_in") or held_by_triton(f"{tag}_out"):
-            assert time.monotonic() < deadline, f"Triton still holds the client's regions: {triton_regions()}"
-            time.sleep(0.2)
+        released = wait_for(lambda: not held_by_triton(f"{tag}_in") and not held_by_triton(f"{tag}_out"), 15)
+        assert released, f"Triton still holds the client's regions: {triton_regions()}"
     finally:
         client.unregister_system_shared_memory(f"{tag}_in")
         client.unregister_system_shared_memory(f"{tag}_out")
@@ -259,8 +255,10 @@ def test_client_regions_are_read_and_written_by_triton_itself(protocol):
         shm.destroy_shared_memory_region(out_handle)
 
 
-def cuda_regions_held_by_triton():
-    return requests.get(f"http://{TRITON}/v2/cudasharedmemory/status", timeout=10).json()
+def client_cuda_regions_held_by_triton():
+    """The CUDA regions the sidecar registered with Triton for its clients."""
+    regions = requests.get(f"http://{TRITON}/v2/cudasharedmemory/status", timeout=10).json()
+    return [r for r in regions if r["name"].startswith("infergate_client_")]
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -292,7 +290,7 @@ def test_a_clients_cuda_buffers_are_opened_by_triton_itself(protocol):
         infer_in_regions(lib, client, tag, data.nbytes)
         got = cudashm.get_contents_as_numpy(out_handle, np.float32, [ELEMENTS])
         np.testing.assert_array_equal(got, data)
-        held = [r for r in cuda_regions_held_by_triton() if r["name"].startswith("infergate_client_")]
+        held = client_cuda_regions_held_by_triton()
         assert len(held) == 2 and all(r["byte_size"] == data.nbytes for r in held), held
         # The client changes its input on the device: the next answer is from the new values.
         cudashm.set_shared_memory_region(in_handle, [data * 2])
@@ -301,10 +299,7 @@ def test_a_clients_cuda_buffers_are_opened_by_triton_itself(protocol):
         np.testing.assert_array_equal(got, data * 2)
         client.unregister_cuda_shared_memory(f"{tag}_in")
         client.unregister_cuda_shared_memory(f"{tag}_out")
-        deadline = time.monotonic() + 15
-        while any(r["name"].startswith("infergate_client_") for r in cuda_regions_held_by_triton()):
-            assert time.monotonic() < deadline, cuda_regions_held_by_triton()
-            time.sleep(0.2)
+        assert wait_for(lambda: not client_cuda_regions_held_by_triton(), 15), client_cuda_regions_held_by_triton()
     finally:
         client.unregister_cuda_shared_memory(f"{tag}_in")
         client.unregister_cuda_shared_memory(f"{tag}_out")

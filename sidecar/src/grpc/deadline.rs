@@ -20,9 +20,7 @@ use tower::{Layer, Service};
 
 /// The answer to a call whose deadline passed. The message is written as is: tonic would
 /// percent-encode its space, which some clients print undecoded ("Deadline%20Exceeded").
-fn deadline_exceeded(
-    answer: Result<Result<Response<Body>, Infallible>, Elapsed>,
-) -> Result<Response<Body>, Infallible> {
+fn deadline_exceeded(answer: Result<Answer, Elapsed>) -> Answer {
     answer.unwrap_or_else(|_| {
         let mut response = tonic::Status::new(tonic::Code::DeadlineExceeded, "").into_http();
         let message = HeaderValue::from_static("Deadline Exceeded");

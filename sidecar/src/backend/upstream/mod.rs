@@ -741,8 +741,10 @@ impl Backend for UpstreamModel {
                 let via = self
                     .upstream
                     .route(|| Self::wire_bytes(&request, &execution));
-                let upstream = self.upstream.clone();
-                let call = upstream.exchange(request, via, plan, permit.clone());
+                let call = self
+                    .upstream
+                    .clone()
+                    .exchange(request, via, plan, permit.clone());
                 let exchange = tokio::spawn(call).await.map_err(|e| {
                     Error::internal(format!("the call to the upstream model server failed: {e}"))
                 })?;
