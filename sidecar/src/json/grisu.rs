@@ -200,14 +200,18 @@ const POW10: [u64; 20] = [
 /// The cached power of ten that brings a value with binary exponent `e` into range, and the
 /// decimal exponent K it stands for (the digits then mean digits × 10^K).
 fn cached_power(e: i32) -> (DiyFp, i32) {
-    let dk = f64::from(-61 - e) * 0.301_029_995_663_981_14 + 347.0;
-    let mut k = dk as i32;
-    if dk - f64::from(k) > 0.0 {
-        k += 1;
-    }
+    let k = ceil_log10_pow2(-61 - e) + 347;
     let index = ((k >> 3) + 1) as usize;
     let (f, e) = CACHED_POWERS[index];
     (DiyFp { f, e }, -(-348 + ((index as i32) << 3)))
+}
+
+/// ⌈x·log10(2)⌉, as rapidjson computes it in floating point, with integers: 315653 / 2^20
+/// is log10(2) closely enough that the floor is exact for |x| < 2,600, and x·log10(2) is an
+/// integer only at x = 0 (the tests compare the two over every exponent a double has).
+fn ceil_log10_pow2(x: i32) -> i32 {
+    let floor = (x * 315_653) >> 20;
+    if x == 0 { 0 } else { floor + 1 }
 }
 
 /// Steps the last digit down while that brings the digits closer to the value and keeps them
@@ -240,6 +244,63 @@ fn decimal_digits(n: u32) -> u32 {
     }
 }
 
+/// The fraction part of rapidjson's digit generation: what is left of the upper boundary
+/// (p2, below 2^e) and the interval's width (delta), both scaled by 2^e, and the digits
+/// written so far.
+struct Fraction {
+    p2: u64,
+    delta: u64,
+    one_e: i32,
+    len: usize,
+    kappa: i32,
+}
+
+impl Fraction {
+    /// Writes the next N digits (N up to 8) when none of them can end the search, and says
+    /// whether it did. After j more digits the one-at-a-time loop stops when
+    /// p2·10^j mod 2^e < delta·10^j; scaled by 10^(N-j) that is
+    /// (the last N-j of the N digits)·2^e + (p2·10^N mod 2^e) < delta·10^N, whose left side
+    /// only shrinks as j grows. So if the remainder after all N digits is not below
+    /// delta·10^N, no j ends the search, and the N digits are the ones the loop would write.
+    #[inline(always)]
+    fn block<const N: usize>(&mut self, buf: &mut [u8; 24]) -> bool {
+        let Some(out) = buf.get_mut(self.len..self.len + N) else {
+            return false;
+        };
+        let scale = u128::from(POW10[N]);
+        let product = u128::from(self.p2) * scale;
+        let remainder = (product as u64) & ((1u64 << self.one_e) - 1);
+        if u128::from(remainder) < u128::from(self.delta) * scale {
+            return false;
+        }
+        out.copy_from_slice(&eight_digits((product >> self.one_e) as u32)[8 - N..]);
+        self.len += N;
+        self.kappa -= N as i32;
+        self.p2 = remainder;
+        // Below the remainder, which is below 2^e: no overflow.
+        self.delta *= POW10[N];
+        true
+    }
+}
+
+/// `n` (below 10^8) as eight ASCII digits, with leading zeros: the four halves' digits
+/// computed side by side in the lanes of one 64-bit integer instead of one division after
+/// another. Each multiply-and-shift is an exact division for the lane's range (x·10486 >> 20
+/// is x / 100 below 10^4, x·103 >> 10 is x / 10 below 100), and no lane's product reaches into
+/// the next.
+#[inline(always)]
+fn eight_digits(n: u32) -> [u8; 8] {
+    // Lanes of 32 bits: the first four digits in the low lane (the first byte in memory).
+    let fours = u64::from(n / 10_000) | (u64::from(n % 10_000) << 32);
+    let hundreds_high = ((fours * 10_486) >> 20) & 0x0000_007f_0000_007f;
+    let hundreds_low = fours - 100 * hundreds_high;
+    // Lanes of 16 bits, each below 100, in the order of the digits.
+    let pairs = hundreds_high | (hundreds_low << 16);
+    let tens = ((pairs * 103) >> 10) & 0x000f_000f_000f_000f;
+    let ones = pairs - 10 * tens;
+    (tens | (ones << 8) | 0x3030_3030_3030_3030).to_le_bytes()
+}
+
 /// The leading digit of `p` for `unit` (a power of ten); `p` keeps the rest.
 #[inline(always)]
 fn split(p: &mut u32, unit: u32) -> u32 {
@@ -251,6 +312,14 @@ fn split(p: &mut u32, unit: u32) -> u32 {
 /// The Grisu2 digits of a positive finite `value` into `buf` (at most 18 of them), and the
 /// decimal exponent K: value ≈ digits × 10^K.
 pub fn digits(value: f64, buf: &mut [u8; 24]) -> (usize, i32) {
+    generate(value, buf, true)
+}
+
+/// Grisu2 as rapidjson runs it, digit by digit, or with `in_blocks` the same digits in fewer
+/// steps where they cannot end the search: the integer part's at once, the fraction's eight
+/// at a time, then four and two (the tests compare the two ways).
+#[inline(always)]
+fn generate(value: f64, buf: &mut [u8; 24], in_blocks: bool) -> (usize, i32) {
     let v = DiyFp::of(value);
     let (w_minus, w_plus) = v.boundaries();
     let (c_mk, mut k) = cached_power(w_plus.e);
@@ -267,8 +336,25 @@ pub fn digits(value: f64, buf: &mut [u8; 24]) -> (usize, i32) {
     let wp_w = wp.f - w.f;
     let mut p1 = (wp.f >> one_e) as u32;
     let mut p2 = wp.f & (one_f - 1);
-    let mut kappa = decimal_digits(p1);
     let mut len = 0usize;
+    // What is left after any integer digit is at least p2: when p2 alone is above delta no
+    // integer digit can end the search, and p1's digits (below 10^9 with rapidjson's cached
+    // powers; at least 8, the boundary being normalized) are written at once.
+    let mut kappa = if in_blocks && p2 > delta && p1 != 0 {
+        len = decimal_digits(p1) as usize;
+        if len == 9 {
+            buf[0] = b'0' + (p1 / 100_000_000) as u8;
+            buf[1..9].copy_from_slice(&eight_digits(p1 % 100_000_000));
+        } else {
+            // The eight digits less the leading zeros, and zeros after them (which the digits
+            // that follow overwrite).
+            let digits = u64::from_le_bytes(eight_digits(p1)) >> (8 * (8 - len));
+            buf[..8].copy_from_slice(&digits.to_le_bytes());
+        }
+        0
+    } else {
+        decimal_digits(p1)
+    };
     while kappa > 0 {
         // Constant divisors, so that each is a multiply and a shift.
         let d = match kappa {
@@ -302,6 +388,19 @@ pub fn digits(value: f64, buf: &mut [u8; 24]) -> (usize, i32) {
     }
     let mut delta = delta;
     let mut kappa = 0i32;
+    if in_blocks && len != 0 {
+        let mut fraction = Fraction {
+            p2,
+            delta,
+            one_e,
+            len,
+            kappa,
+        };
+        while fraction.block::<8>(buf) {}
+        fraction.block::<4>(buf);
+        fraction.block::<2>(buf);
+        (p2, delta, len, kappa) = (fraction.p2, fraction.delta, fraction.len, fraction.kappa);
+    }
     loop {
         p2 *= 10;
         delta *= 10;
@@ -321,6 +420,76 @@ pub fn digits(value: f64, buf: &mut [u8; 24]) -> (usize, i32) {
             let unit = if index < 9 { POW10[index] } else { 0 };
             round_weed(&mut buf[..len], delta, p2, one_f, wp_w.wrapping_mul(unit));
             return (len, k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn both(value: f64) {
+        let (mut fast, mut slow) = ([0u8; 24], [0u8; 24]);
+        let (fast_len, fast_k) = generate(value, &mut fast, true);
+        let (slow_len, slow_k) = generate(value, &mut slow, false);
+        assert_eq!(
+            (&fast[..fast_len], fast_k),
+            (&slow[..slow_len], slow_k),
+            "{value:e} ({:#x})",
+            value.to_bits()
+        );
+    }
+
+    #[test]
+    fn digits_in_blocks_are_the_loops_digits() {
+        // Every binary exponent, at its edges and in between; FP32 values over all exponents;
+        // pseudo-random doubles and floats; and FP32 values with 7 significant digits, as a
+        // client prints them.
+        for exponent in 1..2047u64 {
+            for significand in [0, 1, 2, 0x8_0000_0000_0000, (1 << 52) - 2, (1 << 52) - 1] {
+                both(f64::from_bits((exponent << 52) | significand));
+            }
+        }
+        for bits in (1..0x7f80_0000u32).step_by(997) {
+            both(f64::from(f32::from_bits(bits)));
+        }
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..300_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let double = f64::from_bits(state & 0x7fef_ffff_ffff_ffff);
+            let float = f64::from(f32::from_bits((state >> 32) as u32 & 0x7f7f_ffff));
+            let printed = format!("{:.6e}", (state >> 11) as f64 / (1u64 << 53) as f64 * 20.0);
+            let printed = f64::from(printed.parse::<f32>().unwrap_or(1.0));
+            for value in [double, float, printed] {
+                if value > 0.0 {
+                    both(value);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn integer_log_is_rapidjsons_floating_point_one() {
+        // Every binary exponent a boundary of a double can have, and more.
+        for e in -1200..=1100 {
+            let dk = f64::from(-61 - e) * 0.301_029_995_663_981_14 + 347.0;
+            let mut k = dk as i32;
+            if dk - f64::from(k) > 0.0 {
+                k += 1;
+            }
+            assert_eq!(ceil_log10_pow2(-61 - e) + 347, k, "e = {e}");
+        }
+    }
+
+    #[test]
+    fn eight_digits_writes_every_group() {
+        for n in (0..100_000_000u32)
+            .step_by(9_973)
+            .chain([0, 1, 9_999, 10_000, 99_999_999])
+        {
+            assert_eq!(eight_digits(n), *format!("{n:08}").as_bytes(), "{n}");
         }
     }
 }

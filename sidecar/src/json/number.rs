@@ -25,26 +25,39 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
         });
         return;
     }
-    // Whole numbers below 10^15 are exact as integers and laid out as `digits.0` either way;
-    // itoa is several times cheaper than Grisu2.
-    // (The cast, exact below 10^15, tests for a whole number without a call to libm's trunc.)
-    if value.abs() < 1e15 && (value as i64) as f64 == value {
-        let mut buffer = itoa::Buffer::new();
-        out.extend_from_slice(buffer.format(value as i64).as_bytes());
-        out.extend_from_slice(b".0");
-        return;
-    }
     if value.is_sign_negative() {
         out.push(b'-');
     }
     let magnitude = value.abs();
+    let fraction_bits = binary_fraction_digits(magnitude);
+    // Whole numbers below 10^15 are exact as integers and laid out as `digits.0` either way;
+    // itoa is several times cheaper than Grisu2.
+    if fraction_bits <= 0 && magnitude < 1e15 {
+        let mut buffer = itoa::Buffer::new();
+        out.extend_from_slice(buffer.format(magnitude as u64).as_bytes());
+        out.extend_from_slice(b".0");
+        return;
+    }
     let mut buf = [0u8; 24];
-    if let Some((len, k)) = dyadic_digits(magnitude, &mut buf) {
+    if let Some((len, k)) = dyadic_digits(magnitude, fraction_bits, &mut buf) {
         prettify(out, &buf[..len], k);
         return;
     }
     let (len, k) = super::grisu::digits(magnitude, &mut buf);
     prettify(out, &buf[..len], k);
+}
+
+/// How many binary digits a positive finite `value` has after the point: 0 or fewer for a
+/// whole number (from its bits, without a float conversion), `i32::MAX` for a subnormal.
+fn binary_fraction_digits(value: f64) -> i32 {
+    let bits = value.to_bits();
+    let biased_exponent = ((bits >> 52) & 0x7ff) as i32;
+    if biased_exponent == 0 {
+        return i32::MAX;
+    }
+    let significand = (bits & ((1 << 52) - 1)) | (1 << 52);
+    // value = significand × 2^(biased_exponent - 1075)
+    1075 - biased_exponent - significand.trailing_zeros() as i32
 }
 
 /// Powers of ten that are exact doubles (also the reader's).
@@ -60,15 +73,7 @@ pub(crate) const POW10: [f64; 23] = [
 /// wider than a double's rounding interval), so this is the shortest round-trip form, and Grisu2
 /// finds it too (the tests check): a bit test and one exact multiply instead of running it.
 /// Covers the values an FP32 tensor often holds (halves, quarters, …); `None` for the rest.
-fn dyadic_digits(value: f64, buf: &mut [u8; 24]) -> Option<(usize, i32)> {
-    let bits = value.to_bits();
-    let biased_exponent = ((bits >> 52) & 0x7ff) as i32;
-    if biased_exponent == 0 {
-        return None; // subnormal
-    }
-    let significand = (bits & ((1 << 52) - 1)) | (1 << 52);
-    // value = significand × 2^(biased_exponent - 1075)
-    let fraction_bits = 1075 - biased_exponent - significand.trailing_zeros() as i32;
+fn dyadic_digits(value: f64, fraction_bits: i32, buf: &mut [u8; 24]) -> Option<(usize, i32)> {
     if !(1..POW10.len() as i32).contains(&fraction_bits) {
         return None;
     }
@@ -178,7 +183,7 @@ mod tests {
                 continue;
             }
             let mut buf = [0u8; 24];
-            if dyadic_digits(v.abs(), &mut buf).is_some() {
+            if dyadic_digits(v.abs(), binary_fraction_digits(v.abs()), &mut buf).is_some() {
                 shortcut += 1;
             }
             assert_eq!(f(v), searched(v), "{v:e} ({bits:#x})");
