@@ -39,12 +39,37 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
         return;
     }
     let mut buf = [0u8; 24];
-    if let Some((len, k)) = dyadic_digits(magnitude, fraction_bits, &mut buf) {
+    let (len, k) = match dyadic_digits(magnitude, fraction_bits, &mut buf) {
+        Some(found) => found,
+        None => super::grisu::digits(magnitude, &mut buf),
+    };
+    let integer_digits = len as i32 + k;
+    if k < 0 && (1..=7).contains(&integer_digits) {
+        write_with_point(out, &buf, len, integer_digits as usize);
+    } else {
         prettify(out, &buf[..len], k);
-        return;
     }
-    let (len, k) = super::grisu::digits(magnitude, &mut buf);
-    prettify(out, &buf[..len], k);
+}
+
+/// What [`prettify`] writes for `len` digits at the start of `digits` with a point after the
+/// first `integer_digits` (1 to 7, fewer than `len`), the layout of most values in an FP32
+/// tensor, with moves of a fixed size in place of a small copy for each piece: the integer
+/// digits move one place to the left as one 64-bit word, the point goes in behind them, and
+/// the text goes out as one 32-byte copy cut to its length.
+fn write_with_point(out: &mut Vec<u8>, digits: &[u8; 24], len: usize, integer_digits: usize) {
+    let mut text = [0u8; 48];
+    text[8..32].copy_from_slice(digits);
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&text[7..15]);
+    let word = u64::from_le_bytes(word);
+    let shift = 8 * integer_digits as u32;
+    let integer = (1u64 << shift) - 1;
+    let point = 0xffu64 << shift;
+    let moved = ((word >> 8) & integer) | (u64::from(b'.') << shift) | (word & !(integer | point));
+    text[7..15].copy_from_slice(&moved.to_le_bytes());
+    let end = out.len() + len + 1;
+    out.extend_from_slice(&text[7..39]);
+    out.truncate(end);
 }
 
 /// How many binary digits a positive finite `value` has after the point: 0 or fewer for a
@@ -222,6 +247,25 @@ mod tests {
                 let v = whole as f64 / 2f64.powi(f);
                 assert_eq!(self::f(v), searched(v), "{v:e}");
                 assert_eq!(self::f(-v), searched(-v), "{v:e}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_point_goes_where_prettify_puts_it() {
+        for len in 2..=18usize {
+            for integer_digits in 1..len.min(8) {
+                let digits: Vec<u8> = (0..len).map(|i| b'1' + (i % 9) as u8).collect();
+                let mut buf = [0u8; 24];
+                buf[..len].copy_from_slice(&digits);
+                // Text already in the buffer stays as it is.
+                let (mut moved, mut laid_out) = (b"[7,".to_vec(), b"[7,".to_vec());
+                write_with_point(&mut moved, &buf, len, integer_digits);
+                prettify(&mut laid_out, &digits, integer_digits as i32 - len as i32);
+                assert_eq!(
+                    moved, laid_out,
+                    "{len} digits, {integer_digits} before the point"
+                );
             }
         }
     }
