@@ -209,9 +209,9 @@ pub fn encode(w: &mut Writer, datatype: DataType, data: &[u8]) {
 }
 
 /// Writes the elements of `data` separated by commas, with a comma before the first unless
-/// `first`. The text of a large tensor is sized from its first elements' and reserved once,
-/// where the buffer would otherwise double its way up to tens of megabytes, copying itself
-/// each time (a million random FP32 values write about 20 MB).
+/// `first`. The text of a large tensor is sized from the text of its first elements and
+/// reserved once, where the buffer would otherwise double its way up to tens of megabytes,
+/// copying itself each time (a million random FP32 values write about 20 MB).
 pub(super) fn write_elements(w: &mut Writer, datatype: DataType, data: &[u8], first: bool) {
     const SAMPLE: usize = 1024;
     match datatype.element_size() {

@@ -338,8 +338,8 @@ fn generate(value: f64, buf: &mut [u8; 24], in_blocks: bool) -> (usize, i32) {
     let mut p2 = wp.f & (one_f - 1);
     let mut len = 0usize;
     // What is left after any integer digit is at least p2: when p2 alone is above delta no
-    // integer digit can end the search, and p1's digits (below 10^9 with rapidjson's cached
-    // powers; at least 8, the boundary being normalized) are written at once.
+    // integer digit can end the search, and p1's digits are written at once (p1 is below 10^9
+    // with rapidjson's cached powers, and not 0 since the boundary is normalized).
     let mut kappa = if in_blocks && p2 > delta && p1 != 0 {
         len = decimal_digits(p1) as usize;
         if len == 9 {
