@@ -43,19 +43,14 @@ pub fn write_f64(out: &mut Vec<u8>, value: f64) {
         Some(found) => found,
         None => super::grisu::digits(magnitude, &mut buf),
     };
-    let integer_digits = len as i32 + k;
-    if k < 0 && (1..=7).contains(&integer_digits) {
-        write_with_point(out, &buf, len, integer_digits as usize);
-    } else {
-        prettify(out, &buf[..len], k);
-    }
+    prettify(out, &buf, len, k);
 }
 
-/// What [`prettify`] writes for `len` digits at the start of `digits` with a point after the
-/// first `integer_digits` (1 to 7, fewer than `len`), the layout of most values in an FP32
-/// tensor, with moves of a fixed size in place of a small copy for each piece: the integer
-/// digits move one place to the left as one 64-bit word, the point goes in behind them, and
-/// the text goes out as one 32-byte copy cut to its length.
+/// The `len` digits at the start of `digits` with a point after the first `integer_digits`
+/// (1 to 7, fewer than `len`), the layout of most values in an FP32 tensor, with moves of a
+/// fixed size in place of a small copy for each piece: the integer digits move one place to
+/// the left as one 64-bit word, the point goes in behind them, and the text goes out as one
+/// 32-byte copy cut to its length.
 fn write_with_point(out: &mut Vec<u8>, digits: &[u8; 24], len: usize, integer_digits: usize) {
     let mut text = [0u8; 48];
     text[8..32].copy_from_slice(digits);
@@ -114,14 +109,18 @@ fn dyadic_digits(value: f64, fraction_bits: i32, buf: &mut [u8; 24]) -> Option<(
     Some((digits.len(), -fraction_bits))
 }
 
-/// rapidjson's `Prettify` for `digits × 10^k`.
-fn prettify(out: &mut Vec<u8>, digits: &[u8], k: i32) {
-    let length = digits.len() as i32;
+/// rapidjson's `Prettify` for `digits × 10^k`, the `len` digits at the start of `buf`.
+fn prettify(out: &mut Vec<u8>, buf: &[u8; 24], len: usize, k: i32) {
+    let digits = &buf[..len];
+    let length = len as i32;
     let kk = length + k; // 10^(kk-1) <= v < 10^kk
     if 0 <= k && kk <= 21 {
         out.extend_from_slice(digits);
         out.extend(std::iter::repeat_n(b'0', k as usize));
         out.extend_from_slice(b".0");
+    } else if 0 < kk && kk <= 7 {
+        // (k < 0 here, so there are digits after the point.)
+        write_with_point(out, buf, len, kk as usize);
     } else if 0 < kk && kk <= 21 {
         out.extend_from_slice(&digits[..kk as usize]);
         out.push(b'.');
@@ -189,7 +188,7 @@ mod tests {
         if v.is_sign_negative() {
             out.push(b'-');
         }
-        prettify(&mut out, &buf[..len], k);
+        prettify(&mut out, &buf, len, k);
         String::from_utf8(out).unwrap()
     }
 
@@ -252,16 +251,22 @@ mod tests {
     }
 
     #[test]
-    fn the_point_goes_where_prettify_puts_it() {
+    fn the_point_goes_after_the_integer_digits() {
         for len in 2..=18usize {
             for integer_digits in 1..len.min(8) {
                 let digits: Vec<u8> = (0..len).map(|i| b'1' + (i % 9) as u8).collect();
                 let mut buf = [0u8; 24];
                 buf[..len].copy_from_slice(&digits);
                 // Text already in the buffer stays as it is.
-                let (mut moved, mut laid_out) = (b"[7,".to_vec(), b"[7,".to_vec());
+                let mut moved = b"[7,".to_vec();
                 write_with_point(&mut moved, &buf, len, integer_digits);
-                prettify(&mut laid_out, &digits, integer_digits as i32 - len as i32);
+                let laid_out = [
+                    &b"[7,"[..],
+                    &digits[..integer_digits],
+                    b".",
+                    &digits[integer_digits..],
+                ]
+                .concat();
                 assert_eq!(
                     moved, laid_out,
                     "{len} digits, {integer_digits} before the point"
