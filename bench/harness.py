@@ -358,6 +358,20 @@ def start_nginx_front(work: Path, upstream: System) -> System:
     return system
 
 
+def start_relay_front(work: Path, upstream: System) -> System:
+    """The floor of any hop in front of a model server: bench/relay copying bytes between each
+    client connection and one of its own to the upstream (REST and gRPC alike), parsing nothing.
+    A front that also routes or checks calls costs at least this; a "through a front versus
+    directly" target this relay misses in the same run is out of reach for any front here."""
+    http, grpc = free_port(), free_port()
+    proc = spawn([os.environ["RELAY"], f"{http}={upstream.http}", f"{grpc}={upstream.grpc}"],
+                 work / "relay.log")
+    system = System(f"relay→{upstream.name}", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", [proc])
+    wait_ready(f"http://{system.http}/v2/health/ready", proc)
+    wait_grpc_ready(system.grpc, proc)
+    return system
+
+
 def start_noop(work: Path) -> System:
     """The ceiling for every protocol and size: bench/noop-server (hyper; HTTP/1.1, and HTTP/2
     with the sidecar's windows for gRPC) reads each request to its end and returns the sidecar's
@@ -703,7 +717,8 @@ def ratio_pairs(systems: list[str]) -> list[tuple[str, str]]:
     for upstream in UPSTREAMS:
         variants = [s for s in systems if s.startswith(f"sidecar→{upstream}[")]
         for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool", f"sidecar→{upstream}/rest",
-                      f"sidecar→{upstream}+pool+rest", *variants, f"nginx→{upstream}"):
+                      f"sidecar→{upstream}+pool+rest", *variants, f"nginx→{upstream}",
+                      f"relay→{upstream}"):
             if front in systems and upstream in systems:
                 ratios.append((front, upstream))
     return ratios
@@ -721,7 +736,7 @@ def markdown(summary: list[dict], systems: list[str], machine: dict,
     ratios = ratio_pairs(systems)
     head += [f"{a} / {b}" for a, b in ratios]
     # Latency the sidecar adds in front of each model server (difference of p50s).
-    added = [(a, b) for a, b in ratios if a.startswith(("sidecar→", "proxy→", "nginx→"))]
+    added = [(a, b) for a, b in ratios if a.startswith(("sidecar→", "proxy→", "nginx→", "relay→"))]
     head += [f"{a} added p50" for a, _ in added]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows = {}
@@ -864,8 +879,10 @@ def main():
                          "sidecar→mlserver, fixed (nginx returning constant answers: the "
                          "round-trip ceiling), proxy→fixed (nginx proxying to those: the "
                          "cheapest proxy hop), nginx→triton (nginx passing REST and gRPC "
-                         "through to a Triton: the cheapest hop in front of the real server, "
-                         "every row); the fixed two answer identity_fp32[16] over "
+                         "through to a Triton: the cheapest proxy in front of the real server, "
+                         "every row), relay→triton (bench/relay copying bytes between "
+                         "paired connections to that Triton: the floor of any hop, every "
+                         "row); the fixed two answer identity_fp32[16] over "
                          "http and json and identity_fp32[1M] over http only; noop "
                          "(bench/noop-server returning recorded answers over http and grpc for "
                          "both identity_fp32 sizes, json for 16 elements: the ceiling)")
@@ -934,18 +951,21 @@ def main():
         }
         if "triton" in systems_wanted:
             systems["triton"] = start_triton(work)
-        if "nginx→triton" in systems_wanted:
+        for name, start_front in (("nginx→triton", start_nginx_front),
+                                  ("relay→triton", start_relay_front)):
+            if name not in systems_wanted:
+                continue
             # In front of the Triton measured directly: perf_analyzer's regions are its own, and
             # the sidecar fronts' Triton must not see them unregistered.
             if "triton" in systems:
                 triton = systems["triton"]
-                front = start_nginx_front(work, triton)
+                front = start_front(work, triton)
             else:
-                triton = start_triton(work / "nginx-upstream")
-                front = start_nginx_front(work, triton)
+                triton = start_triton(work / f"{name.split('→')[0]}-upstream")
+                front = start_front(work, triton)
                 front.procs += triton.procs
             front.upstream = triton.procs
-            systems["nginx→triton"] = front
+            systems[name] = front
         if any(f in systems_wanted for f in fronts):
             # The fronts get a Triton of their own: perf_analyzer unregisters every shared-memory
             # region of the server it drives, which, on a shared Triton, would drop the regions
