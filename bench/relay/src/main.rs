@@ -112,3 +112,67 @@ fn copy(mut from: TcpStream, mut to: TcpStream) {
     let _ = to.shutdown(Shutdown::Write);
     let _ = from.shutdown(Shutdown::Read);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call goes through to the upstream and its answer comes back unchanged, in pieces
+    /// larger than one read; the client's end reaches the upstream as an end.
+    #[test]
+    fn bytes_pass_both_ways_and_the_end_follows() -> io::Result<()> {
+        let upstream = TcpListener::bind("127.0.0.1:0")?;
+        let upstream_addr = upstream.local_addr()?.to_string();
+        // The upstream answers each byte with its successor, and reports how many it read.
+        let server = thread::spawn(move || -> io::Result<usize> {
+            let (mut conn, _) = upstream.accept()?;
+            let mut buf = vec![0u8; 4096];
+            let mut total = 0;
+            loop {
+                let n = conn.read(&mut buf)?;
+                if n == 0 {
+                    return Ok(total);
+                }
+                total += n;
+                let answer: Vec<u8> = buf[..n].iter().map(|b| b.wrapping_add(1)).collect();
+                conn.write_all(&answer)?;
+            }
+        });
+        let front = TcpListener::bind("127.0.0.1:0")?;
+        let front_addr = front.local_addr()?;
+        thread::spawn(move || accept_loop(&front, &upstream_addr));
+
+        let mut client = TcpStream::connect(front_addr)?;
+        let call: Vec<u8> = (0..3 * CHUNK_BYTES).map(|i| (i % 251) as u8).collect();
+        let writer = {
+            let mut client = client.try_clone()?;
+            let call = call.clone();
+            thread::spawn(move || -> io::Result<()> {
+                client.write_all(&call)?;
+                client.shutdown(Shutdown::Write)
+            })
+        };
+        let mut answer = Vec::new();
+        client.read_to_end(&mut answer)?;
+        writer
+            .join()
+            .map_err(|_| io::Error::other("writer panicked"))??;
+        let expected: Vec<u8> = call.iter().map(|b| b.wrapping_add(1)).collect();
+        assert!(answer == expected, "the answer came back changed");
+        let read = server
+            .join()
+            .map_err(|_| io::Error::other("server panicked"))??;
+        assert_eq!(read, call.len());
+        Ok(())
+    }
+
+    #[test]
+    fn a_pair_names_a_port_and_an_upstream() {
+        assert_eq!(
+            parse_pair("8000=127.0.0.1:9000".to_string()),
+            Ok((8000, "127.0.0.1:9000".to_string()))
+        );
+        assert!(parse_pair("8000".to_string()).is_err());
+        assert!(parse_pair("x=127.0.0.1:9000".to_string()).is_err());
+    }
+}
