@@ -414,3 +414,55 @@ def test_cuda_registrations_are_answered_by_triton():
     client.close()
     assert requests.get(f"http://{HTTP}/v2/cudasharedmemory/status", timeout=10).json() == []
     assert requests.get(f"http://{TRITON}/v2/cudasharedmemory/status", timeout=10).json() == []
+
+
+def test_client_regions_pass_through_again_after_triton_lost_the_pool():
+    """Another client of the same Triton unregisters regions there (perf_analyzer unregisters
+    them all when it starts): the sidecar registers its pool again and, with it, the clients'
+    regions, after telling Triton to let go of their old names. An old name left behind would
+    make Triton refuse the key under a new one, and the bytes would go the slow way for good."""
+    import tritonclient.utils.shared_memory as shm
+
+    data = np.random.default_rng(13).standard_normal(ELEMENTS).astype(np.float32)
+    tag = f"iglost{os.getpid()}"
+    keys = {f"{tag}_in": f"/{tag}_in", f"{tag}_out": f"/{tag}_out"}
+    handles = [shm.create_shared_memory_region(name, key, data.nbytes) for name, key in keys.items()]
+    client = grpcclient.InferenceServerClient(GRPC)
+
+    def infer(scale):
+        shm.set_shared_memory_region(handles[0], [data * scale])
+        inp = grpcclient.InferInput("INPUT0", [ELEMENTS], "FP32")
+        inp.set_shared_memory(f"{tag}_in", data.nbytes)
+        out = grpcclient.InferRequestedOutput("OUTPUT0")
+        out.set_shared_memory(f"{tag}_out", data.nbytes)
+        client.infer("identity_fp32", [inp], outputs=[out])
+        got = shm.get_contents_as_numpy(handles[1], np.float32, [ELEMENTS])
+        np.testing.assert_array_equal(got, data * scale)
+        del got
+
+    try:
+        for name, key in keys.items():
+            client.register_system_shared_memory(name, key, data.nbytes)
+        infer(1)
+        old = held_by_triton(f"{tag}_in")
+        assert old, triton_regions()
+        pool_key = pool()["key"]
+        # What another client of Triton's does; the sidecar's own regions are not touched.
+        requests.post(f"http://{TRITON}/v2/systemsharedmemory/region/{pool_key}/unregister",
+                      timeout=10).raise_for_status()
+        assert wait_for(lambda: any(r["name"] == pool_key for r in triton_regions()), 60), \
+            "the sidecar did not register its pool again"
+        assert wait_for(lambda: held_by_triton(f"{tag}_in") != old, 30), \
+            f"Triton still holds the old name {old}: {triton_regions()}"
+        passed_before, staged_before = passed(), staged()
+        infer(2)
+        passed_after, staged_after = passed(), staged()
+        assert passed_after[0] - passed_before[0] == data.nbytes, (passed_before, passed_after)
+        assert passed_after[1] - passed_before[1] == data.nbytes, (passed_before, passed_after)
+        assert staged_after == staged_before, (staged_before, staged_after)
+        assert held_by_triton(f"{tag}_in") not in (None, old), triton_regions()
+    finally:
+        for name in keys:
+            client.unregister_system_shared_memory(name)
+        for handle in handles:
+            shm.destroy_shared_memory_region(handle)

@@ -65,7 +65,7 @@ pub async fn run_discovery(
                 state.repository.install(models);
                 let extensions = info.read().extensions.clone();
                 if upstream.staging.maintain(&upstream, &extensions).await {
-                    upstream.passthrough.forget_all();
+                    upstream.passthrough.forget_all(&upstream).await;
                 }
                 upstream.probe_small_calls().await;
                 state.health.set_ready(true);
@@ -99,8 +99,9 @@ pub async fn run_discovery(
             // A restarted upstream has forgotten the staging pool: register it again.
             let extensions = info.read().extensions.clone();
             if upstream.staging.maintain(&upstream, &extensions).await {
-                // Registered again: the upstream restarted and forgot the clients' regions too.
-                upstream.passthrough.forget_all();
+                // Registered again: the upstream restarted, or a client of its own let go of
+                // regions; the clients' regions are registered again too.
+                upstream.passthrough.forget_all(&upstream).await;
             }
             upstream.passthrough.sweep(&upstream).await;
             upstream.probe_small_calls().await;

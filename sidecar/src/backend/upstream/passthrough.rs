@@ -209,6 +209,24 @@ impl Passthrough {
 
     /// At shutdown: the upstream forgets every client region registered through the sidecar.
     pub async fn release(&self, upstream: &Upstream) {
+        self.unregister_all(upstream, std::time::Duration::from_secs(2))
+            .await;
+    }
+
+    /// The upstream lost the staging pool: it restarted, or one of its own clients unregistered
+    /// regions (perf_analyzer unregisters them all when it starts and ends). Every client region
+    /// is registered again on its next use, and the upstream is told to let go of the old names
+    /// first: one it still holds would make it refuse the client's key under a new name, and
+    /// that region's bytes would go through the sidecar from then on.
+    pub async fn forget_all(&self, upstream: &Upstream) {
+        // No registration starts before the old names are gone.
+        let _one_at_a_time = self.registering.lock().await;
+        self.unregister_all(upstream, upstream.timeout()).await;
+    }
+
+    /// Forgets every entry and unregisters the names the upstream was given; a name it no
+    /// longer knows (it restarted) is refused, which changes nothing.
+    async fn unregister_all(&self, upstream: &Upstream, limit: std::time::Duration) {
         let names: Vec<(String, bool)> = self
             .entries
             .lock()
@@ -216,14 +234,8 @@ impl Passthrough {
             .filter_map(|e| Some((e.upstream_name?, e.cuda)))
             .collect();
         for (name, cuda) in names {
-            let gone = unregister(upstream, name, cuda);
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), gone).await;
+            let _ = tokio::time::timeout(limit, unregister(upstream, name, cuda)).await;
         }
-    }
-
-    /// The upstream restarted: it knows none of the regions any more.
-    pub fn forget_all(&self) {
-        self.entries.lock().clear();
     }
 
     pub fn count_input(&self, len: u64) {
