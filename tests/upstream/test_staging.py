@@ -416,52 +416,79 @@ def test_cuda_registrations_are_answered_by_triton():
     assert requests.get(f"http://{TRITON}/v2/cudasharedmemory/status", timeout=10).json() == []
 
 
-def test_client_regions_pass_through_again_after_triton_lost_the_pool():
-    """Another client of the same Triton unregisters regions there (perf_analyzer unregisters
-    them all when it starts): the sidecar registers its pool again and, with it, the clients'
-    regions, after telling Triton to let go of their old names. An old name left behind would
-    make Triton refuse the key under a new one, and the bytes would go the slow way for good."""
+@pytest.mark.parametrize("lost", ["the pool", "every region"])
+def test_client_regions_keep_passing_through_when_triton_loses_regions_under_load(lost):
+    """Another client of the same Triton unregisters regions there while calls with a client's
+    regions are in flight (perf_analyzer unregisters them all when it starts and ends): the
+    sidecar registers its pool again and keeps the client regions Triton still holds. Telling
+    Triton to let go of those would fail for a region a call is using, Triton would keep the
+    name and refuse the key under a new one, and the bytes would go the slow way for good."""
+    import threading
+
     import tritonclient.utils.shared_memory as shm
 
     data = np.random.default_rng(13).standard_normal(ELEMENTS).astype(np.float32)
-    tag = f"iglost{os.getpid()}"
+    tag = f"iglost{os.getpid()}{len(lost)}"
     keys = {f"{tag}_in": f"/{tag}_in", f"{tag}_out": f"/{tag}_out"}
     handles = [shm.create_shared_memory_region(name, key, data.nbytes) for name, key in keys.items()]
     client = grpcclient.InferenceServerClient(GRPC)
 
-    def infer(scale):
-        shm.set_shared_memory_region(handles[0], [data * scale])
+    def call():
         inp = grpcclient.InferInput("INPUT0", [ELEMENTS], "FP32")
         inp.set_shared_memory(f"{tag}_in", data.nbytes)
         out = grpcclient.InferRequestedOutput("OUTPUT0")
         out.set_shared_memory(f"{tag}_out", data.nbytes)
         client.infer("identity_fp32", [inp], outputs=[out])
-        got = shm.get_contents_as_numpy(handles[1], np.float32, [ELEMENTS])
-        np.testing.assert_array_equal(got, data * scale)
-        del got
+
+    stop, errors, calls = threading.Event(), [], [0]
+
+    def load():
+        while not stop.is_set():
+            try:
+                call()
+                calls[0] += 1
+            except InferenceServerException as e:
+                errors.append(str(e))
 
     try:
         for name, key in keys.items():
             client.register_system_shared_memory(name, key, data.nbytes)
-        infer(1)
-        old = held_by_triton(f"{tag}_in")
-        assert old, triton_regions()
+        shm.set_shared_memory_region(handles[0], [data])
+        call()
+        assert held_by_triton(f"{tag}_in"), triton_regions()
         pool_key = pool()["key"]
-        # What another client of Triton's does; the sidecar's own regions are not touched.
-        requests.post(f"http://{TRITON}/v2/systemsharedmemory/region/{pool_key}/unregister",
-                      timeout=10).raise_for_status()
-        assert wait_for(lambda: any(r["name"] == pool_key for r in triton_regions()), 60), \
-            "the sidecar did not register its pool again"
-        assert wait_for(lambda: held_by_triton(f"{tag}_in") != old, 30), \
-            f"Triton still holds the old name {old}: {triton_regions()}"
+        loader = threading.Thread(target=load, daemon=True)
+        loader.start()
+        # Three times, so that at least once a call is using the regions at that moment.
+        for _ in range(3):
+            assert wait_for(lambda: any(r["name"] == pool_key for r in triton_regions()), 60), \
+                "the sidecar did not register its pool again"
+            before = calls[0]
+            assert wait_for(lambda: calls[0] >= before + 3, 30), "no calls in flight"
+            # What another client of Triton's does; the sidecar's own names are not touched.
+            url = (f"http://{TRITON}/v2/systemsharedmemory/region/{pool_key}/unregister"
+                   if lost == "the pool" else f"http://{TRITON}/v2/systemsharedmemory/unregister")
+            requests.post(url, timeout=10)
+            assert wait_for(lambda: any(r["name"] == pool_key for r in triton_regions()), 60), \
+                "the sidecar did not register its pool again"
+            time.sleep(1.5)  # a probe after the registration
+        stop.set()
+        loader.join(30)
+        assert not errors, errors[:3]
         passed_before, staged_before = passed(), staged()
-        infer(2)
+        for _ in range(3):
+            call()
         passed_after, staged_after = passed(), staged()
-        assert passed_after[0] - passed_before[0] == data.nbytes, (passed_before, passed_after)
-        assert passed_after[1] - passed_before[1] == data.nbytes, (passed_before, passed_after)
+        assert passed_after[0] - passed_before[0] == 3 * data.nbytes, (passed_before, passed_after)
+        assert passed_after[1] - passed_before[1] == 3 * data.nbytes, (passed_before, passed_after)
         assert staged_after == staged_before, (staged_before, staged_after)
-        assert held_by_triton(f"{tag}_in") not in (None, old), triton_regions()
+        np.testing.assert_array_equal(
+            shm.get_contents_as_numpy(handles[1], np.float32, [ELEMENTS]), data)
+        for key in keys:
+            held = [r["name"] for r in triton_regions() if r["key"].lstrip("/") == key]
+            assert len(held) == 1, triton_regions()
     finally:
+        stop.set()
         for name in keys:
             client.unregister_system_shared_memory(name)
         for handle in handles:

@@ -65,7 +65,7 @@ pub async fn run_discovery(
                 state.repository.install(models);
                 let extensions = info.read().extensions.clone();
                 if upstream.staging.maintain(&upstream, &extensions).await {
-                    upstream.passthrough.forget_all(&upstream).await;
+                    upstream.passthrough.forget_lost(&upstream).await;
                 }
                 upstream.probe_small_calls().await;
                 state.health.set_ready(true);
@@ -100,8 +100,8 @@ pub async fn run_discovery(
             let extensions = info.read().extensions.clone();
             if upstream.staging.maintain(&upstream, &extensions).await {
                 // Registered again: the upstream restarted, or a client of its own let go of
-                // regions; the clients' regions are registered again too.
-                upstream.passthrough.forget_all(&upstream).await;
+                // regions; the clients' regions it lost are registered again too.
+                upstream.passthrough.forget_lost(&upstream).await;
             }
             upstream.passthrough.sweep(&upstream).await;
             upstream.probe_small_calls().await;

@@ -773,7 +773,7 @@ impl Backend for UpstreamModel {
                     // Refused while reading the request, before the model ran: safe to resend,
                     // over the socket, while the prober registers the pool again.
                     staging.lost();
-                    self.upstream.passthrough.forget_all(&self.upstream).await;
+                    self.upstream.passthrough.forget_lost(&self.upstream).await;
                     client_inputs = self.client_inputs(&execution, false).await?;
                     client_outputs = self.client_outputs(&execution, false).await;
                     plan = Plan::default();

@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use infergate_proto::inference::{
-    CudaSharedMemoryRegisterRequest, CudaSharedMemoryUnregisterRequest,
-    SystemSharedMemoryRegisterRequest, SystemSharedMemoryUnregisterRequest,
+    CudaSharedMemoryRegisterRequest, CudaSharedMemoryStatusRequest,
+    CudaSharedMemoryUnregisterRequest, SystemSharedMemoryRegisterRequest,
+    SystemSharedMemoryStatusRequest, SystemSharedMemoryUnregisterRequest,
 };
 use parking_lot::Mutex;
 
@@ -33,6 +34,34 @@ struct Entry {
     upstream_name: Option<String>,
     /// Registered through the upstream's CUDA shared-memory API (unregistered through it too).
     cuda: bool,
+    /// What the upstream was given under that name: the key (system regions) and the size.
+    key: Option<String>,
+    byte_size: u64,
+}
+
+impl Entry {
+    /// Whether the upstream still holds this entry's name, as the sidecar registered it.
+    fn held_by(&self, held: &Held) -> bool {
+        let Some(name) = &self.upstream_name else {
+            return false;
+        };
+        if self.cuda {
+            held.cuda
+                .iter()
+                .any(|(n, size)| n == name && *size == self.byte_size)
+        } else {
+            held.system.iter().any(|(n, key, size)| {
+                n == name && Some(key) == self.key.as_ref() && *size == self.byte_size
+            })
+        }
+    }
+}
+
+/// The regions the upstream holds: system (name, key, size) and CUDA (name, size).
+#[derive(Default)]
+struct Held {
+    system: Vec<(String, String, u64)>,
+    cuda: Vec<(String, u64)>,
 }
 
 #[derive(Default)]
@@ -129,6 +158,13 @@ impl Passthrough {
             self.next.fetch_add(1, Ordering::Relaxed)
         );
         let client = upstream.client();
+        let (key, byte_size) = match region.as_ref() {
+            Region::System(system) => (
+                Some(system.key.clone()),
+                system.offset.saturating_add(system.byte_size),
+            ),
+            Region::Cuda(_) | Region::CudaForwarded(_) => (None, region.byte_size()),
+        };
         let call = async {
             match region.as_ref() {
                 Region::System(system) => {
@@ -137,7 +173,7 @@ impl Passthrough {
                             name: name.clone(),
                             key: system.key.clone(),
                             offset: 0,
-                            byte_size: system.offset.saturating_add(system.byte_size),
+                            byte_size,
                         })
                         .await
                 }
@@ -151,7 +187,7 @@ impl Passthrough {
                             name: name.clone(),
                             raw_handle,
                             device_id,
-                            byte_size: region.byte_size(),
+                            byte_size,
                         })
                         .await
                 }
@@ -170,6 +206,8 @@ impl Passthrough {
             region: Arc::downgrade(region),
             upstream_name: registered.is_ok().then(|| name.clone()),
             cuda,
+            key,
+            byte_size,
         });
         match registered {
             Ok(()) => Ok(name),
@@ -213,15 +251,25 @@ impl Passthrough {
             .await;
     }
 
-    /// The upstream lost the staging pool: it restarted, or one of its own clients unregistered
-    /// regions (perf_analyzer unregisters them all when it starts and ends). Every client region
-    /// is registered again on its next use, and the upstream is told to let go of the old names
-    /// first: one it still holds would make it refuse the client's key under a new name, and
-    /// that region's bytes would go through the sidecar from then on.
-    pub async fn forget_all(&self, upstream: &Upstream) {
-        // No registration starts before the old names are gone.
+    /// The upstream lost the staging pool or refused a region a call named: it restarted, or
+    /// one of its own clients unregistered regions there (perf_analyzer unregisters them all
+    /// when it starts and ends). The clients' regions it no longer holds are registered again on
+    /// their next use; those it still holds are kept as they are. Unregistering those too would
+    /// race with the calls using them: Triton refuses to let go of a region a call is reading or
+    /// writing ("currently in use"), keeps the name, and then refuses the client's key under a
+    /// new one, so that region's bytes would go through the sidecar from then on.
+    pub async fn forget_lost(&self, upstream: &Upstream) {
+        // No registration starts before the lost names are forgotten.
         let _one_at_a_time = self.registering.lock().await;
-        self.unregister_all(upstream, upstream.timeout()).await;
+        let cuda = self.entries.lock().iter().any(|e| e.cuda);
+        match regions_held(upstream, cuda).await {
+            Ok(held) => self.entries.lock().retain(|e| e.held_by(&held)),
+            // What the upstream holds is unknown: let go of every name.
+            Err(status) => {
+                tracing::debug!(%status, "the upstream's shared-memory status is unknown; every client region is registered again");
+                self.unregister_all(upstream, upstream.timeout()).await;
+            }
+        }
     }
 
     /// Forgets every entry and unregisters the names the upstream was given; a name it no
@@ -247,6 +295,38 @@ impl Passthrough {
     pub fn count_output(&self, len: u64) {
         self.output_bytes.fetch_add(len, Ordering::Relaxed);
     }
+}
+
+/// The regions the upstream holds (CUDA ones asked for only when `cuda`).
+async fn regions_held(upstream: &Upstream, cuda: bool) -> std::result::Result<Held, tonic::Status> {
+    let client = upstream.client();
+    let ask = async {
+        let system = client
+            .system_shared_memory_status(SystemSharedMemoryStatusRequest::default())
+            .await?;
+        let mut held = Held {
+            system: system
+                .regions
+                .into_values()
+                .map(|r| (r.name, r.key, r.byte_size))
+                .collect(),
+            cuda: Vec::new(),
+        };
+        if cuda {
+            let status = client
+                .cuda_shared_memory_status(CudaSharedMemoryStatusRequest::default())
+                .await?;
+            held.cuda = status
+                .regions
+                .into_values()
+                .map(|r| (r.name, r.byte_size))
+                .collect();
+        }
+        Ok(held)
+    };
+    tokio::time::timeout(upstream.timeout(), ask)
+        .await
+        .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer in time")))
 }
 
 /// Makes the upstream forget a region the sidecar registered with it.

@@ -12,15 +12,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use infergate_proto::DataType;
+use infergate_proto::inference::cuda_shared_memory_status_response::RegionStatus as CudaRegionStatus;
 use infergate_proto::inference::infer_parameter::ParameterChoice;
 use infergate_proto::inference::model_infer_response::InferOutputTensor;
 use infergate_proto::inference::model_metadata_response::TensorMetadata;
 use infergate_proto::inference::repository_index_response::ModelIndex;
 use infergate_proto::inference::system_shared_memory_status_response::RegionStatus;
 use infergate_proto::inference::{
-    CudaSharedMemoryRegisterRequest, InferParameter, ModelConfigResponse, ModelInferRequest,
-    ModelInferResponse, ModelMetadataResponse, RepositoryIndexResponse, ServerMetadataResponse,
-    SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusResponse,
+    CudaSharedMemoryRegisterRequest, CudaSharedMemoryStatusResponse, InferParameter,
+    ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelMetadataResponse,
+    RepositoryIndexResponse, ServerMetadataResponse, SystemSharedMemoryRegisterRequest,
+    SystemSharedMemoryStatusResponse,
 };
 use serde_json::{Value as J, json};
 use tonic::Status;
@@ -268,6 +270,31 @@ impl RestClient {
         self.json(Method::POST, &path, Some(&body))
             .await
             .map(|_| ())
+    }
+
+    pub async fn cuda_status(&self, name: &str) -> Answer<CudaSharedMemoryStatusResponse> {
+        let path = if name.is_empty() {
+            "/v2/cudasharedmemory/status".to_string()
+        } else {
+            format!("/v2/cudasharedmemory/region/{}/status", segment(name))
+        };
+        let v = self.json(Method::GET, &path, None).await?;
+        let regions = v
+            .as_array()
+            .map(|rs| {
+                rs.iter()
+                    .map(|r| {
+                        let status = CudaRegionStatus {
+                            name: text(&r["name"]),
+                            device_id: r["device_id"].as_u64().unwrap_or(0),
+                            byte_size: r["byte_size"].as_u64().unwrap_or(0),
+                        };
+                        (status.name.clone(), status)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(CudaSharedMemoryStatusResponse { regions })
     }
 
     pub async fn cuda_unregister(&self, name: &str) -> Answer<()> {

@@ -6,11 +6,12 @@
 use infergate_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use infergate_proto::inference::infer_parameter::ParameterChoice;
 use infergate_proto::inference::{
-    CudaSharedMemoryRegisterRequest, CudaSharedMemoryUnregisterRequest, ModelConfigRequest,
-    ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelMetadataRequest,
-    ModelMetadataResponse, RepositoryIndexRequest, RepositoryIndexResponse, ServerMetadataResponse,
-    SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
-    SystemSharedMemoryStatusResponse, SystemSharedMemoryUnregisterRequest,
+    CudaSharedMemoryRegisterRequest, CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse,
+    CudaSharedMemoryUnregisterRequest, ModelConfigRequest, ModelConfigResponse, ModelInferRequest,
+    ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, RepositoryIndexRequest,
+    RepositoryIndexResponse, ServerMetadataResponse, SystemSharedMemoryRegisterRequest,
+    SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
+    SystemSharedMemoryUnregisterRequest,
 };
 use infergate_proto::inference::{ServerMetadataRequest, ServerReadyRequest};
 
@@ -121,6 +122,16 @@ impl Transport {
                 inner(c.clone().cuda_shared_memory_register(request).await).map(|_| ())
             }
             Transport::Rest(c) => c.cuda_register(request).await,
+        }
+    }
+
+    pub async fn cuda_shared_memory_status(
+        &self,
+        request: CudaSharedMemoryStatusRequest,
+    ) -> Answer<CudaSharedMemoryStatusResponse> {
+        match self {
+            Transport::Grpc(c) => inner(c.clone().cuda_shared_memory_status(request).await),
+            Transport::Rest(c) => c.cuda_status(&request.name).await,
         }
     }
 
