@@ -212,29 +212,37 @@ impl RestClient {
     }
 
     pub async fn shm_status(&self, name: &str) -> Answer<SystemSharedMemoryStatusResponse> {
+        let regions = self
+            .shm_regions("systemsharedmemory", name, |r| RegionStatus {
+                name: text(&r["name"]),
+                key: text(&r["key"]),
+                offset: r["offset"].as_u64().unwrap_or(0),
+                byte_size: r["byte_size"].as_u64().unwrap_or(0),
+            })
+            .await?
+            .into_iter()
+            .map(|status| (status.name.clone(), status))
+            .collect();
+        Ok(SystemSharedMemoryStatusResponse { regions })
+    }
+
+    /// The regions a status route lists (`/v2/{kind}/status`, or one region's when `name` is
+    /// given), each read by `entry`.
+    async fn shm_regions<T>(
+        &self,
+        kind: &str,
+        name: &str,
+        entry: impl Fn(&J) -> T,
+    ) -> Answer<Vec<T>> {
         let path = if name.is_empty() {
-            "/v2/systemsharedmemory/status".to_string()
+            format!("/v2/{kind}/status")
         } else {
-            format!("/v2/systemsharedmemory/region/{}/status", segment(name))
+            format!("/v2/{kind}/region/{}/status", segment(name))
         };
         let v = self.json(Method::GET, &path, None).await?;
-        let regions = v
-            .as_array()
-            .map(|rs| {
-                rs.iter()
-                    .map(|r| {
-                        let status = RegionStatus {
-                            name: text(&r["name"]),
-                            key: text(&r["key"]),
-                            offset: r["offset"].as_u64().unwrap_or(0),
-                            byte_size: r["byte_size"].as_u64().unwrap_or(0),
-                        };
-                        (status.name.clone(), status)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(SystemSharedMemoryStatusResponse { regions })
+        Ok(v.as_array()
+            .map(|rs| rs.iter().map(entry).collect())
+            .unwrap_or_default())
     }
 
     pub async fn shm_register(&self, request: SystemSharedMemoryRegisterRequest) -> Answer<()> {
@@ -273,27 +281,16 @@ impl RestClient {
     }
 
     pub async fn cuda_status(&self, name: &str) -> Answer<CudaSharedMemoryStatusResponse> {
-        let path = if name.is_empty() {
-            "/v2/cudasharedmemory/status".to_string()
-        } else {
-            format!("/v2/cudasharedmemory/region/{}/status", segment(name))
-        };
-        let v = self.json(Method::GET, &path, None).await?;
-        let regions = v
-            .as_array()
-            .map(|rs| {
-                rs.iter()
-                    .map(|r| {
-                        let status = CudaRegionStatus {
-                            name: text(&r["name"]),
-                            device_id: r["device_id"].as_u64().unwrap_or(0),
-                            byte_size: r["byte_size"].as_u64().unwrap_or(0),
-                        };
-                        (status.name.clone(), status)
-                    })
-                    .collect()
+        let regions = self
+            .shm_regions("cudasharedmemory", name, |r| CudaRegionStatus {
+                name: text(&r["name"]),
+                device_id: r["device_id"].as_u64().unwrap_or(0),
+                byte_size: r["byte_size"].as_u64().unwrap_or(0),
             })
-            .unwrap_or_default();
+            .await?
+            .into_iter()
+            .map(|status| (status.name.clone(), status))
+            .collect();
         Ok(CudaSharedMemoryStatusResponse { regions })
     }
 
