@@ -40,10 +40,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if config.server.worker_threads > 0 {
-        builder.worker_threads(config.server.worker_threads as usize);
-    }
+    // One worker (the default) runs as a current-thread runtime, as linkerd2-proxy does on one
+    // core: the scheduler's cross-thread machinery (work stealing, a parked worker woken
+    // through its own handle) buys nothing with one thread and costs on every wake-up
+    // (docs/performance.md, "One worker, one thread").
+    let mut builder = match config.server.worker_threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        workers => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            if workers > 0 {
+                builder.worker_threads(workers as usize);
+            }
+            builder
+        }
+    };
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -48,8 +48,8 @@ pub struct ServerSettings {
     /// Threads that serve requests (the async runtime's workers); 0: one per CPU the process
     /// may use. One by default: a sidecar shares its cores with the model server, and for small
     /// tensors one worker answers sooner than two that hand connections to each other
-    /// (docs/performance.md, "One worker"). Large JSON tensors are parsed and written on extra
-    /// threads either way.
+    /// (docs/performance.md, "One worker"); one worker runs as a current-thread runtime. Large
+    /// JSON tensors are parsed and written on extra threads either way.
     pub worker_threads: u32,
 }
 
