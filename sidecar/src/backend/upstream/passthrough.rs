@@ -32,36 +32,32 @@ struct Entry {
     region: Weak<Region>,
     /// The name the upstream knows it by; `None` when the upstream could not open it.
     upstream_name: Option<String>,
-    /// Registered through the upstream's CUDA shared-memory API (unregistered through it too).
-    cuda: bool,
-    /// What the upstream was given under that name: the key (system regions) and the size.
-    key: Option<String>,
-    byte_size: u64,
+    /// What the upstream was given under that name.
+    given: Given,
+}
+
+/// A region as the upstream knows it, which is also what its status lists.
+#[derive(PartialEq)]
+enum Given {
+    /// A system region: its key (registered from the object's start) and size.
+    System { key: String, byte_size: u64 },
+    /// A CUDA region, registered (and unregistered) through the CUDA shared-memory API.
+    Cuda { byte_size: u64 },
+}
+
+impl Given {
+    fn is_cuda(&self) -> bool {
+        matches!(self, Given::Cuda { .. })
+    }
 }
 
 impl Entry {
     /// Whether the upstream still holds this entry's name, as the sidecar registered it.
-    fn held_by(&self, held: &Held) -> bool {
-        let Some(name) = &self.upstream_name else {
-            return false;
-        };
-        if self.cuda {
-            held.cuda
-                .iter()
-                .any(|(n, size)| n == name && *size == self.byte_size)
-        } else {
-            held.system.iter().any(|(n, key, size)| {
-                n == name && Some(key) == self.key.as_ref() && *size == self.byte_size
-            })
-        }
+    fn held_by(&self, held: &[(String, Given)]) -> bool {
+        self.upstream_name
+            .as_ref()
+            .is_some_and(|name| held.iter().any(|(n, g)| n == name && *g == self.given))
     }
-}
-
-/// The regions the upstream holds: system (name, key, size) and CUDA (name, size).
-#[derive(Default)]
-struct Held {
-    system: Vec<(String, String, u64)>,
-    cuda: Vec<(String, u64)>,
 }
 
 #[derive(Default)]
@@ -158,26 +154,28 @@ impl Passthrough {
             self.next.fetch_add(1, Ordering::Relaxed)
         );
         let client = upstream.client();
-        let (key, byte_size) = match region.as_ref() {
-            Region::System(system) => (
-                Some(system.key.clone()),
-                system.offset.saturating_add(system.byte_size),
-            ),
-            Region::Cuda(_) | Region::CudaForwarded(_) => (None, region.byte_size()),
+        let given = match region.as_ref() {
+            Region::System(system) => Given::System {
+                key: system.key.clone(),
+                byte_size: system.offset.saturating_add(system.byte_size),
+            },
+            Region::Cuda(_) | Region::CudaForwarded(_) => Given::Cuda {
+                byte_size: region.byte_size(),
+            },
         };
         let call = async {
-            match region.as_ref() {
-                Region::System(system) => {
+            match &given {
+                Given::System { key, byte_size } => {
                     client
                         .system_shared_memory_register(SystemSharedMemoryRegisterRequest {
                             name: name.clone(),
-                            key: system.key.clone(),
+                            key: key.clone(),
                             offset: 0,
-                            byte_size,
+                            byte_size: *byte_size,
                         })
                         .await
                 }
-                Region::Cuda(_) | Region::CudaForwarded(_) => {
+                Given::Cuda { byte_size } => {
                     let (raw_handle, device_id) = region
                         .cuda_handle()
                         .map(|(h, d)| (h.to_vec().into(), i64::try_from(d).unwrap_or(i64::MAX)))
@@ -187,7 +185,7 @@ impl Passthrough {
                             name: name.clone(),
                             raw_handle,
                             device_id,
-                            byte_size,
+                            byte_size: *byte_size,
                         })
                         .await
                 }
@@ -201,13 +199,10 @@ impl Passthrough {
                     "the upstream did not answer the registration in time",
                 ))
             });
-        let cuda = region.cuda_handle().is_some();
         self.entries.lock().push(Entry {
             region: Arc::downgrade(region),
             upstream_name: registered.is_ok().then(|| name.clone()),
-            cuda,
-            key,
-            byte_size,
+            given,
         });
         match registered {
             Ok(()) => Ok(name),
@@ -233,7 +228,7 @@ impl Passthrough {
             entries.retain(|e| {
                 let alive = e.region.strong_count() > 0;
                 if !alive && let Some(name) = &e.upstream_name {
-                    gone.push((name.clone(), e.cuda));
+                    gone.push((name.clone(), e.given.is_cuda()));
                 }
                 alive
             });
@@ -261,7 +256,7 @@ impl Passthrough {
     pub async fn forget_lost(&self, upstream: &Upstream) {
         // No registration starts before the lost names are forgotten.
         let _one_at_a_time = self.registering.lock().await;
-        let cuda = self.entries.lock().iter().any(|e| e.cuda);
+        let cuda = self.entries.lock().iter().any(|e| e.given.is_cuda());
         match regions_held(upstream, cuda).await {
             Ok(held) => self.entries.lock().retain(|e| e.held_by(&held)),
             // What the upstream holds is unknown: let go of every name.
@@ -279,7 +274,7 @@ impl Passthrough {
             .entries
             .lock()
             .drain(..)
-            .filter_map(|e| Some((e.upstream_name?, e.cuda)))
+            .filter_map(|e| Some((e.upstream_name?, e.given.is_cuda())))
             .collect();
         for (name, cuda) in names {
             let _ = tokio::time::timeout(limit, unregister(upstream, name, cuda)).await;
@@ -297,30 +292,37 @@ impl Passthrough {
     }
 }
 
-/// The regions the upstream holds (CUDA ones asked for only when `cuda`).
-async fn regions_held(upstream: &Upstream, cuda: bool) -> std::result::Result<Held, tonic::Status> {
+/// The regions the upstream holds, by name (CUDA ones asked for only when `cuda`).
+async fn regions_held(
+    upstream: &Upstream,
+    cuda: bool,
+) -> std::result::Result<Vec<(String, Given)>, tonic::Status> {
     let client = upstream.client();
     let ask = async {
         let system = client
             .system_shared_memory_status(SystemSharedMemoryStatusRequest::default())
             .await?;
-        let mut held = Held {
-            system: system
-                .regions
-                .into_values()
-                .map(|r| (r.name, r.key, r.byte_size))
-                .collect(),
-            cuda: Vec::new(),
-        };
+        let mut held: Vec<(String, Given)> = system
+            .regions
+            .into_values()
+            .map(|r| {
+                let given = Given::System {
+                    key: r.key,
+                    byte_size: r.byte_size,
+                };
+                (r.name, given)
+            })
+            .collect();
         if cuda {
             let status = client
                 .cuda_shared_memory_status(CudaSharedMemoryStatusRequest::default())
                 .await?;
-            held.cuda = status
-                .regions
-                .into_values()
-                .map(|r| (r.name, r.byte_size))
-                .collect();
+            held.extend(status.regions.into_values().map(|r| {
+                let given = Given::Cuda {
+                    byte_size: r.byte_size,
+                };
+                (r.name, given)
+            }));
         }
         Ok(held)
     };
