@@ -75,6 +75,11 @@ def _catalog() -> dict:
             (Tensor("INPUT0", "INT32", (16,)), Tensor("INPUT1", "INT32", (16,))),
             (Tensor("OUTPUT0", "INT32", (16,)), Tensor("OUTPUT1", "INT32", (16,))),
         ),
+        "simple_int8": Model(
+            "simple_int8", 8,
+            (Tensor("INPUT0", "INT8", (16,)), Tensor("INPUT1", "INT8", (16,))),
+            (Tensor("OUTPUT0", "INT8", (16,)), Tensor("OUTPUT1", "INT8", (16,))),
+        ),
         "simple_string": Model(
             "simple_string", 8,
             (Tensor("INPUT0", "BYTES", (16,)), Tensor("INPUT1", "BYTES", (16,))),

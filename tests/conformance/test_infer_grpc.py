@@ -149,6 +149,28 @@ def test_explicit_int_contents(grpc_stub):
     assert all(not o.HasField("contents") for o in resp.outputs)
 
 
+def test_explicit_int8_contents_wrap(grpc_stub):
+    """grpc_explicit_int8_content_client.py on simple_int8: INT8 travels in int_contents; the
+    sum and difference wrap as INT8 arithmetic does."""
+    a = np.array([list(range(14)) + [127, -128]], dtype=np.int8)
+    b = np.array([[1] * 16], dtype=np.int8)
+    req = service_pb2.ModelInferRequest(model_name="simple_int8")
+    for name, x in (("INPUT0", a), ("INPUT1", b)):
+        t = req.inputs.add(name=name, datatype="INT8", shape=[1, 16])
+        t.contents.int_contents.extend(x.reshape(-1).tolist())
+    req.outputs.add(name="OUTPUT0")
+    req.outputs.add(name="OUTPUT1")
+    resp = grpc_stub.ModelInfer(req)
+    assert [(o.name, o.datatype, list(o.shape)) for o in resp.outputs] == [
+        ("OUTPUT0", "INT8", [1, 16]),
+        ("OUTPUT1", "INT8", [1, 16]),
+    ]
+    got = {o.name: np.frombuffer(r, np.int8).reshape(1, 16) for o, r in zip(resp.outputs, resp.raw_output_contents)}
+    np.testing.assert_array_equal(got["OUTPUT0"], a + b)  # 127 + 1 = -128
+    np.testing.assert_array_equal(got["OUTPUT1"], a - b)  # -128 - 1 = 127
+    assert got["OUTPUT0"][0, 14] == -128 and got["OUTPUT1"][0, 15] == 127
+
+
 def test_explicit_mixed_contents_and_raw_forbidden(grpc_stub):
     """The example checks this exact error text."""
     req = service_pb2.ModelInferRequest(model_name="simple")

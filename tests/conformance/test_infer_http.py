@@ -20,6 +20,27 @@ def simple_inputs(a=SIMPLE_A, b=SIMPLE_B, binary0=True, binary1=True):
     return inputs
 
 
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_simple_int8(http_client, binary):
+    """simple_int8, the INT8 model of Triton's example repository: wrapping sum and difference."""
+    a = np.array([[-128, -1, 0, 1, 127] + list(range(11))], dtype=np.int8)
+    b = np.array([[1, 1, 1, 1, 1] + [-3] * 11], dtype=np.int8)
+    inputs = [
+        httpclient.InferInput("INPUT0", [1, 16], "INT8"),
+        httpclient.InferInput("INPUT1", [1, 16], "INT8"),
+    ]
+    inputs[0].set_data_from_numpy(a, binary_data=binary)
+    inputs[1].set_data_from_numpy(b, binary_data=binary)
+    outputs = [httpclient.InferRequestedOutput(n, binary_data=binary) for n in ("OUTPUT0", "OUTPUT1")]
+    result = http_client.infer("simple_int8", inputs, outputs=outputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    out = {o["name"]: o for o in result.get_response()["outputs"]}
+    assert out["OUTPUT0"]["datatype"] == "INT8" and out["OUTPUT0"]["shape"] == [1, 16]
+    if not binary:
+        assert out["OUTPUT0"]["data"][4] == -128  # 127 + 1 wraps
+
+
 def test_simple_like_example(http_client):
     """simple_http_infer_client.py: INPUT0 JSON, INPUT1 binary; OUTPUT0 binary, OUTPUT1 JSON."""
     inputs = simple_inputs(binary0=False, binary1=True)

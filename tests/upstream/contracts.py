@@ -1,4 +1,4 @@
-"""The 22 model contracts of the sidecar's built-in catalog, as Triton model configurations.
+"""The 23 model contracts of the sidecar's built-in catalog, as Triton model configurations.
 
 Shared by the KServe run (tests/upstream/run-kserve.sh) and the MLServer run
 (mlserver/make_repo.py hands each configuration to the sidecar and derives MLServer's metadata
@@ -88,6 +88,7 @@ def configs() -> dict:
     """name -> Triton model configuration (JSON form), in the catalog's order."""
     out = {
         "simple": _add_sub("TYPE_INT32"),
+        "simple_int8": _add_sub("TYPE_INT8"),
         "simple_string": _add_sub("TYPE_STRING"),
         "simple_identity": {
             "max_batch_size": 8,

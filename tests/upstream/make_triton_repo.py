@@ -12,6 +12,9 @@ sidecar/src/backend/builtin/compute.rs, so the conformance suite
 `instance_group [ { count: 1 kind: KIND_CPU } ]` (what the sidecar reports for its built-in
 models anyway), so that Triton runs one CPU instance per model on any machine.
 
+`repeat_int32`, the catalog's decoupled model, is here but not in contracts.py: KServe's
+ModelServer and MLServer have no decoupled models.
+
 One model is not in the catalog: `slow_identity` (FP32 identity that takes 2 s per batch, with a
 dynamic batcher so that concurrent requests share the wait), used by fault_check.py to have
 requests in flight inside the upstream when it is killed or the sidecar is stopped.
@@ -45,6 +48,8 @@ output [
 ]
 """ + CPU_INSTANCE
 
+SIMPLE_INT8 = SIMPLE.replace('"simple"', '"simple_int8"').replace("TYPE_INT32", "TYPE_INT8")
+
 SIMPLE_STRING = """name: "simple_string"
 backend: "python"
 max_batch_size: 8
@@ -70,6 +75,22 @@ backend: "python"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt" } ]
+""" + CPU_INSTANCE
+
+
+REPEAT_INT32 = """name: "repeat_int32"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [
+  { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+  { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+output [
+  { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
 """ + CPU_INSTANCE
 
 
@@ -132,12 +153,12 @@ class TritonPythonModel:
         return responses
 '''
 
-SIMPLE_PY = '''"""OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 over INT32, wrapping on overflow."""
+SIMPLE_PY = '''"""OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 over {DTYPE}, wrapping on overflow."""
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
-def _int32(request, name):
+def _wide(request, name):
     return pb_utils.get_input_tensor_by_name(request, name).as_numpy().astype(np.int64)
 
 
@@ -145,11 +166,11 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
-            a = _int32(request, "INPUT0")
-            b = _int32(request, "INPUT1")
-            # int64 arithmetic, then the low 32 bits: the same as i32 wrapping_add/sub.
-            total = (a + b).astype(np.int32)
-            difference = (a - b).astype(np.int32)
+            a = _wide(request, "INPUT0")
+            b = _wide(request, "INPUT1")
+            # int64 arithmetic, then the low bits: the same as Rust's wrapping_add/sub.
+            total = (a + b).astype(np.{dtype})
+            difference = (a - b).astype(np.{dtype})
             responses.append(
                 pb_utils.InferenceResponse(
                     output_tensors=[
@@ -159,6 +180,64 @@ class TritonPythonModel:
                 )
             )
         return responses
+'''
+
+
+def simple_py(dtype: str) -> str:
+    """The add/sub model over INT32 (simple) or INT8 (simple_int8)."""
+    return SIMPLE_PY.replace("{DTYPE}", dtype.upper()).replace("{dtype}", dtype)
+
+
+REPEAT_INT32_PY = '''"""Decoupled: one response per IN element (OUT = IN[i], IDX = i), each DELAY[i] ms after the
+one before, the request complete WAIT ms after the last (sidecar: Implementation::Repeat, as
+Triton's repeat backend). Each request is answered from a thread of its own, so that requests
+overlap as they do in the repeat backend."""
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def _shape(array):
+    return "[" + ",".join(str(d) for d in array.shape) + "]"
+
+
+def _answer(sender, values, delays, wait_ms):
+    for index, (value, delay) in enumerate(zip(values, delays)):
+        time.sleep(int(delay) / 1000.0)
+        sender.send(
+            pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor("OUT", np.array([value], dtype=np.int32)),
+                    pb_utils.Tensor("IDX", np.array([index], dtype=np.uint32)),
+                ]
+            )
+        )
+    time.sleep(int(wait_ms) / 1000.0)
+    sender.send(flags=FINAL)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            delays = pb_utils.get_input_tensor_by_name(request, "DELAY").as_numpy()
+            wait = pb_utils.get_input_tensor_by_name(request, "WAIT").as_numpy()
+            if values.shape != delays.shape:
+                error = pb_utils.TritonError(
+                    f"expected IN and DELAY shape to match, got {_shape(values)} and {_shape(delays)}"
+                )
+                sender.send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+                continue
+            wait_ms = int(wait.reshape(-1)[0]) if wait.size else 0
+            threading.Thread(
+                target=_answer, args=(sender, values, delays, wait_ms), daemon=True
+            ).start()
+        return None
 '''
 
 SIMPLE_STRING_PY = '''"""The "simple" arithmetic over BYTES elements holding decimal integers (as text).
@@ -378,7 +457,8 @@ class TritonPythonModel:
 def models() -> dict:
     """name -> (config.pbtxt text, model.py text, extra files {relative path: text})."""
     out = {
-        "simple": (SIMPLE, SIMPLE_PY, {}),
+        "simple": (SIMPLE, simple_py("int32"), {}),
+        "simple_int8": (SIMPLE_INT8, simple_py("int8"), {}),
         "simple_string": (SIMPLE_STRING, SIMPLE_STRING_PY, {}),
         "simple_identity": (
             SIMPLE_IDENTITY,
@@ -413,6 +493,7 @@ def models() -> dict:
             {},
         ),
     }
+    out["repeat_int32"] = (REPEAT_INT32, REPEAT_INT32_PY, {})
     out["slow_identity"] = (SLOW_IDENTITY, SLOW_IDENTITY_PY, {})
     for dtype, config_type in DTYPES.items():
         name = f"identity_{dtype.lower()}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the conformance suite (tests/conformance) through the sidecar in front of KServe's Python
-# ModelServer (kserve 0.21.0, tests/upstream/kserve/server.py) serving the same 22 model
+# ModelServer (kserve 0.21.0, tests/upstream/kserve/server.py) serving the same 23 model
 # contracts as the sidecar's built-in catalog.
 #
 #   client (tritonclient, perf_analyzer) -> infergate-sidecar -> V2 gRPC -> kserve.ModelServer

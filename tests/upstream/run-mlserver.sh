@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the conformance suite (tests/conformance) through the sidecar in front of a real
 # MLServer (Seldon's V2 inference server, CPU only) serving this project's model repository
-# (tests/upstream/mlserver/make_repo.py: the built-in catalog's 22 contracts as custom runtimes).
+# (tests/upstream/mlserver/make_repo.py: the built-in catalog's 23 contracts as custom runtimes).
 #
 #   client (tritonclient, perf_analyzer) -> infergate-sidecar -> V2 gRPC -> mlserver
 #

@@ -46,6 +46,21 @@ pub struct Execution<'a> {
 pub trait Backend: Send + Sync {
     fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>>;
 
+    /// Runs a request to a decoupled model (`model_transaction_policy { decoupled: true }`):
+    /// sends each response's tensors into `responses` as they are produced, and returns when the
+    /// request is complete. Backends without decoupled models keep this answer.
+    fn execute_decoupled<'a>(
+        &'a self,
+        execution: Execution<'a>,
+        responses: tokio::sync::mpsc::Sender<Vec<Tensor>>,
+    ) -> BoxFuture<'a, Result<()>> {
+        let _ = responses;
+        Box::pin(futures::future::ready(Err(Error::unsupported(format!(
+            "model '{}' is decoupled, which its backend does not support",
+            execution.model.name
+        )))))
+    }
+
     /// Whether inputs in clients' shared-memory regions may reach `execute` unread (the backend
     /// then reads them, or has its model server read them). Otherwise the pipeline reads them.
     fn takes_client_regions(&self) -> bool {
@@ -148,6 +163,14 @@ impl Model {
         }
         shape.extend_from_slice(&spec.dims);
         shape
+    }
+
+    /// Whether the model answers a request with any number of responses (only on a stream).
+    pub fn is_decoupled(&self) -> bool {
+        self.config
+            .model_transaction_policy
+            .as_ref()
+            .is_some_and(|p| p.decoupled)
     }
 
     pub fn version_string(&self) -> String {

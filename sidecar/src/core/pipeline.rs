@@ -1,33 +1,207 @@
 //! One inference, start to finish: find the model, validate, execute, select the requested
 //! outputs, and count it all in the model's statistics.
 
+use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::sync::mpsc;
+
 use super::classify::classify;
-use super::model::Execution;
+use super::model::{Execution, Model};
 use super::params::Parameters;
 use super::repository::Repository;
-use super::request::{InferRequest, InferResponse};
-use super::sequence::SequenceParams;
+use super::request::{InferRequest, InferResponse, RequestedOutput};
+use super::sequence::{Admission, SequenceParams};
 use super::stats::Timings;
-use super::validate::validate;
+use super::validate::{Validated, validate};
 use crate::error::{Error, Result, request_prefix};
+use crate::shm::registry::ShmTarget;
+use crate::tensor::Tensor;
+
+/// A request found, validated and admitted: what its execution needs, and what it keeps alive
+/// until it ends (the sequence slot).
+struct Prepared {
+    model: Arc<Model>,
+    id: String,
+    parameters: Parameters,
+    validated: Validated,
+    output_names: Vec<String>,
+    output_shm: Vec<Option<ShmTarget>>,
+    _admission: Option<Admission>,
+    received: Instant,
+    queued: Instant,
+}
+
+impl Prepared {
+    fn execution(&self) -> Execution<'_> {
+        Execution {
+            model: &self.model,
+            inputs: &self.validated.inputs,
+            input_regions: &self.validated.input_regions,
+            outputs: &self.output_names,
+            batch_size: self.validated.batch_size,
+            parameters: &self.parameters,
+            output_shm: &self.output_shm,
+        }
+    }
+
+    /// One response of a decoupled request.
+    fn response(&self, outputs: Vec<Tensor>) -> InferResponse {
+        InferResponse {
+            model_name: self.model.name.clone(),
+            model_version: self.model.version_string(),
+            id: self.id.clone(),
+            parameters: Parameters::default(),
+            outputs,
+            requested: self.validated.outputs.clone(),
+        }
+    }
+
+    /// The one response of a request.
+    fn into_response(self, outputs: Vec<Tensor>) -> InferResponse {
+        InferResponse {
+            model_name: self.model.name.clone(),
+            model_version: self.model.version_string(),
+            id: self.id,
+            parameters: Parameters::default(),
+            outputs,
+            requested: self.validated.outputs,
+        }
+    }
+
+    fn fail(&self, rejected: bool) {
+        self.model
+            .stats
+            .record_failure(self.received.elapsed(), rejected);
+    }
+}
 
 pub async fn infer(repository: &Repository, request: InferRequest) -> Result<InferResponse> {
     let received = Instant::now();
     let model = repository.get(&request.model_name, &request.model_version)?;
+    if model.is_decoupled() {
+        return Err(Error::unsupported(DECOUPLED_UNARY));
+    }
     let _pending = model.stats.enter();
+    let prepared = prepare(model.clone(), request, received).await?;
+    let compute_start = Instant::now();
+    let produced = match model.backend.execute(prepared.execution()).await {
+        Ok(p) => p,
+        Err(e) => {
+            prepared.fail(false);
+            return Err(e);
+        }
+    };
+    let infer_end = Instant::now();
+    let outputs = match select_outputs(&model, &prepared.validated.outputs, produced) {
+        Ok(outputs) => outputs,
+        Err((e, rejected)) => {
+            prepared.fail(rejected);
+            return Err(e);
+        }
+    };
+    let done = Instant::now();
+    model.stats.record_success(
+        prepared.validated.batch_size,
+        Timings {
+            total: done - received,
+            queue: prepared.queued - received,
+            compute_input: compute_start - prepared.queued,
+            compute_infer: infer_end - compute_start,
+            compute_output: done - infer_end,
+        },
+    );
+    Ok(prepared.into_response(outputs))
+}
+
+/// What unary calls (and HTTP, with its own words) answer for a decoupled model, as Triton does.
+pub const DECOUPLED_UNARY: &str =
+    "ModelInfer RPC doesn't support models with decoupled transaction policy";
+
+/// Whether a request names a decoupled model (`model_transaction_policy { decoupled: true }`):
+/// those answer only on a stream, through [`infer_decoupled`].
+pub fn is_decoupled(repository: &Repository, request: &InferRequest) -> bool {
+    repository
+        .get(&request.model_name, &request.model_version)
+        .is_ok_and(|m| m.is_decoupled())
+}
+
+/// A request to a decoupled model: zero or more responses, sent into the returned channel as the
+/// model produces them; the channel closes when the request is complete. An error before the
+/// model runs (unknown model, validation, sequence admission) is returned instead; one while it
+/// runs arrives as the channel's last item.
+pub async fn infer_decoupled(
+    repository: &Repository,
+    request: InferRequest,
+) -> Result<mpsc::Receiver<Result<InferResponse>>> {
+    let received = Instant::now();
+    let model = repository.get(&request.model_name, &request.model_version)?;
+    let prepared = prepare(model.clone(), request, received).await?;
+    let (sender, receiver) = mpsc::channel(DECOUPLED_BUFFER);
+    tokio::spawn(async move {
+        let _pending = model.stats.enter();
+        let compute_start = Instant::now();
+        let (produced_tx, mut produced_rx) = mpsc::channel(DECOUPLED_BUFFER);
+        let execute = model
+            .backend
+            .execute_decoupled(prepared.execution(), produced_tx);
+        let forward = async {
+            // After an error (the request's last answer) and once the client has gone, the
+            // rest of the responses are dropped, but the model runs to its end (as Triton's).
+            let mut failed = None;
+            while let Some(produced) = produced_rx.recv().await {
+                if failed.is_some() {
+                    continue;
+                }
+                match select_outputs(&model, &prepared.validated.outputs, produced) {
+                    Ok(outputs) => {
+                        let _ = sender.send(Ok(prepared.response(outputs))).await;
+                    }
+                    Err((e, rejected)) => {
+                        failed = Some(rejected);
+                        let _ = sender.send(Err(e)).await;
+                    }
+                }
+            }
+            failed
+        };
+        let (executed, failed) = tokio::join!(execute, forward);
+        let done = Instant::now();
+        match (executed, failed) {
+            (_, Some(rejected)) => prepared.fail(rejected),
+            (Err(e), None) => {
+                prepared.fail(false);
+                let _ = sender.send(Err(e)).await;
+            }
+            (Ok(()), None) => model.stats.record_success(
+                prepared.validated.batch_size,
+                Timings {
+                    total: done - received,
+                    queue: prepared.queued - received,
+                    compute_input: compute_start - prepared.queued,
+                    compute_infer: done - compute_start,
+                    compute_output: Default::default(),
+                },
+            ),
+        }
+    });
+    Ok(receiver)
+}
+
+/// Responses of one decoupled request buffered between the model and the client's stream.
+const DECOUPLED_BUFFER: usize = 16;
+
+/// Validates a request for `model` and admits it to its sequence, if the model has one.
+async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) -> Result<Prepared> {
     let queued = Instant::now();
     let id = request.id.clone();
     let parameters = request.parameters.clone();
+    let rejected = |e: Error| {
+        model.stats.record_failure(received.elapsed(), true);
+        e
+    };
     let sequence = match &model.sequencer {
-        Some(_) => match SequenceParams::from_parameters(&request.parameters) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                model.stats.record_failure(received.elapsed(), true);
-                return Err(e);
-            }
-        },
+        Some(_) => Some(SequenceParams::from_parameters(&request.parameters).map_err(rejected)?),
         None => None,
     };
 
@@ -35,25 +209,15 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
     let mut request = request;
     if !model.backend.takes_client_regions() {
         for input in &mut request.inputs {
-            if let Err(e) = input.read_region() {
-                model.stats.record_failure(received.elapsed(), true);
-                return Err(e);
-            }
+            input.read_region().map_err(rejected)?;
         }
     }
-    let validated = match validate(&model, request) {
-        Ok(v) => v,
-        Err(e) => {
-            model.stats.record_failure(received.elapsed(), true);
-            return Err(e);
-        }
-    };
+    let mut validated = validate(&model, request).map_err(rejected)?;
     // Sequence models: wait for this sequence's turn and a slot; add the control tensors.
-    let mut validated = validated;
-    let _admission = match (&model.sequencer, &sequence) {
+    let admission = match (&model.sequencer, &sequence) {
         (Some(scheduler), Some(params)) => {
             let prefix = request_prefix(&id);
-            match scheduler
+            let admission = scheduler
                 .admit(
                     params,
                     validated.batch_size,
@@ -61,44 +225,37 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
                     &prefix,
                 )
                 .await
-            {
-                Ok(admission) => {
-                    validated.inputs.extend(admission.controls.iter().cloned());
-                    Some(admission)
-                }
-                Err(e) => {
-                    model.stats.record_failure(received.elapsed(), true);
-                    return Err(e);
-                }
-            }
+                .map_err(rejected)?;
+            validated.inputs.extend(admission.controls.iter().cloned());
+            Some(admission)
         }
         _ => None,
     };
-    let compute_start = Instant::now();
-    let output_names: Vec<String> = validated.outputs.iter().map(|o| o.name.clone()).collect();
-    let output_shm: Vec<_> = validated.outputs.iter().map(|o| o.shm.clone()).collect();
-    let execution = Execution {
-        model: &model,
-        inputs: &validated.inputs,
-        input_regions: &validated.input_regions,
-        outputs: &output_names,
-        batch_size: validated.batch_size,
-        parameters: &parameters,
-        output_shm: &output_shm,
-    };
-    let produced = match model.backend.execute(execution).await {
-        Ok(p) => p,
-        Err(e) => {
-            model.stats.record_failure(received.elapsed(), false);
-            return Err(e);
-        }
-    };
-    let infer_end = Instant::now();
+    let output_names = validated.outputs.iter().map(|o| o.name.clone()).collect();
+    let output_shm = validated.outputs.iter().map(|o| o.shm.clone()).collect();
+    Ok(Prepared {
+        model,
+        id,
+        parameters,
+        validated,
+        output_names,
+        output_shm,
+        _admission: admission,
+        received,
+        queued,
+    })
+}
 
-    // Return exactly the requested outputs, in the requested order.
+/// Exactly the requested outputs, in the requested order: classified where asked, written into
+/// the client's region where one was named. An error says whether the request was at fault.
+fn select_outputs(
+    model: &Model,
+    wanted: &[RequestedOutput],
+    produced: Vec<Tensor>,
+) -> Result<Vec<Tensor>, (Error, bool)> {
     let mut produced: Vec<Option<_>> = produced.into_iter().map(Some).collect();
-    let mut outputs = Vec::with_capacity(validated.outputs.len());
-    for wanted in &validated.outputs {
+    let mut outputs = Vec::with_capacity(wanted.len());
+    for wanted in wanted {
         let found = produced
             .iter_mut()
             .find(|t| t.as_ref().is_some_and(|t| t.name == wanted.name))
@@ -106,56 +263,36 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
         match found {
             Some(tensor) if wanted.classification > 0 => {
                 let labels = model.labels.get(&wanted.name).map(Vec::as_slice);
-                match classify(
+                let classes = classify(
                     &tensor,
                     wanted.classification,
                     model.max_batch_size > 0,
                     labels,
-                ) {
-                    Ok(classes) => outputs.push(classes),
-                    Err(e) => {
-                        model.stats.record_failure(received.elapsed(), true);
-                        return Err(e);
-                    }
-                }
+                )
+                .map_err(|e| (e, true))?;
+                outputs.push(classes);
             }
             Some(tensor) => {
                 // An output without bytes was written into the region by the backend (or is empty).
                 if let Some(target) = &wanted.shm
                     && !tensor.data.is_empty()
-                    && let Err(e) = target.write(&tensor.name, &tensor.data)
                 {
-                    model.stats.record_failure(received.elapsed(), false);
-                    return Err(e);
+                    target
+                        .write(&tensor.name, &tensor.data)
+                        .map_err(|e| (e, false))?;
                 }
                 outputs.push(tensor);
             }
             None => {
-                model.stats.record_failure(received.elapsed(), false);
-                return Err(Error::internal(format!(
-                    "model '{}' did not produce output '{}'",
-                    model.name, wanted.name
-                )));
+                return Err((
+                    Error::internal(format!(
+                        "model '{}' did not produce output '{}'",
+                        model.name, wanted.name
+                    )),
+                    false,
+                ));
             }
         }
     }
-    let done = Instant::now();
-    model.stats.record_success(
-        validated.batch_size,
-        Timings {
-            total: done - received,
-            queue: queued - received,
-            compute_input: compute_start - queued,
-            compute_infer: infer_end - compute_start,
-            compute_output: done - infer_end,
-        },
-    );
-    Ok(InferResponse {
-        model_name: model.name.clone(),
-        model_version: model.version_string(),
-        id,
-        parameters: Parameters::default(),
-        outputs,
-        requested: validated.outputs,
-    })
+    Ok(outputs)
 }

@@ -1,13 +1,14 @@
 //! `ModelStreamInfer`: many requests on one bidirectional stream, processed concurrently,
-//! answered in arrival order. A failed request is answered with `error_message` and the stream
-//! stays open.
+//! answered in arrival order; a decoupled model's responses are written as it produces them. A
+//! failed request is answered with `error_message` and the stream stays open.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use futures::stream::FuturesOrdered;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesOrdered, FuturesUnordered};
 use futures::{Stream, StreamExt};
 use infergate_proto::inference::infer_parameter::ParameterChoice;
 use infergate_proto::inference::{
@@ -89,10 +90,16 @@ pub fn serve(state: SharedState, mut inbound: Streaming<ModelInferRequest>) -> R
     tokio::spawn(async move {
         let mut order = SequenceOrder::default();
         let mut pending = FuturesOrdered::new();
+        // Requests to decoupled models, each writing its own responses.
+        let mut decoupled: FuturesUnordered<BoxFuture<'static, ()>> = FuturesUnordered::new();
         let mut inbound_open = true;
         loop {
+            let in_flight = pending.len() + decoupled.len();
             tokio::select! {
-                message = inbound.message(), if inbound_open && pending.len() < STREAM_WINDOW => match message {
+                message = inbound.message(), if inbound_open && in_flight < STREAM_WINDOW => match message {
+                    Ok(Some(request)) if is_decoupled(&state, &request) => {
+                        decoupled.push(Box::pin(answer_decoupled(state.clone(), request, tx.clone())));
+                    }
                     Ok(Some(request)) => {
                         let turn = order.enter(&request);
                         let state = state.clone();
@@ -120,9 +127,10 @@ pub fn serve(state: SharedState, mut inbound: Streaming<ModelInferRequest>) -> R
                         break; // the client went away
                     }
                 }
+                Some(()) = decoupled.next(), if !decoupled.is_empty() => {}
                 else => break,
             }
-            if !inbound_open && pending.is_empty() {
+            if !inbound_open && pending.is_empty() && decoupled.is_empty() {
                 break;
             }
         }
@@ -145,18 +153,109 @@ async fn answer(state: SharedState, request: ModelInferRequest) -> ModelStreamIn
     match result {
         Ok(response) => {
             let mut message = convert::response(response);
-            message.parameters.insert(
-                "triton_final_response".to_string(),
-                InferParameter {
-                    parameter_choice: Some(ParameterChoice::BoolParam(true)),
-                },
-            );
+            message
+                .parameters
+                .insert(FINAL_RESPONSE.to_string(), final_flag(true));
             ModelStreamInferResponse {
                 error_message: String::new(),
                 infer_response: Some(message),
             }
         }
         Err(e) => error(id, e.message),
+    }
+}
+
+fn is_decoupled(state: &SharedState, request: &ModelInferRequest) -> bool {
+    state
+        .repository
+        .get(&request.model_name, &request.model_version)
+        .is_ok_and(|m| m.is_decoupled())
+}
+
+/// A request to a decoupled model: each response as the model produces it, marked not final;
+/// then, if the client asked for it (`triton_enable_empty_final_response`), an empty final
+/// response (as Triton's, without a model version). A failure is the request's last response.
+async fn answer_decoupled(
+    state: SharedState,
+    request: ModelInferRequest,
+    tx: mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
+) {
+    let id = request.id.clone();
+    let model_name = request.model_name.clone();
+    let empty_final = matches!(
+        request
+            .parameters
+            .get("triton_enable_empty_final_response")
+            .and_then(|p| p.parameter_choice.as_ref()),
+        Some(ParameterChoice::BoolParam(true))
+    );
+    if state.health.is_shutting_down() {
+        let message = "GRPC server is shutting down and has stopped accepting new requests.";
+        let _ = tx.send(Ok(error(id, message.into()))).await;
+        return;
+    }
+    let started = match convert::request(request, &state.shm) {
+        Ok(req) => pipeline::infer_decoupled(&state.repository, req).await,
+        Err(e) => Err(e),
+    };
+    let mut responses = match started {
+        Ok(responses) => responses,
+        Err(e) => {
+            let _ = tx.send(Ok(error(id, e.message))).await;
+            return;
+        }
+    };
+    while let Some(response) = responses.recv().await {
+        let message = match response {
+            Ok(response) => {
+                let mut message = convert::response(response);
+                message
+                    .parameters
+                    .insert(FINAL_RESPONSE.to_string(), final_flag(false));
+                ModelStreamInferResponse {
+                    error_message: String::new(),
+                    infer_response: Some(message),
+                }
+            }
+            Err(e) => {
+                let mut message = error(id.clone(), e.message);
+                if let Some(response) = message.infer_response.as_mut() {
+                    response
+                        .parameters
+                        .insert(FINAL_RESPONSE.to_string(), final_flag(true));
+                }
+                // The pipeline sends nothing after an error.
+                let _ = tx.send(Ok(message)).await;
+                return;
+            }
+        };
+        if tx.send(Ok(message)).await.is_err() {
+            return; // the client went away; the model runs to its end regardless
+        }
+    }
+    if empty_final {
+        let mut last = ModelInferResponse {
+            id,
+            model_name,
+            ..Default::default()
+        };
+        last.parameters
+            .insert(FINAL_RESPONSE.to_string(), final_flag(true));
+        let _ = tx
+            .send(Ok(ModelStreamInferResponse {
+                error_message: String::new(),
+                infer_response: Some(last),
+            }))
+            .await;
+    }
+}
+
+/// The response parameter that says whether a stream response is its request's last.
+const FINAL_RESPONSE: &str = "triton_final_response";
+
+fn final_flag(last: bool) -> InferParameter {
+    InferParameter {
+        parameter_choice: Some(ParameterChoice::BoolParam(last)),
     }
 }
 

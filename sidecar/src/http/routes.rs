@@ -318,6 +318,16 @@ async fn run_infer(
     let limit = st.limits.max_http_body_bytes;
     let content_length = header(header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
     let result = async {
+        // As Triton, before the body is read.
+        if st
+            .repository
+            .get(&model, &version)
+            .is_ok_and(|m| m.is_decoupled())
+        {
+            return Err(Error::unsupported(
+                "HTTP end point doesn't support models with decoupled transaction policy",
+            ));
+        }
         let raw = read_body(body, limit, content_length, st.limits.http_body_timeout()).await?;
         let body = if encoding == Encoding::Identity {
             raw

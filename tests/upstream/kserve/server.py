@@ -4,7 +4,7 @@
 Usage: server.py --http-port P --grpc-port Q [ModelServer flags...]
 
 Starts one `kserve.ModelServer` (REST on P, gRPC on Q) with one `kserve.Model` per contract of
-../contracts.py: simple, simple_string, simple_identity, classifier, identity_<dtype> for the 14
+../contracts.py: simple, simple_int8, simple_string, simple_identity, classifier, identity_<dtype> for the 14
 datatypes and the four sequence models. The arithmetic is that of
 sidecar/src/backend/builtin/compute.rs, so the conformance suite (tests/conformance) can run
 against the sidecar in front of this server (tests/upstream/run-kserve.sh).
@@ -132,6 +132,15 @@ class AddSubInt32(ContractModel):
         b = _input(inputs, "INPUT1", self.name).astype(np.int64)
         # int64 arithmetic, then the low 32 bits: i32 wrapping_add / wrapping_sub.
         return {"OUTPUT0": (a + b).astype(np.int32), "OUTPUT1": (a - b).astype(np.int32)}
+
+
+class AddSubInt8(ContractModel):
+    """The same over INT8 (simple_int8), wrapping on overflow."""
+
+    def compute(self, inputs):
+        a = _input(inputs, "INPUT0", self.name).astype(np.int64)
+        b = _input(inputs, "INPUT1", self.name).astype(np.int64)
+        return {"OUTPUT0": (a + b).astype(np.int8), "OUTPUT1": (a - b).astype(np.int8)}
 
 
 class AddSubString(ContractModel):
@@ -263,6 +272,7 @@ def _id_value(key) -> int:
 
 IMPLEMENTATIONS = {
     "simple": AddSubInt32,
+    "simple_int8": AddSubInt8,
     "simple_string": AddSubString,
     "simple_identity": Identity,
     "classifier": Identity,

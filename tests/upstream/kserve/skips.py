@@ -22,6 +22,13 @@ _NO_BF16 = (
 )
 
 SKIPS = {
+    # repeat_int32 is the built-in catalog's decoupled model; make_triton_repo.py mirrors it for
+    # Triton, but contracts.py (this server's catalog) has none: the server has no decoupled
+    # (many responses per request) models in the V2 protocol.
+    "test_decoupled.py::*": (
+        "KServe's ModelServer serves no decoupled model: repeat_int32 is not in its catalog "
+        "(tests/upstream/contracts.py)"
+    ),
     "test_datatypes.py::test_http_binary_roundtrip[[]BF16]": _NO_BF16,
     "test_datatypes.py::test_grpc_roundtrip[[]BF16]": _NO_BF16,
     "test_datatypes.py::test_http_binary_bytes_preserved[[]BF16-*": _NO_BF16,

@@ -12,8 +12,8 @@ OUTDIR gets:
   <model>/model-settings.json  one per model: implementation, version "1", metadata
   classifier/labels.txt        the classifier's labels (the sidecar classifies)
 
-The 22 models are those of sidecar/src/backend/builtin/catalog.rs (the arithmetic is
-compute.rs's): simple, simple_string, simple_identity, identity_<dtype> for the 14 datatypes,
+The 23 models are those of sidecar/src/backend/builtin/catalog.rs (the arithmetic is
+compute.rs's): simple, simple_int8, simple_string, simple_identity, identity_<dtype> for the 14 datatypes,
 classifier, simple_sequence, simple_dyna_sequence, sequence_accumulator and
 simple_string_dyna_sequence.
 
@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RUNTIME_MODULE = "infergate_runtimes"
 
-# The 22 contracts, shared with the KServe run (tests/upstream/contracts.py).
+# The 23 contracts, shared with the KServe run (tests/upstream/contracts.py).
 sys.path.insert(0, str(HERE.parent))
 from contracts import CONFIG_TO_PROTOCOL, DTYPES, LABELS, configs, sidecar_config  # noqa: E402
 
@@ -50,6 +50,7 @@ MLSERVER_DTYPES = set(DTYPES) - {"BF16"}
 # The MLModel class (runtimes.py) of each model; every other model is an identity.
 RUNTIMES = {
     "simple": "AddSubInt32",
+    "simple_int8": "AddSubInt8",
     "simple_string": "AddSubString",
     "simple_sequence": "SequenceSimple",
     "simple_dyna_sequence": "SequenceDyna",

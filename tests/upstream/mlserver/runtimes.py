@@ -28,6 +28,11 @@ DECIMAL = re.compile(r"[+-]?[0-9]+")
 INT32_MIN, INT32_MAX = -(2**31), 2**31
 
 
+def _wrap8(value: int) -> int:
+    """The low 8 bits as a signed integer: Rust's wrapping i8 arithmetic."""
+    return (value + 2**7) % 2**8 - 2**7
+
+
 def _wrap32(value: int) -> int:
     """The low 32 bits as a signed integer: Rust's wrapping i32 arithmetic and `as i32`."""
     return (value + 2**31) % 2**32 - 2**31
@@ -86,6 +91,24 @@ class AddSubInt32(MLModel):
             [
                 ResponseOutput(name="OUTPUT0", shape=shape, datatype="INT32", data=total),
                 ResponseOutput(name="OUTPUT1", shape=shape, datatype="INT32", data=difference),
+            ],
+        )
+
+
+class AddSubInt8(MLModel):
+    """The same over INT8 (simple_int8), wrapping on overflow."""
+
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        a, b = _values(payload, "INPUT0"), _values(payload, "INPUT1")
+        shape = _input(payload, "INPUT0").shape
+        total = [_wrap8(x + y) for x, y in zip(a, b)]
+        difference = [_wrap8(x - y) for x, y in zip(a, b)]
+        return _response(
+            self,
+            payload,
+            [
+                ResponseOutput(name="OUTPUT0", shape=shape, datatype="INT8", data=total),
+                ResponseOutput(name="OUTPUT1", shape=shape, datatype="INT8", data=difference),
             ],
         )
 

@@ -25,6 +25,20 @@ output [
 ]
 "#;
 
+/// `simple` over INT8, as in Triton's example model repository (`simple_int8`).
+const SIMPLE_INT8: &str = r#"
+name: "simple_int8"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_INT8 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_INT8 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT8 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT8 dims: [ 16 ] }
+]
+"#;
+
 const SIMPLE_STRING: &str = r#"
 name: "simple_string"
 max_batch_size: 8
@@ -43,6 +57,22 @@ name: "simple_identity"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ -1 ] } ]
+"#;
+
+/// Triton's decoupled example model (its repeat backend's `repeat_int32`).
+const REPEAT_INT32: &str = r#"
+name: "repeat_int32"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [
+  { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+  { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+output [
+  { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
 "#;
 
 const CLASSIFIER: &str = r#"
@@ -103,6 +133,11 @@ impl Default for Catalog {
                 Implementation::AddSubInt32,
             ),
             (
+                "simple_int8".to_string(),
+                SIMPLE_INT8.to_string(),
+                Implementation::AddSubInt8,
+            ),
+            (
                 "simple_string".to_string(),
                 SIMPLE_STRING.to_string(),
                 Implementation::AddSubString,
@@ -144,6 +179,11 @@ impl Default for Catalog {
                 "classifier".to_string(),
                 CLASSIFIER.to_string(),
                 Implementation::Identity,
+            ),
+            (
+                "repeat_int32".to_string(),
+                REPEAT_INT32.to_string(),
+                Implementation::Repeat,
             ),
         ];
         for dt in DataType::ALL {
@@ -248,7 +288,7 @@ mod tests {
     #[test]
     fn every_model_loads() {
         let catalog = Catalog::default();
-        assert_eq!(catalog.names().len(), 22);
+        assert_eq!(catalog.names().len(), 24);
         for name in catalog.names() {
             let model = catalog.load(&name, None).unwrap();
             assert_eq!(model.name, name);

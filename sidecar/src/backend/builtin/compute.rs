@@ -6,6 +6,7 @@ use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt};
 use infergate_proto::DataType;
 use parking_lot::Mutex;
+use tokio::sync::mpsc;
 
 use crate::core::model::{Backend, Execution};
 use crate::error::{Error, Result};
@@ -15,6 +16,8 @@ use crate::tensor::{Tensor, bytes_elements, le_elements};
 pub enum Implementation {
     /// OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 − INPUT1 over INT32 (wrapping).
     AddSubInt32,
+    /// The same over INT8 (wrapping).
+    AddSubInt8,
     /// The same over BYTES elements holding decimal integers.
     AddSubString,
     /// OUTPUT0 = INPUT0, bytes shared, not copied.
@@ -27,6 +30,9 @@ pub enum Implementation {
     Accumulate,
     /// The running sum; the END response also adds the integer value of the string CORRID.
     AccumulateStringId,
+    /// Decoupled: one response per IN element (OUT = IN[i], IDX = i), each DELAY[i] ms after
+    /// the one before; the request completes WAIT ms after the last.
+    Repeat,
 }
 
 pub struct Builtin {
@@ -110,6 +116,7 @@ impl Backend for Builtin {
     fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>> {
         let result = match self.implementation {
             Implementation::AddSubInt32 => add_sub_int32(execution.inputs),
+            Implementation::AddSubInt8 => add_sub_int8(execution.inputs),
             Implementation::AddSubString => {
                 add_sub_string(execution.model.name.as_str(), execution.inputs)
             }
@@ -118,9 +125,82 @@ impl Backend for Builtin {
             | Implementation::SequenceDyna
             | Implementation::Accumulate
             | Implementation::AccumulateStringId => self.sequence(execution.inputs),
+            // The pipeline sends requests to decoupled models only to `execute_decoupled`.
+            Implementation::Repeat => {
+                Err(Error::unsupported(crate::core::pipeline::DECOUPLED_UNARY))
+            }
         };
         futures::future::ready(result).boxed()
     }
+
+    fn execute_decoupled<'a>(
+        &'a self,
+        execution: Execution<'a>,
+        responses: mpsc::Sender<Vec<Tensor>>,
+    ) -> BoxFuture<'a, Result<()>> {
+        async move {
+            if self.implementation != Implementation::Repeat {
+                return Err(Error::unsupported(format!(
+                    "model '{}' is not decoupled",
+                    execution.model.name
+                )));
+            }
+            repeat(execution.inputs, responses).await
+        }
+        .boxed()
+    }
+}
+
+/// `repeat_int32`, as Triton's repeat backend answers it.
+async fn repeat(inputs: &[Tensor], responses: mpsc::Sender<Vec<Tensor>>) -> Result<()> {
+    let values = input(inputs, "IN")?;
+    let delays = input(inputs, "DELAY")?;
+    let wait = input(inputs, "WAIT")?;
+    if values.shape != delays.shape {
+        return Err(Error::invalid_arg(format!(
+            "expected IN and DELAY shape to match, got {} and {}",
+            shape_text(&values.shape),
+            shape_text(&delays.shape)
+        )));
+    }
+    let wait_ms = le_elements::<4>(&wait.data)
+        .next()
+        .map_or(0, u32::from_le_bytes);
+    let pairs = le_elements::<4>(&values.data).zip(le_elements::<4>(&delays.data));
+    for (index, (value, delay)) in pairs.enumerate() {
+        sleep_ms(u32::from_le_bytes(delay)).await;
+        let response = vec![
+            Tensor::new(
+                "OUT",
+                DataType::Int32,
+                vec![1],
+                Bytes::copy_from_slice(&value),
+            ),
+            Tensor::new(
+                "IDX",
+                DataType::Uint32,
+                vec![1],
+                Bytes::copy_from_slice(&(index as u32).to_le_bytes()),
+            ),
+        ];
+        if responses.send(response).await.is_err() {
+            return Ok(()); // no one is listening any more
+        }
+    }
+    sleep_ms(wait_ms).await;
+    Ok(())
+}
+
+async fn sleep_ms(ms: u32) {
+    if ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(u64::from(ms))).await;
+    }
+}
+
+/// A shape as Triton's backends print it: `[2,3]`.
+fn shape_text(shape: &[i64]) -> String {
+    let dims: Vec<String> = shape.iter().map(i64::to_string).collect();
+    format!("[{}]", dims.join(","))
 }
 
 fn input<'a>(inputs: &'a [Tensor], name: &str) -> Result<&'a Tensor> {
@@ -160,6 +240,29 @@ fn add_sub_int32(inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         Tensor::new(
             "OUTPUT1",
             DataType::Int32,
+            a.shape.clone(),
+            Bytes::from(diff),
+        ),
+    ])
+}
+
+fn add_sub_int8(inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let a = input(inputs, "INPUT0")?;
+    let b = input(inputs, "INPUT1")?;
+    let (sum, diff): (Vec<u8>, Vec<u8>) = a
+        .data
+        .iter()
+        .zip(b.data.iter())
+        .map(|(&x, &y)| {
+            let (x, y) = (x as i8, y as i8);
+            (x.wrapping_add(y) as u8, x.wrapping_sub(y) as u8)
+        })
+        .unzip();
+    Ok(vec![
+        Tensor::new("OUTPUT0", DataType::Int8, a.shape.clone(), Bytes::from(sum)),
+        Tensor::new(
+            "OUTPUT1",
+            DataType::Int8,
             a.shape.clone(),
             Bytes::from(diff),
         ),
@@ -226,6 +329,66 @@ mod tests {
         let out = add_sub_int32(&[int32("INPUT0", &[1, 2]), int32("INPUT1", &[10, 20])]).unwrap();
         assert_eq!(out[0], int32("OUTPUT0", &[11, 22]));
         assert_eq!(out[1], int32("OUTPUT1", &[-9, -18]));
+    }
+
+    #[test]
+    fn add_sub_int8_wraps() {
+        let int8 = |name: &str, v: &[i8]| {
+            let data: Vec<u8> = v.iter().map(|x| *x as u8).collect();
+            Tensor::new(
+                name,
+                DataType::Int8,
+                vec![1, v.len() as i64],
+                Bytes::from(data),
+            )
+        };
+        let out =
+            add_sub_int8(&[int8("INPUT0", &[1, 127, -128]), int8("INPUT1", &[2, 1, 1])]).unwrap();
+        assert_eq!(out[0], int8("OUTPUT0", &[3, -128, -127]));
+        assert_eq!(out[1], int8("OUTPUT1", &[-1, 126, 127]));
+    }
+
+    fn tensor(name: &str, datatype: DataType, data: &[u8]) -> Tensor {
+        let elements = (data.len() / 4) as i64;
+        Tensor::new(name, datatype, vec![elements], Bytes::copy_from_slice(data))
+    }
+
+    fn le32(values: &[u32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[tokio::test]
+    async fn repeat_answers_each_element_in_order_then_ends() {
+        let inputs = [
+            tensor("IN", DataType::Int32, &le32(&[7, (-3i32) as u32])),
+            tensor("DELAY", DataType::Uint32, &le32(&[0, 1])),
+            tensor("WAIT", DataType::Uint32, &le32(&[0])),
+        ];
+        let (tx, mut rx) = mpsc::channel(4);
+        repeat(&inputs, tx).await.unwrap();
+        for (index, value) in [7i32, -3].into_iter().enumerate() {
+            let response = rx.recv().await.unwrap();
+            assert_eq!(response[0].name, "OUT");
+            assert_eq!(response[0].data.as_ref(), value.to_le_bytes());
+            assert_eq!(response[1].name, "IDX");
+            assert_eq!(response[1].data.as_ref(), (index as u32).to_le_bytes());
+        }
+        assert!(rx.recv().await.is_none(), "nothing after the last element");
+    }
+
+    #[tokio::test]
+    async fn repeat_refuses_delays_that_do_not_match() {
+        let inputs = [
+            tensor("IN", DataType::Int32, &le32(&[1])),
+            tensor("DELAY", DataType::Uint32, &le32(&[0, 0])),
+            tensor("WAIT", DataType::Uint32, &le32(&[0])),
+        ];
+        let (tx, _rx) = mpsc::channel(4);
+        let err = repeat(&inputs, tx).await.unwrap_err();
+        assert_eq!(
+            err.message,
+            "expected IN and DELAY shape to match, got [1] and [2]"
+        );
     }
 
     #[test]

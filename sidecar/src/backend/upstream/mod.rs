@@ -713,6 +713,79 @@ impl Backend for UpstreamModel {
         true
     }
 
+    /// A decoupled model's request goes on a gRPC stream of its own, asking for the empty final
+    /// response so that the end of the request is known; each response with outputs is passed
+    /// on as it arrives. Tensors travel in the messages (a staging slot would have to outlive
+    /// every response); clients' regions the upstream can open are still handed to it for
+    /// inputs. No time limit: such requests (token streams) run as long as the model talks.
+    fn execute_decoupled<'a>(
+        &'a self,
+        execution: Execution<'a>,
+        responses: tokio::sync::mpsc::Sender<Vec<Tensor>>,
+    ) -> BoxFuture<'a, Result<()>> {
+        async move {
+            let _permit = self
+                .upstream
+                .in_flight
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| Error::unavailable("the upstream client is shutting down"))?;
+            let client_inputs = self.client_inputs(&execution, false).await?;
+            let sent = client_inputs.apply(execution);
+            let plan = Plan::default();
+            let mut request = self.request(&sent, &plan, &client_inputs.windows, &[]);
+            request.parameters.insert(
+                "triton_enable_empty_final_response".to_string(),
+                InferParameter {
+                    parameter_choice: Some(ParameterChoice::BoolParam(true)),
+                },
+            );
+            self.upstream.calls.grpc.fetch_add(1, Ordering::Relaxed);
+            let url = &self.upstream.url;
+            let mut stream = self
+                .upstream
+                .client
+                .model_stream_infer(request)
+                .await
+                .map_err(|status| upstream_error(status, url))?;
+            let mut listening = true;
+            while let Some(message) = stream
+                .message()
+                .await
+                .map_err(|status| upstream_error(status, url))?
+            {
+                if !message.error_message.is_empty() {
+                    return Err(Error::internal(message.error_message));
+                }
+                let Some(response) = message.infer_response else {
+                    continue;
+                };
+                let last = matches!(
+                    response
+                        .parameters
+                        .get("triton_final_response")
+                        .and_then(|p| p.parameter_choice.as_ref()),
+                    Some(ParameterChoice::BoolParam(true))
+                );
+                if !response.outputs.is_empty() && listening {
+                    let tensors = self.outputs(&sent, &plan, &[], response)?;
+                    // A client that went away stops the passing on, not the reading: the
+                    // upstream's request ends as it would have.
+                    listening = responses.send(tensors).await.is_ok();
+                }
+                if last {
+                    break;
+                }
+            }
+            self.upstream
+                .passthrough
+                .count_input(client_inputs.passed_bytes());
+            Ok(())
+        }
+        .boxed()
+    }
+
     fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>> {
         async move {
             let permit = self

@@ -8,10 +8,10 @@ use infergate_proto::inference::infer_parameter::ParameterChoice;
 use infergate_proto::inference::{
     CudaSharedMemoryRegisterRequest, CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse,
     CudaSharedMemoryUnregisterRequest, ModelConfigRequest, ModelConfigResponse, ModelInferRequest,
-    ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, RepositoryIndexRequest,
-    RepositoryIndexResponse, ServerMetadataResponse, SystemSharedMemoryRegisterRequest,
-    SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
-    SystemSharedMemoryUnregisterRequest,
+    ModelInferResponse, ModelMetadataRequest, ModelMetadataResponse, ModelStreamInferResponse,
+    RepositoryIndexRequest, RepositoryIndexResponse, ServerMetadataResponse,
+    SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
+    SystemSharedMemoryStatusResponse, SystemSharedMemoryUnregisterRequest,
 };
 use infergate_proto::inference::{ServerMetadataRequest, ServerReadyRequest};
 
@@ -33,6 +33,24 @@ impl Transport {
         match self {
             Transport::Grpc(c) => inner(c.clone().model_infer(int64_parameters(request)).await),
             Transport::Rest(c) => c.infer(&request).await,
+        }
+    }
+
+    /// One request on a stream of its own, for decoupled models: their responses, which end
+    /// with the one whose `triton_final_response` is true when the request asks for it. Only
+    /// gRPC has streams; the REST transport answers UNIMPLEMENTED.
+    pub async fn model_stream_infer(
+        &self,
+        request: ModelInferRequest,
+    ) -> Answer<tonic::Streaming<ModelStreamInferResponse>> {
+        match self {
+            Transport::Grpc(c) => {
+                let requests = tokio_stream::once(int64_parameters(request));
+                inner(c.clone().model_stream_infer(requests).await)
+            }
+            Transport::Rest(_) => Err(tonic::Status::unimplemented(
+                "decoupled models need the upstream's gRPC endpoint: V2 REST has no streams",
+            )),
         }
     }
 
