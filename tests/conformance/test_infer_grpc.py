@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aiogrpcclient
+import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2
 
 from support import SIMPLE_A, SIMPLE_B, deserialize_bytes, grpc_error
@@ -169,6 +170,23 @@ def test_explicit_int8_contents_wrap(grpc_stub):
     np.testing.assert_array_equal(got["OUTPUT0"], a + b)  # 127 + 1 = -128
     np.testing.assert_array_equal(got["OUTPUT1"], a - b)  # -128 - 1 = 127
     assert got["OUTPUT0"][0, 14] == -128 and got["OUTPUT1"][0, 15] == 127
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_custom_identity_int32_like_memory_growth_test(grpc_client, http_client, protocol):
+    """memory_growth_test.py: custom_identity_int32 (INPUT0 INT32 [1,16]) returned as it came,
+    many times over one client each."""
+    module, client = (grpcclient, grpc_client) if protocol == "grpc" else (httpclient, http_client)
+    data = np.arange(16, dtype=np.int32).reshape(1, 16)
+    for i in range(20):
+        inputs = [module.InferInput("INPUT0", [1, 16], "INT32")]
+        inputs[0].set_data_from_numpy(data + i)
+        result = client.infer(
+            "custom_identity_int32", inputs, outputs=[module.InferRequestedOutput("OUTPUT0")]
+        )
+        out = result.as_numpy("OUTPUT0")
+        assert out.dtype == np.int32 and out.shape == (1, 16)
+        np.testing.assert_array_equal(out, data + i)
 
 
 def test_explicit_mixed_contents_and_raw_forbidden(grpc_stub):

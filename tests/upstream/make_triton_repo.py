@@ -13,7 +13,8 @@ sidecar/src/backend/builtin/compute.rs, so the conformance suite
 models anyway), so that Triton runs one CPU instance per model on any machine.
 
 `repeat_int32`, the catalog's decoupled model, is here but not in contracts.py: KServe's
-ModelServer and MLServer have no decoupled models.
+ModelServer and MLServer have no decoupled models. `custom_identity_int32` (an INT32 identity
+that waits its `execute_delay_ms` parameter) is here too, for the same tests.
 
 One model is not in the catalog: `slow_identity` (FP32 identity that takes 2 s per batch, with a
 dynamic batcher so that concurrent requests share the wait), used by fault_check.py to have
@@ -91,6 +92,15 @@ output [
   { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },
   { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }
 ]
+""" + CPU_INSTANCE
+
+
+CUSTOM_IDENTITY_INT32 = """name: "custom_identity_int32"
+backend: "python"
+max_batch_size: 1024
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+parameters [ { key: "execute_delay_ms" value: { string_value: "0" } } ]
 """ + CPU_INSTANCE
 
 
@@ -238,6 +248,30 @@ class TritonPythonModel:
                 target=_answer, args=(sender, values, delays, wait_ms), daemon=True
             ).start()
         return None
+'''
+
+DELAYED_IDENTITY_PY = '''"""OUTPUT0 = INPUT0, answered execute_delay_ms (a configuration parameter) after the
+request (sidecar: Implementation::DelayedIdentity, as Triton's identity backend)."""
+import json
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"]).get("parameters", {})
+        value = parameters.get("execute_delay_ms", {}).get("string_value", "0")
+        self.delay_s = int(value) / 1000.0 if value.strip().isdigit() else 0.0
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            time.sleep(self.delay_s)
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            output = pb_utils.Tensor("OUTPUT0", tensor.as_numpy())
+            responses.append(pb_utils.InferenceResponse(output_tensors=[output]))
+        return responses
 '''
 
 SIMPLE_STRING_PY = '''"""The "simple" arithmetic over BYTES elements holding decimal integers (as text).
@@ -494,6 +528,7 @@ def models() -> dict:
         ),
     }
     out["repeat_int32"] = (REPEAT_INT32, REPEAT_INT32_PY, {})
+    out["custom_identity_int32"] = (CUSTOM_IDENTITY_INT32, DELAYED_IDENTITY_PY, {})
     out["slow_identity"] = (SLOW_IDENTITY, SLOW_IDENTITY_PY, {})
     for dtype, config_type in DTYPES.items():
         name = f"identity_{dtype.lower()}"

@@ -75,6 +75,16 @@ output [
 ]
 "#;
 
+/// Triton's identity-backend test model: an INT32 identity that waits `execute_delay_ms`
+/// (a configuration parameter, 0 here; a load with a configuration can change it) per request.
+const CUSTOM_IDENTITY_INT32: &str = r#"
+name: "custom_identity_int32"
+max_batch_size: 1024
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+parameters [ { key: "execute_delay_ms" value: { string_value: "0" } } ]
+"#;
+
 const CLASSIFIER: &str = r#"
 name: "classifier"
 max_batch_size: 8
@@ -179,6 +189,11 @@ impl Default for Catalog {
                 "classifier".to_string(),
                 CLASSIFIER.to_string(),
                 Implementation::Identity,
+            ),
+            (
+                "custom_identity_int32".to_string(),
+                CUSTOM_IDENTITY_INT32.to_string(),
+                Implementation::DelayedIdentity,
             ),
             (
                 "repeat_int32".to_string(),
@@ -288,12 +303,48 @@ mod tests {
     #[test]
     fn every_model_loads() {
         let catalog = Catalog::default();
-        assert_eq!(catalog.names().len(), 24);
+        assert_eq!(catalog.names().len(), 25);
         for name in catalog.names() {
             let model = catalog.load(&name, None).unwrap();
             assert_eq!(model.name, name);
             assert!(model.config.version_policy.is_some());
         }
+    }
+
+    #[tokio::test]
+    async fn custom_identity_waits_the_configured_delay() {
+        use crate::core::model::Execution;
+        use crate::tensor::Tensor;
+        use bytes::Bytes;
+        use std::time::{Duration, Instant};
+
+        let catalog = Catalog::default();
+        let overlay =
+            serde_json::json!({"parameters": {"execute_delay_ms": {"string_value": "60"}}});
+        let model = catalog
+            .load("custom_identity_int32", Some(&overlay))
+            .unwrap();
+        let data = Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0]);
+        let inputs = [Tensor::new(
+            "INPUT0",
+            DataType::Int32,
+            vec![1, 2],
+            data.clone(),
+        )];
+        let outputs = ["OUTPUT0".to_string()];
+        let execution = Execution {
+            model: &model,
+            inputs: &inputs,
+            input_regions: &[],
+            outputs: &outputs,
+            batch_size: 1,
+            parameters: &Default::default(),
+            output_shm: &[],
+        };
+        let started = Instant::now();
+        let produced = model.backend.execute(execution).await.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(60));
+        assert_eq!(produced[0].data, data);
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub enum Implementation {
     AddSubString,
     /// OUTPUT0 = INPUT0, bytes shared, not copied.
     Identity,
+    /// The identity, answered `execute_delay_ms` (a configuration parameter) after the request.
+    DelayedIdentity,
     /// OUTPUT = (INPUT + START) × READY.
     SequenceSimple,
     /// OUTPUT = (INPUT + START + END × CORRID) × READY.
@@ -121,6 +123,14 @@ impl Backend for Builtin {
                 add_sub_string(execution.model.name.as_str(), execution.inputs)
             }
             Implementation::Identity => identity(execution.inputs),
+            Implementation::DelayedIdentity => {
+                let delay = execute_delay_ms(execution.model);
+                return async move {
+                    sleep_ms(delay).await;
+                    identity(execution.inputs)
+                }
+                .boxed();
+            }
             Implementation::SequenceSimple
             | Implementation::SequenceDyna
             | Implementation::Accumulate
@@ -189,6 +199,16 @@ async fn repeat(inputs: &[Tensor], responses: mpsc::Sender<Vec<Tensor>>) -> Resu
     }
     sleep_ms(wait_ms).await;
     Ok(())
+}
+
+/// The `execute_delay_ms` parameter of a model's configuration; 0 when absent or not a number.
+fn execute_delay_ms(model: &crate::core::model::Model) -> u32 {
+    model
+        .config
+        .parameters
+        .get("execute_delay_ms")
+        .and_then(|p| p.string_value.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 async fn sleep_ms(ms: u32) {
