@@ -16,7 +16,9 @@ models anyway), so that Triton runs one CPU instance per model on any machine.
 ModelServer and MLServer have no decoupled models. `custom_identity_int32` (an INT32 identity
 that waits its `execute_delay_ms` parameter) is here too, for the same tests.
 
-One model is not in the catalog: `slow_identity` (FP32 identity that takes 2 s per batch, with a
+Two models are not in the catalog: `countdown_int32` (decoupled: IN = n gives n responses, OUT
+= n, n-1, ..., 1, the last one carrying the FINAL flag with its data, as python-backend and LLM
+models answer), used by test_decoupled_upstream.py, and `slow_identity` (FP32 identity that takes 2 s per batch, with a
 dynamic batcher so that concurrent requests share the wait), used by fault_check.py to have
 requests in flight inside the upstream when it is killed or the sidecar is stopped.
 
@@ -102,6 +104,40 @@ input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
 parameters [ { key: "execute_delay_ms" value: { string_value: "0" } } ]
 """ + CPU_INSTANCE
+
+
+COUNTDOWN_INT32 = """name: "countdown_int32"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+""" + CPU_INSTANCE
+
+COUNTDOWN_INT32_PY = '''"""Decoupled: IN = n gives n responses OUT = n, n-1, ..., 1; the last carries the FINAL flag
+with its data (no separate empty completion)."""
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            n = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy().reshape(-1)[0])
+            if n <= 0:
+                sender.send(flags=FINAL)
+                continue
+            for value in range(n, 0, -1):
+                out = pb_utils.Tensor("OUT", np.array([value], dtype=np.int32))
+                sender.send(
+                    pb_utils.InferenceResponse(output_tensors=[out]),
+                    flags=FINAL if value == 1 else 0,
+                )
+        return None
+'''
 
 
 def identity_config(name: str, config_type: str) -> str:
@@ -529,6 +565,7 @@ def models() -> dict:
     }
     out["repeat_int32"] = (REPEAT_INT32, REPEAT_INT32_PY, {})
     out["custom_identity_int32"] = (CUSTOM_IDENTITY_INT32, DELAYED_IDENTITY_PY, {})
+    out["countdown_int32"] = (COUNTDOWN_INT32, COUNTDOWN_INT32_PY, {})
     out["slow_identity"] = (SLOW_IDENTITY, SLOW_IDENTITY_PY, {})
     for dtype, config_type in DTYPES.items():
         name = f"identity_{dtype.lower()}"

@@ -162,12 +162,14 @@ log "pytest exited with $RC"
 # with the staging pool registered again. (Skipped when pytest arguments narrowed the run.)
 export INFERGATE_HTTP_URL="$SIDECAR_HTTP" INFERGATE_GRPC_URL="$SIDECAR_GRPC" \
   INFERGATE_METRICS_URL="$SIDECAR_METRICS" INFERGATE_ADMIN_URL="$SIDECAR_ADMIN" \
-  INFERGATE_TRITON_HTTP_URL="127.0.0.1:$TRITON_HTTP_PORT"
+  INFERGATE_TRITON_HTTP_URL="127.0.0.1:$TRITON_HTTP_PORT" \
+  INFERGATE_TRITON_GRPC_URL="127.0.0.1:$TRITON_GRPC_PORT"
 if [ "$#" -eq 0 ]; then
-  log "staging pool and call route checks (tests/upstream/test_staging.py, test_routes.py)"
+  log "staging pool, call route and decoupled checks (tests/upstream/test_staging.py, test_routes.py, test_decoupled_upstream.py)"
   set +e
   INFERGATE_UPSTREAM_PROTOCOL="${INFERGATE_UPSTREAM_PROTOCOL:-grpc}" \
     "$TEST_VENV/bin/python" -m pytest tests/upstream/test_staging.py tests/upstream/test_routes.py \
+    tests/upstream/test_decoupled_upstream.py \
     -q -p no:cacheprovider
   RC=$?
   set -e

@@ -47,12 +47,13 @@ pub trait Backend: Send + Sync {
     fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>>;
 
     /// Runs a request to a decoupled model (`model_transaction_policy { decoupled: true }`):
-    /// sends each response's tensors into `responses` as they are produced, and returns when the
-    /// request is complete. Backends without decoupled models keep this answer.
+    /// sends each response into `responses` as it is produced, and returns when the request is
+    /// complete. Once `responses` is closed (the client went away) nothing more is wanted: the
+    /// backend should stop as soon as it can. Backends without decoupled models keep this answer.
     fn execute_decoupled<'a>(
         &'a self,
         execution: Execution<'a>,
-        responses: tokio::sync::mpsc::Sender<Vec<Tensor>>,
+        responses: tokio::sync::mpsc::Sender<Produced>,
     ) -> BoxFuture<'a, Result<()>> {
         let _ = responses;
         Box::pin(futures::future::ready(Err(Error::unsupported(format!(
@@ -66,6 +67,15 @@ pub trait Backend: Send + Sync {
     fn takes_client_regions(&self) -> bool {
         false
     }
+}
+
+/// One response of a decoupled model.
+#[derive(Debug)]
+pub struct Produced {
+    /// The outputs this response carries (any of the requested ones, possibly none).
+    pub tensors: Vec<Tensor>,
+    /// The model marked it its request's last (Triton's FINAL flag on a response with data).
+    pub last: bool,
 }
 
 pub struct Model {

@@ -93,7 +93,8 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
         }
     };
     let infer_end = Instant::now();
-    let outputs = match select_outputs(&model, &prepared.validated.outputs, produced) {
+    let outputs = match select_outputs(&model, &prepared.validated.outputs, produced, Missing::Fail)
+    {
         Ok(outputs) => outputs,
         Err((e, rejected)) => {
             prepared.fail(rejected);
@@ -118,22 +119,21 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
 pub const DECOUPLED_UNARY: &str =
     "ModelInfer RPC doesn't support models with decoupled transaction policy";
 
-/// Whether a request names a decoupled model (`model_transaction_policy { decoupled: true }`):
-/// those answer only on a stream, through [`infer_decoupled`].
-pub fn is_decoupled(repository: &Repository, request: &InferRequest) -> bool {
-    repository
-        .get(&request.model_name, &request.model_version)
-        .is_ok_and(|m| m.is_decoupled())
+/// One response of a decoupled request, and whether the model marked it the last.
+pub struct DecoupledResponse {
+    pub response: InferResponse,
+    pub last: bool,
 }
 
 /// A request to a decoupled model: zero or more responses, sent into the returned channel as the
 /// model produces them; the channel closes when the request is complete. An error before the
 /// model runs (unknown model, validation, sequence admission) is returned instead; one while it
-/// runs arrives as the channel's last item.
+/// runs arrives as the channel's last item. Dropping the receiver (the client went away) stops
+/// the request: the backend is told, and nothing more is read or written for it.
 pub async fn infer_decoupled(
     repository: &Repository,
     request: InferRequest,
-) -> Result<mpsc::Receiver<Result<InferResponse>>> {
+) -> Result<mpsc::Receiver<Result<DecoupledResponse>>> {
     let received = Instant::now();
     let model = repository.get(&request.model_name, &request.model_version)?;
     let prepared = prepare(model.clone(), request, received).await?;
@@ -146,26 +146,35 @@ pub async fn infer_decoupled(
             .backend
             .execute_decoupled(prepared.execution(), produced_tx);
         let forward = async {
-            // After an error (the request's last answer) and once the client has gone, the
-            // rest of the responses are dropped, but the model runs to its end (as Triton's).
+            // An error is the request's last answer; after it, and once the client has gone,
+            // the receiver is dropped, which tells the backend to stop.
             let mut failed = None;
-            while let Some(produced) = produced_rx.recv().await {
-                if failed.is_some() {
-                    continue;
-                }
-                match select_outputs(&model, &prepared.validated.outputs, produced) {
-                    Ok(outputs) => {
-                        let _ = sender.send(Ok(prepared.response(outputs))).await;
-                    }
+            loop {
+                let produced = tokio::select! {
+                    produced = produced_rx.recv() => produced,
+                    () = sender.closed() => None,
+                };
+                let Some(produced) = produced else { break };
+                let outputs = &prepared.validated.outputs;
+                let answer = match select_outputs(&model, outputs, produced.tensors, Missing::Skip)
+                {
+                    Ok(outputs) => Ok(DecoupledResponse {
+                        response: prepared.response(outputs),
+                        last: produced.last,
+                    }),
                     Err((e, rejected)) => {
                         failed = Some(rejected);
-                        let _ = sender.send(Err(e)).await;
+                        Err(e)
                     }
+                };
+                if sender.send(answer).await.is_err() || failed.is_some() {
+                    break;
                 }
             }
-            failed
+            drop(produced_rx);
+            (failed, sender)
         };
-        let (executed, failed) = tokio::join!(execute, forward);
+        let (executed, (failed, sender)) = tokio::join!(execute, forward);
         let done = Instant::now();
         match (executed, failed) {
             (_, Some(rejected)) => prepared.fail(rejected),
@@ -246,12 +255,22 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
     })
 }
 
-/// Exactly the requested outputs, in the requested order: classified where asked, written into
-/// the client's region where one was named. An error says whether the request was at fault.
+/// What a requested output the model did not produce means.
+#[derive(Clone, Copy, PartialEq)]
+enum Missing {
+    /// An error: a request's one response must hold every output asked for.
+    Fail,
+    /// Nothing: each response of a decoupled model carries what it carries.
+    Skip,
+}
+
+/// The requested outputs, in the requested order: classified where asked, written into the
+/// client's region where one was named. An error says whether the request was at fault.
 fn select_outputs(
     model: &Model,
     wanted: &[RequestedOutput],
     produced: Vec<Tensor>,
+    missing: Missing,
 ) -> Result<Vec<Tensor>, (Error, bool)> {
     let mut produced: Vec<Option<_>> = produced.into_iter().map(Some).collect();
     let mut outputs = Vec::with_capacity(wanted.len());
@@ -283,6 +302,7 @@ fn select_outputs(
                 }
                 outputs.push(tensor);
             }
+            None if missing == Missing::Skip => {}
             None => {
                 return Err((
                     Error::internal(format!(

@@ -98,21 +98,19 @@ pub fn serve(state: SharedState, mut inbound: Streaming<ModelInferRequest>) -> R
             tokio::select! {
                 message = inbound.message(), if inbound_open && in_flight < STREAM_WINDOW => match message {
                     Ok(Some(request)) if is_decoupled(&state, &request) => {
-                        decoupled.push(Box::pin(answer_decoupled(state.clone(), request, tx.clone())));
+                        // Its sequence's next request waits until all of its responses are out.
+                        let turn = order.enter(&request);
+                        let (state, tx) = (state.clone(), tx.clone());
+                        decoupled.push(Box::pin(async move {
+                            let _turn = wait_turn(turn).await;
+                            answer_decoupled(state, request, tx).await;
+                        }));
                     }
                     Ok(Some(request)) => {
                         let turn = order.enter(&request);
                         let state = state.clone();
                         pending.push_back(async move {
-                            let _turn = match turn {
-                                Some((previous, turn)) => {
-                                    if let Some(previous) = previous {
-                                        let _ = previous.await;
-                                    }
-                                    Some(turn)
-                                }
-                                None => None,
-                            };
+                            let _turn = wait_turn(turn).await;
                             answer(state, request).await
                         });
                     }
@@ -165,6 +163,15 @@ async fn answer(state: SharedState, request: ModelInferRequest) -> ModelStreamIn
     }
 }
 
+/// Waits for the request before it in its sequence, if any; the turn to hold while it runs.
+async fn wait_turn(turn: Option<(Option<oneshot::Receiver<()>>, Turn)>) -> Option<Turn> {
+    let (previous, turn) = turn?;
+    if let Some(previous) = previous {
+        let _ = previous.await;
+    }
+    Some(turn)
+}
+
 fn is_decoupled(state: &SharedState, request: &ModelInferRequest) -> bool {
     state
         .repository
@@ -172,9 +179,11 @@ fn is_decoupled(state: &SharedState, request: &ModelInferRequest) -> bool {
         .is_ok_and(|m| m.is_decoupled())
 }
 
-/// A request to a decoupled model: each response as the model produces it, marked not final;
-/// then, if the client asked for it (`triton_enable_empty_final_response`), an empty final
-/// response (as Triton's, without a model version). A failure is the request's last response.
+/// A request to a decoupled model: each response as the model produces it, marked final only if
+/// the model marked it so; when the model ends the request without data and the client asked
+/// for it (`triton_enable_empty_final_response`), an empty final response (as Triton 2.51's,
+/// without a model version). A failure is the request's last response. When the client goes
+/// away, the request is dropped, which stops it.
 async fn answer_decoupled(
     state: SharedState,
     request: ModelInferRequest,
@@ -205,13 +214,20 @@ async fn answer_decoupled(
             return;
         }
     };
-    while let Some(response) = responses.recv().await {
+    let mut ended_with_data = false;
+    loop {
+        let next = tokio::select! {
+            next = responses.recv() => next,
+            () = tx.closed() => return, // the client went away
+        };
+        let Some(response) = next else { break };
         let message = match response {
-            Ok(response) => {
-                let mut message = convert::response(response);
+            Ok(decoupled) => {
+                ended_with_data = decoupled.last;
+                let mut message = convert::response(decoupled.response);
                 message
                     .parameters
-                    .insert(FINAL_RESPONSE.to_string(), final_flag(false));
+                    .insert(FINAL_RESPONSE.to_string(), final_flag(decoupled.last));
                 ModelStreamInferResponse {
                     error_message: String::new(),
                     infer_response: Some(message),
@@ -230,10 +246,10 @@ async fn answer_decoupled(
             }
         };
         if tx.send(Ok(message)).await.is_err() {
-            return; // the client went away; the model runs to its end regardless
+            return; // the client went away: dropping the request stops it
         }
     }
-    if empty_final {
+    if empty_final && !ended_with_data {
         let mut last = ModelInferResponse {
             id,
             model_name,

@@ -8,7 +8,7 @@ use infergate_proto::DataType;
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use crate::core::model::{Backend, Execution};
+use crate::core::model::{Backend, Execution, Produced};
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, bytes_elements, le_elements};
 
@@ -146,7 +146,7 @@ impl Backend for Builtin {
     fn execute_decoupled<'a>(
         &'a self,
         execution: Execution<'a>,
-        responses: mpsc::Sender<Vec<Tensor>>,
+        responses: mpsc::Sender<Produced>,
     ) -> BoxFuture<'a, Result<()>> {
         async move {
             if self.implementation != Implementation::Repeat {
@@ -161,8 +161,8 @@ impl Backend for Builtin {
     }
 }
 
-/// `repeat_int32`, as Triton's repeat backend answers it.
-async fn repeat(inputs: &[Tensor], responses: mpsc::Sender<Vec<Tensor>>) -> Result<()> {
+/// `repeat_int32`, as Triton's repeat backend answers it; it stops when no one listens any more.
+async fn repeat(inputs: &[Tensor], responses: mpsc::Sender<Produced>) -> Result<()> {
     let values = input(inputs, "IN")?;
     let delays = input(inputs, "DELAY")?;
     let wait = input(inputs, "WAIT")?;
@@ -178,8 +178,10 @@ async fn repeat(inputs: &[Tensor], responses: mpsc::Sender<Vec<Tensor>>) -> Resu
         .map_or(0, u32::from_le_bytes);
     let pairs = le_elements::<4>(&values.data).zip(le_elements::<4>(&delays.data));
     for (index, (value, delay)) in pairs.enumerate() {
-        sleep_ms(u32::from_le_bytes(delay)).await;
-        let response = vec![
+        if !sleep_while_listened(u32::from_le_bytes(delay), &responses).await {
+            return Ok(());
+        }
+        let tensors = vec![
             Tensor::new(
                 "OUT",
                 DataType::Int32,
@@ -193,12 +195,24 @@ async fn repeat(inputs: &[Tensor], responses: mpsc::Sender<Vec<Tensor>>) -> Resu
                 Bytes::copy_from_slice(&(index as u32).to_le_bytes()),
             ),
         ];
+        let response = Produced {
+            tensors,
+            last: false,
+        };
         if responses.send(response).await.is_err() {
             return Ok(()); // no one is listening any more
         }
     }
-    sleep_ms(wait_ms).await;
+    sleep_while_listened(wait_ms, &responses).await;
     Ok(())
+}
+
+/// Waits `ms` unless the receiver goes away first; whether it is still there.
+async fn sleep_while_listened(ms: u32, responses: &mpsc::Sender<Produced>) -> bool {
+    tokio::select! {
+        () = sleep_ms(ms) => !responses.is_closed(),
+        () = responses.closed() => false,
+    }
 }
 
 /// The `execute_delay_ms` parameter of a model's configuration; 0 when absent or not a number.
@@ -387,13 +401,30 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(4);
         repeat(&inputs, tx).await.unwrap();
         for (index, value) in [7i32, -3].into_iter().enumerate() {
-            let response = rx.recv().await.unwrap();
+            let produced = rx.recv().await.unwrap();
+            assert!(!produced.last);
+            let response = produced.tensors;
             assert_eq!(response[0].name, "OUT");
             assert_eq!(response[0].data.as_ref(), value.to_le_bytes());
             assert_eq!(response[1].name, "IDX");
             assert_eq!(response[1].data.as_ref(), (index as u32).to_le_bytes());
         }
         assert!(rx.recv().await.is_none(), "nothing after the last element");
+    }
+
+    #[tokio::test]
+    async fn repeat_stops_when_no_one_listens() {
+        let inputs = [
+            tensor("IN", DataType::Int32, &le32(&[1, 2])),
+            tensor("DELAY", DataType::Uint32, &le32(&[0, 3_600_000])),
+            tensor("WAIT", DataType::Uint32, &le32(&[3_600_000])),
+        ];
+        let (tx, mut rx) = mpsc::channel(4);
+        let run = tokio::spawn(async move { repeat(&inputs, tx).await });
+        assert!(rx.recv().await.is_some());
+        drop(rx); // the second response is an hour away
+        let finished = tokio::time::timeout(std::time::Duration::from_secs(10), run).await;
+        assert!(matches!(finished, Ok(Ok(Ok(())))), "{finished:?}");
     }
 
     #[tokio::test]

@@ -40,7 +40,7 @@ use staging::{ClientWindow, Plan, Staging};
 use transport::Answer;
 pub use transport::Transport;
 
-use crate::core::model::{Backend, Execution};
+use crate::core::model::{Backend, Execution, Produced};
 use crate::core::params::ParamValue;
 use crate::error::{Code, Error, Result};
 use crate::shm::registry::{Region, ShmTarget};
@@ -694,6 +694,10 @@ fn shm_parameters(region: &str, offset: u64, byte_size: u64) -> HashMap<String, 
     ])
 }
 
+/// How long a decoupled call's stream is read after its answer is out, for the upstream to close
+/// it (so that it is not reset while the upstream completes it).
+const DRAIN_AFTER_ANSWER: Duration = Duration::from_secs(1);
+
 /// The upstream does not know a region we registered (the pool or a client's): it restarted.
 fn region_lost(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::NotFound
@@ -714,14 +718,17 @@ impl Backend for UpstreamModel {
     }
 
     /// A decoupled model's request goes on a gRPC stream of its own, asking for the empty final
-    /// response so that the end of the request is known; each response with outputs is passed
-    /// on as it arrives. Tensors travel in the messages (a staging slot would have to outlive
-    /// every response); clients' regions the upstream can open are still handed to it for
-    /// inputs. No time limit: such requests (token streams) run as long as the model talks.
+    /// response so that the end of the request is known; each response is passed on as it
+    /// arrives, with its final flag. Tensors travel in the messages (a staging slot would have
+    /// to outlive every response); clients' regions the upstream can open are still handed to it
+    /// for inputs. The request may last as long as the model talks (token streams), but not
+    /// `timeout_seconds` without a message. Once the client has gone, the stream is still read
+    /// to its end (within the same limit) rather than reset: Triton 2.51 can crash on a gRPC
+    /// call cancelled as it completes (see `timeout`), so nothing is cancelled that need not be.
     fn execute_decoupled<'a>(
         &'a self,
         execution: Execution<'a>,
-        responses: tokio::sync::mpsc::Sender<Vec<Tensor>>,
+        responses: tokio::sync::mpsc::Sender<Produced>,
     ) -> BoxFuture<'a, Result<()>> {
         async move {
             let _permit = self
@@ -749,14 +756,35 @@ impl Backend for UpstreamModel {
                 .model_stream_infer(request)
                 .await
                 .map_err(|status| upstream_error(status, url))?;
-            let mut listening = true;
-            while let Some(message) = stream
-                .message()
-                .await
-                .map_err(|status| upstream_error(status, url))?
-            {
+            let silence = self.upstream.timeout;
+            // Once the answer is out (the final response, or an error) the stream is still read
+            // to its end.
+            let mut done = false;
+            let mut failure = None;
+            loop {
+                // After the answer, the upstream closes the call at once (the request stream is
+                // closed and its one request complete); a second is plenty.
+                let limit = if done { DRAIN_AFTER_ANSWER } else { silence };
+                let next = tokio::time::timeout(limit, stream.message()).await;
+                let Ok(next) = next else {
+                    if done || responses.is_closed() {
+                        break; // the answer is out, or no one wants it: let the stream go
+                    }
+                    return Err(Error::unavailable(format!(
+                        "upstream model server {url} sent nothing for {} s",
+                        silence.as_secs()
+                    )));
+                };
+                let Some(message) = next.map_err(|status| upstream_error(status, url))? else {
+                    break; // the upstream ended the call
+                };
+                if done || responses.is_closed() {
+                    continue; // read to the end, pass nothing on
+                }
                 if !message.error_message.is_empty() {
-                    return Err(Error::internal(message.error_message));
+                    done = true;
+                    failure = Some(Error::internal(message.error_message));
+                    continue;
                 }
                 let Some(response) = message.infer_response else {
                     continue;
@@ -768,20 +796,25 @@ impl Backend for UpstreamModel {
                         .and_then(|p| p.parameter_choice.as_ref()),
                     Some(ParameterChoice::BoolParam(true))
                 );
-                if !response.outputs.is_empty() && listening {
-                    let tensors = self.outputs(&sent, &plan, &[], response)?;
-                    // A client that went away stops the passing on, not the reading: the
-                    // upstream's request ends as it would have.
-                    listening = responses.send(tensors).await.is_ok();
+                done = last;
+                // The empty final response this call asked for: the end, not a response.
+                if last && response.outputs.is_empty() {
+                    continue;
                 }
-                if last {
-                    break;
+                match self.outputs(&sent, &plan, &[], response) {
+                    Ok(tensors) => {
+                        let _ = responses.send(Produced { tensors, last }).await;
+                    }
+                    Err(e) => {
+                        done = true;
+                        failure = Some(e);
+                    }
                 }
             }
             self.upstream
                 .passthrough
                 .count_input(client_inputs.passed_bytes());
-            Ok(())
+            failure.map_or(Ok(()), Err)
         }
         .boxed()
     }
