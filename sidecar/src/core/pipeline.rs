@@ -69,6 +69,22 @@ impl Prepared {
         }
     }
 
+    /// Counts the request a success: `compute_start` when the model started, `infer_end` when
+    /// it had produced everything, now when the answer was ready.
+    fn succeed(&self, compute_start: Instant, infer_end: Instant) {
+        let done = Instant::now();
+        self.model.stats.record_success(
+            self.validated.batch_size,
+            Timings {
+                total: done - self.received,
+                queue: self.queued - self.received,
+                compute_input: compute_start - self.queued,
+                compute_infer: infer_end - compute_start,
+                compute_output: done - infer_end,
+            },
+        );
+    }
+
     fn fail(&self, rejected: bool) {
         self.model
             .stats
@@ -101,17 +117,7 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
             return Err(e);
         }
     };
-    let done = Instant::now();
-    model.stats.record_success(
-        prepared.validated.batch_size,
-        Timings {
-            total: done - received,
-            queue: prepared.queued - received,
-            compute_input: compute_start - prepared.queued,
-            compute_infer: infer_end - compute_start,
-            compute_output: done - infer_end,
-        },
-    );
+    prepared.succeed(compute_start, infer_end);
     Ok(prepared.into_response(outputs))
 }
 
@@ -175,23 +181,13 @@ pub async fn infer_decoupled(
             (failed, sender)
         };
         let (executed, (failed, sender)) = tokio::join!(execute, forward);
-        let done = Instant::now();
         match (executed, failed) {
             (_, Some(rejected)) => prepared.fail(rejected),
             (Err(e), None) => {
                 prepared.fail(false);
                 let _ = sender.send(Err(e)).await;
             }
-            (Ok(()), None) => model.stats.record_success(
-                prepared.validated.batch_size,
-                Timings {
-                    total: done - received,
-                    queue: prepared.queued - received,
-                    compute_input: compute_start - prepared.queued,
-                    compute_infer: done - compute_start,
-                    compute_output: Default::default(),
-                },
-            ),
+            (Ok(()), None) => prepared.succeed(compute_start, Instant::now()),
         }
     });
     Ok(receiver)

@@ -343,3 +343,17 @@ pub fn response_parameters(
         })
         .collect()
 }
+
+/// Whether a message's parameter `key` is the bool `true` (`triton_final_response`,
+/// `triton_enable_empty_final_response`); absent or of another type is false.
+pub fn bool_parameter(
+    parameters: &std::collections::HashMap<String, InferParameter>,
+    key: &str,
+) -> bool {
+    matches!(
+        parameters
+            .get(key)
+            .and_then(|p| p.parameter_choice.as_ref()),
+        Some(ParameterChoice::BoolParam(true))
+    )
+}

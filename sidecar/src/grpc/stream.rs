@@ -191,13 +191,8 @@ async fn answer_decoupled(
 ) {
     let id = request.id.clone();
     let model_name = request.model_name.clone();
-    let empty_final = matches!(
-        request
-            .parameters
-            .get("triton_enable_empty_final_response")
-            .and_then(|p| p.parameter_choice.as_ref()),
-        Some(ParameterChoice::BoolParam(true))
-    );
+    let empty_final =
+        convert::bool_parameter(&request.parameters, "triton_enable_empty_final_response");
     if state.health.is_shutting_down() {
         let message = "GRPC server is shutting down and has stopped accepting new requests.";
         let _ = tx.send(Ok(error(id, message.into()))).await;

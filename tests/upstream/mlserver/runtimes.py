@@ -80,37 +80,31 @@ class Identity(MLModel):
 class AddSubInt32(MLModel):
     """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 over INT32, wrapping on overflow."""
 
+    DATATYPE = "INT32"
+    WRAP = staticmethod(_wrap32)
+
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
         a, b = _values(payload, "INPUT0"), _values(payload, "INPUT1")
         shape = _input(payload, "INPUT0").shape
-        total = [_wrap32(x + y) for x, y in zip(a, b)]
-        difference = [_wrap32(x - y) for x, y in zip(a, b)]
+        total = [self.WRAP(x + y) for x, y in zip(a, b)]
+        difference = [self.WRAP(x - y) for x, y in zip(a, b)]
         return _response(
             self,
             payload,
             [
-                ResponseOutput(name="OUTPUT0", shape=shape, datatype="INT32", data=total),
-                ResponseOutput(name="OUTPUT1", shape=shape, datatype="INT32", data=difference),
+                ResponseOutput(name="OUTPUT0", shape=shape, datatype=self.DATATYPE, data=total),
+                ResponseOutput(
+                    name="OUTPUT1", shape=shape, datatype=self.DATATYPE, data=difference
+                ),
             ],
         )
 
 
-class AddSubInt8(MLModel):
+class AddSubInt8(AddSubInt32):
     """The same over INT8 (simple_int8), wrapping on overflow."""
 
-    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
-        a, b = _values(payload, "INPUT0"), _values(payload, "INPUT1")
-        shape = _input(payload, "INPUT0").shape
-        total = [_wrap8(x + y) for x, y in zip(a, b)]
-        difference = [_wrap8(x - y) for x, y in zip(a, b)]
-        return _response(
-            self,
-            payload,
-            [
-                ResponseOutput(name="OUTPUT0", shape=shape, datatype="INT8", data=total),
-                ResponseOutput(name="OUTPUT1", shape=shape, datatype="INT8", data=difference),
-            ],
-        )
+    DATATYPE = "INT8"
+    WRAP = staticmethod(_wrap8)
 
 
 class AddSubString(MLModel):

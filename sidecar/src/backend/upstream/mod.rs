@@ -43,6 +43,7 @@ pub use transport::Transport;
 use crate::core::model::{Backend, Execution, Produced};
 use crate::core::params::ParamValue;
 use crate::error::{Code, Error, Result};
+use crate::grpc::convert::bool_parameter;
 use crate::shm::registry::{Region, ShmTarget};
 use crate::tensor::Tensor;
 use crate::tensor::shape::fixed_byte_size as byte_size;
@@ -137,6 +138,15 @@ impl Upstream {
             }),
             calls: CallCounters::default(),
         })
+    }
+
+    /// One of the `max_concurrency` places for a call to the upstream.
+    async fn permit(&self) -> Result<OwnedSemaphorePermit> {
+        self.in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::unavailable("the upstream client is shutting down"))
     }
 
     pub fn client(&self) -> &Transport {
@@ -731,13 +741,7 @@ impl Backend for UpstreamModel {
         responses: tokio::sync::mpsc::Sender<Produced>,
     ) -> BoxFuture<'a, Result<()>> {
         async move {
-            let _permit = self
-                .upstream
-                .in_flight
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| Error::unavailable("the upstream client is shutting down"))?;
+            let _permit = self.upstream.permit().await?;
             let client_inputs = self.client_inputs(&execution, false).await?;
             let sent = client_inputs.apply(execution);
             let plan = Plan::default();
@@ -789,13 +793,7 @@ impl Backend for UpstreamModel {
                 let Some(response) = message.infer_response else {
                     continue;
                 };
-                let last = matches!(
-                    response
-                        .parameters
-                        .get("triton_final_response")
-                        .and_then(|p| p.parameter_choice.as_ref()),
-                    Some(ParameterChoice::BoolParam(true))
-                );
+                let last = bool_parameter(&response.parameters, "triton_final_response");
                 done = last;
                 // The empty final response this call asked for: the end, not a response.
                 if last && response.outputs.is_empty() {
@@ -821,13 +819,7 @@ impl Backend for UpstreamModel {
 
     fn execute<'a>(&'a self, execution: Execution<'a>) -> BoxFuture<'a, Result<Vec<Tensor>>> {
         async move {
-            let permit = self
-                .upstream
-                .in_flight
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(|_| Error::unavailable("the upstream client is shutting down"))?;
+            let permit = self.upstream.permit().await?;
             let permit = Arc::new(permit);
             let staging = &self.upstream.staging;
             // Sequence models keep state upstream: never guess an output size for them, since a
