@@ -53,9 +53,8 @@ pub trait Backend: Send + Sync {
     fn execute_decoupled<'a>(
         &'a self,
         execution: Execution<'a>,
-        responses: tokio::sync::mpsc::Sender<Produced>,
+        _responses: tokio::sync::mpsc::Sender<Produced>,
     ) -> BoxFuture<'a, Result<()>> {
-        let _ = responses;
         Box::pin(futures::future::ready(Err(Error::unsupported(format!(
             "model '{}' is decoupled, which its backend does not support",
             execution.model.name

@@ -47,25 +47,29 @@ impl Prepared {
 
     /// One response of a decoupled request.
     fn response(&self, outputs: Vec<Tensor>) -> InferResponse {
-        InferResponse {
-            model_name: self.model.name.clone(),
-            model_version: self.model.version_string(),
-            id: self.id.clone(),
-            parameters: Parameters::default(),
-            outputs,
-            requested: self.validated.outputs.clone(),
-        }
+        self.answer(self.id.clone(), self.validated.outputs.clone(), outputs)
     }
 
-    /// The one response of a request.
-    fn into_response(self, outputs: Vec<Tensor>) -> InferResponse {
+    /// The one response of a request (its id and requested outputs moved, not copied).
+    fn into_response(mut self, outputs: Vec<Tensor>) -> InferResponse {
+        let id = std::mem::take(&mut self.id);
+        let requested = std::mem::take(&mut self.validated.outputs);
+        self.answer(id, requested, outputs)
+    }
+
+    fn answer(
+        &self,
+        id: String,
+        requested: Vec<RequestedOutput>,
+        outputs: Vec<Tensor>,
+    ) -> InferResponse {
         InferResponse {
             model_name: self.model.name.clone(),
             model_version: self.model.version_string(),
-            id: self.id,
+            id,
             parameters: Parameters::default(),
             outputs,
-            requested: self.validated.outputs,
+            requested,
         }
     }
 
