@@ -15,6 +15,7 @@ use bytes::Bytes;
 use cudarc::driver::sys;
 use parking_lot::Mutex;
 
+use super::pinned::{HostMemory, PinnedPool};
 use crate::error::{Error, Result};
 
 /// Size of a `cudaIpcMemHandle_t`.
@@ -35,8 +36,16 @@ const SYMBOLS: &[&str] = &[
     "cuMemGetAddressRange_v2",
     "cuMemcpyDtoH_v2",
     "cuMemcpyHtoD_v2",
+    "cuCtxSynchronize",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
     "cuGetErrorString",
 ];
+
+/// Page-locked host memory kept for copies out of CUDA regions (`pinned.rs`): room for eight
+/// 4 MiB inputs in flight twice over. Locked memory counts against the container's memory
+/// like any other; beyond this, copies go through pageable memory, only slower.
+pub const PINNED_POOL_BYTES: usize = 64 << 20;
 
 /// A CUDA device's primary context.
 #[derive(Clone, Copy)]
@@ -61,6 +70,30 @@ pub struct Driver {
     pub devices: Vec<Device>,
     /// Primary contexts, retained on first use of a device (retaining costs GPU memory).
     contexts: Mutex<Vec<Option<Context>>>,
+    /// Page-locked buffers that reads from regions land in, shared by every device.
+    pinned: Arc<PinnedPool<LockedMemory>>,
+}
+
+/// `cuMemHostAlloc`'s page-locked memory, portable: usable by every context, so one pool serves
+/// regions on any device. Allocating and freeing need a current context, which `CudaRegion::read`
+/// has made current before it asks the pool.
+pub struct LockedMemory;
+
+impl HostMemory for LockedMemory {
+    fn allocate(&self, bytes: usize) -> std::result::Result<std::ptr::NonNull<u8>, String> {
+        let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: the driver writes one host address into `ptr`, of `bytes` page-locked bytes,
+        // or fails and writes nothing we use.
+        check(unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) })?;
+        std::ptr::NonNull::new(ptr.cast()).ok_or_else(|| "cuMemHostAlloc returned null".into())
+    }
+
+    unsafe fn free(&self, ptr: std::ptr::NonNull<u8>, _bytes: usize) {
+        // SAFETY: the caller guarantees `ptr` came from `allocate` and is no longer used.
+        if let Err(e) = check(unsafe { sys::cuMemFreeHost(ptr.as_ptr().cast()) }) {
+            tracing::warn!(error = %e, "cuMemFreeHost failed");
+        }
+    }
 }
 
 /// What the probe found: a driver to use, or the reason CUDA shared memory is off.
@@ -126,6 +159,7 @@ pub fn probe() -> Cuda {
         version,
         devices,
         contexts,
+        pinned: PinnedPool::new(LockedMemory, PINNED_POOL_BYTES),
     }))
 }
 
@@ -229,6 +263,7 @@ impl Driver {
             raw_handle: raw,
             ptr,
             ctx,
+            pinned: self.pinned.clone(),
         };
         // Keep `region` alive from here: dropping it closes the handle on every error below.
         let mut base: sys::CUdeviceptr = 0;
@@ -259,6 +294,7 @@ pub struct CudaRegion {
     pub raw_handle: [u8; HANDLE_BYTES],
     ptr: sys::CUdeviceptr,
     ctx: Context,
+    pinned: Arc<PinnedPool<LockedMemory>>,
 }
 
 impl std::fmt::Debug for CudaRegion {
@@ -293,10 +329,26 @@ impl CudaRegion {
             .map_err(|e| Error::internal(format!("CUDA context for region '{}': {e}", self.name)))
     }
 
-    /// Copies `len` bytes at `offset` from the device into a new host buffer.
+    /// Copies `len` bytes at `offset` from the device into host memory: a page-locked buffer
+    /// from the pool when one is free (the device copies into it directly, and writes of the
+    /// same bytes back to a region go from it too), else a new pageable buffer.
     pub fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
         let (src, len) = self.window(offset, len)?;
         self.enter()?;
+        if let Some(mut lent) = self.pinned.take(len) {
+            // SAFETY: `src..src+len` lies inside the opened allocation (see below); the
+            // destination is a lent page-locked buffer with room for at least `len` bytes, ours
+            // alone. The copy is synchronous (no stream), so it has finished when it returns.
+            check(unsafe { sys::cuMemcpyDtoH_v2(lent.as_mut_ptr().cast(), src, len) }).map_err(
+                |e| {
+                    Error::internal(format!(
+                        "failed to read CUDA shared memory region '{}': {e}",
+                        self.name
+                    ))
+                },
+            )?;
+            return Ok(Bytes::from_owner(lent));
+        }
         // Not zero-filled first: the copy below writes every byte, and zeroing a large tensor
         // costs as much as the copy itself (see `ShmRegion::read`).
         let mut out = Vec::<u8>::with_capacity(len);
@@ -315,18 +367,25 @@ impl CudaRegion {
         Ok(Bytes::from(out))
     }
 
-    /// Copies `data` to the device at `offset`.
+    /// Copies `data` to the device at `offset`, finished when this returns.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         let (dst, len) = self.window(offset, data.len() as u64)?;
         self.enter()?;
-        // SAFETY: as in `read`, the destination range is inside the allocation; the source is
-        // our own buffer of `len` bytes, alive for the synchronous copy.
-        check(unsafe { sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), len) }).map_err(|e| {
+        let failed = |e: String| {
             Error::internal(format!(
                 "failed to write CUDA shared memory region '{}': {e}",
                 self.name
             ))
-        })
+        };
+        // SAFETY: as in `read`, the destination range is inside the allocation; the source is
+        // our own buffer of `len` bytes, alive until the context is synchronised below.
+        check(unsafe { sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), len) }).map_err(failed)?;
+        // From pageable memory the copy returns once the bytes are staged, before the device
+        // has them; the client reads the region from another process as soon as the answer
+        // arrives, which nothing would order after the copy. From page-locked memory (a
+        // pooled read's bytes) this waits for nothing.
+        // SAFETY: no arguments; waits for the current context's work.
+        check(unsafe { sys::cuCtxSynchronize() }).map_err(failed)
     }
 }
 

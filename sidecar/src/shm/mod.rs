@@ -10,6 +10,7 @@
 pub mod cuda;
 pub mod forwarded;
 pub mod guard;
+pub mod pinned;
 pub mod region;
 pub mod registry;
 pub mod staging;
