@@ -372,6 +372,22 @@ def start_relay_front(work: Path, upstream: System) -> System:
     return system
 
 
+def start_h2relay_front(work: Path, upstream: System) -> System:
+    """The floor of a gRPC front on the sidecar's own stack: bench/h2-relay terminates HTTP/2 on
+    both sides (hyper's server with the sidecar's settings, one h2 connection to the upstream)
+    and passes each call's message and trailers through, parsing none. What the sidecar costs
+    beyond it is its own work on a call (decoding, checks, routing, translation); what it costs
+    beyond bench/relay is HTTP/2 itself. gRPC only: its REST port is bench/relay's."""
+    http, grpc = free_port(), free_port()
+    rest = spawn([os.environ["RELAY"], f"{http}={upstream.http}"], work / "h2relay-rest.log")
+    proc = spawn([os.environ["H2_RELAY"], f"{grpc}={upstream.grpc}"], work / "h2relay.log")
+    system = System(f"h2relay→{upstream.name}", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}",
+                    [proc, rest])
+    wait_ready(f"http://{system.http}/v2/health/ready", rest)
+    wait_grpc_ready(system.grpc, proc)
+    return system
+
+
 def start_noop(work: Path) -> System:
     """The ceiling for every protocol and size: bench/noop-server (hyper; HTTP/1.1, and HTTP/2
     with the sidecar's windows for gRPC) reads each request to its end and returns the sidecar's
@@ -718,7 +734,7 @@ def ratio_pairs(systems: list[str]) -> list[tuple[str, str]]:
         variants = [s for s in systems if s.startswith(f"sidecar→{upstream}[")]
         for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool", f"sidecar→{upstream}/rest",
                       f"sidecar→{upstream}+pool+rest", *variants, f"nginx→{upstream}",
-                      f"relay→{upstream}"):
+                      f"relay→{upstream}", f"h2relay→{upstream}"):
             if front in systems and upstream in systems:
                 ratios.append((front, upstream))
     return ratios
@@ -736,7 +752,7 @@ def markdown(summary: list[dict], systems: list[str], machine: dict,
     ratios = ratio_pairs(systems)
     head += [f"{a} / {b}" for a, b in ratios]
     # Latency the sidecar adds in front of each model server (difference of p50s).
-    added = [(a, b) for a, b in ratios if a.startswith(("sidecar→", "proxy→", "nginx→", "relay→"))]
+    added = [(a, b) for a, b in ratios if a.startswith(("sidecar→", "proxy→", "nginx→", "relay→", "h2relay→"))]
     head += [f"{a} added p50" for a, _ in added]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows = {}
@@ -882,7 +898,10 @@ def main():
                          "through to a Triton: the cheapest proxy in front of the real server, "
                          "every row), relay→triton (bench/relay copying bytes between "
                          "paired connections to that Triton: the floor of any hop, every "
-                         "row); the fixed two answer identity_fp32[16] over "
+                         "row), h2relay→triton (bench/h2-relay terminating HTTP/2 on "
+                         "both sides with the sidecar's stack and passing each gRPC call "
+                         "through unparsed: the floor of a gRPC front; its REST port is "
+                         "bench/relay's); the fixed two answer identity_fp32[16] over "
                          "http and json and identity_fp32[1M] over http only; noop "
                          "(bench/noop-server returning recorded answers over http and grpc for "
                          "both identity_fp32 sizes, json for 16 elements: the ceiling)")
@@ -952,7 +971,8 @@ def main():
         if "triton" in systems_wanted:
             systems["triton"] = start_triton(work)
         for name, start_front in (("nginx→triton", start_nginx_front),
-                                  ("relay→triton", start_relay_front)):
+                                  ("relay→triton", start_relay_front),
+                                  ("h2relay→triton", start_h2relay_front)):
             if name not in systems_wanted:
                 continue
             # In front of the Triton measured directly: perf_analyzer's regions are its own, and
