@@ -83,8 +83,14 @@ async fn serve(port: u16, upstream: String) -> ExitCode {
         .max_frame_size(1 << 20)
         .max_concurrent_streams(None);
     loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            continue;
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of file descriptors, say: wait rather than spin.
+                eprintln!("h2-relay: accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let _ = tcp.set_nodelay(true);
         let sender = sender.clone();
@@ -99,7 +105,8 @@ async fn serve(port: u16, upstream: String) -> ExitCode {
     }
 }
 
-/// One HTTP/2 connection to the upstream, with the sidecar's upstream windows.
+/// One HTTP/2 connection to the upstream, with the sidecar's upstream windows, made once: a
+/// benchmark tool, it does not reconnect, and answers 502 (no gRPC status) once it is gone.
 async fn connect(address: &str) -> Result<SendRequest<Bytes>, BoxError> {
     let tcp = TcpStream::connect(address).await?;
     tcp.set_nodelay(true)?;

@@ -36,15 +36,16 @@ const SYMBOLS: &[&str] = &[
     "cuMemGetAddressRange_v2",
     "cuMemcpyDtoH_v2",
     "cuMemcpyHtoD_v2",
-    "cuCtxSynchronize",
+    "cuStreamSynchronize",
     "cuMemHostAlloc",
     "cuMemFreeHost",
     "cuGetErrorString",
 ];
 
 /// Page-locked host memory kept for copies out of CUDA regions (`pinned.rs`): room for eight
-/// 4 MiB inputs in flight twice over. Locked memory counts against the container's memory
-/// like any other; beyond this, copies go through pageable memory, only slower.
+/// 4 MiB inputs in flight twice over, and buffers of up to 16 MiB (a quarter). Locked memory
+/// counts against the container's memory like any other; beyond this, and for larger tensors,
+/// copies go through pageable memory, only slower.
 pub const PINNED_POOL_BYTES: usize = 64 << 20;
 
 /// A CUDA device's primary context.
@@ -75,11 +76,16 @@ pub struct Driver {
 }
 
 /// `cuMemHostAlloc`'s page-locked memory, portable: usable by every context, so one pool serves
-/// regions on any device. Allocating and freeing need a current context, which `CudaRegion::read`
-/// has made current before it asks the pool.
+/// regions on any device. Allocating needs a current context, which `CudaRegion::read` has made
+/// current before it asks the pool; freeing finds the allocation by its address, on any thread.
+/// The memory lives as long as the context it was allocated in: primary contexts are retained
+/// for the life of the process and never released (`Driver::enter`), which keeps every buffer,
+/// lent or free, valid until it is freed.
 pub struct LockedMemory;
 
-impl HostMemory for LockedMemory {
+// SAFETY: `cuMemHostAlloc` returns `bytes` bytes of host memory of our own, valid until
+// `cuMemFreeHost` (the contexts are never released, see above), and `free` may run on any thread.
+unsafe impl HostMemory for LockedMemory {
     fn allocate(&self, bytes: usize) -> std::result::Result<std::ptr::NonNull<u8>, String> {
         let mut ptr: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: the driver writes one host address into `ptr`, of `bytes` page-locked bytes,
@@ -335,11 +341,11 @@ impl CudaRegion {
     pub fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
         let (src, len) = self.window(offset, len)?;
         self.enter()?;
-        if let Some(mut lent) = self.pinned.take(len) {
+        if let Some(mut buffer) = self.pinned.take(len) {
             // SAFETY: `src..src+len` lies inside the opened allocation (see below); the
             // destination is a lent page-locked buffer with room for at least `len` bytes, ours
-            // alone. The copy is synchronous (no stream), so it has finished when it returns.
-            check(unsafe { sys::cuMemcpyDtoH_v2(lent.as_mut_ptr().cast(), src, len) }).map_err(
+            // alone. A copy from the device returns once it has finished.
+            check(unsafe { sys::cuMemcpyDtoH_v2(buffer.as_mut_ptr().cast(), src, len) }).map_err(
                 |e| {
                     Error::internal(format!(
                         "failed to read CUDA shared memory region '{}': {e}",
@@ -347,7 +353,8 @@ impl CudaRegion {
                     ))
                 },
             )?;
-            return Ok(Bytes::from_owner(lent));
+            // SAFETY: the successful copy above wrote all `len` bytes of the buffer.
+            return Ok(Bytes::from_owner(unsafe { buffer.filled() }));
         }
         // Not zero-filled first: the copy below writes every byte, and zeroing a large tensor
         // costs as much as the copy itself (see `ShmRegion::read`).
@@ -383,9 +390,10 @@ impl CudaRegion {
         // From pageable memory the copy returns once the bytes are staged, before the device
         // has them; the client reads the region from another process as soon as the answer
         // arrives, which nothing would order after the copy. From page-locked memory (a
-        // pooled read's bytes) this waits for nothing.
-        // SAFETY: no arguments; waits for the current context's work.
-        check(unsafe { sys::cuCtxSynchronize() }).map_err(failed)
+        // pooled read's bytes) this waits for nothing. The copy went on the legacy default
+        // stream (the null stream), so waiting for that stream is enough.
+        // SAFETY: the null stream is always valid in the current context.
+        check(unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) }).map_err(failed)
     }
 }
 

@@ -10,11 +10,14 @@
 //! page-locked memory too. The buffer returns to the pool when the last copy of the bytes is
 //! dropped.
 //!
-//! The pool is bounded: at most `limit` bytes are locked at once, lent or free. A request that
-//! finds no room gets `None` and the caller copies through pageable memory as before, so the
-//! bound costs speed, never a request. Copies under [`MIN_PINNED_BYTES`] are left to the driver:
-//! they are quick either way. Sizes are rounded up to a power of two, so buffers fit the next
-//! request of a similar size; free buffers of other sizes are released to make room.
+//! The pool is bounded: at most `limit` bytes are locked at once, lent and free together, and
+//! one buffer holds at most a quarter of that, so one large tensor never empties the pool of
+//! every other size. A request that finds no room gets `None` and the caller copies through
+//! pageable memory as before, so the bound costs speed, never a request. Copies under
+//! [`MIN_PINNED_BYTES`] are left to the driver: they are quick either way. Sizes are rounded up
+//! to a power of two, so buffers fit the next request of a similar size; free buffers of other
+//! sizes are released to make room. Where locking memory fails once (a container's limits, say),
+//! the pool stops asking and lends only the buffers it has.
 //!
 //! The memory itself comes from a [`HostMemory`] (CUDA's `cuMemHostAlloc` in `cuda.rs`; plain
 //! heap memory in the tests), so this bookkeeping runs and is tested without a GPU.
@@ -30,8 +33,13 @@ use parking_lot::Mutex;
 pub const MIN_PINNED_BYTES: usize = 64 << 10;
 
 /// Where locked memory comes from.
-pub trait HostMemory: Send + Sync + 'static {
-    /// `bytes` bytes of memory, writable and readable by this process until freed.
+///
+/// # Safety
+/// `allocate(bytes)` returns the address of `bytes` bytes that this process may read and write,
+/// that nothing else uses, and that stay valid until passed to `free`, which may be called from
+/// any thread.
+pub unsafe trait HostMemory: Send + Sync + 'static {
+    /// `bytes` bytes of memory (their contents unspecified).
     fn allocate(&self, bytes: usize) -> Result<NonNull<u8>, String>;
     /// Frees memory returned by `allocate` with the same size.
     ///
@@ -47,13 +55,15 @@ struct Block {
 }
 
 // SAFETY: a block is plain host memory owned by exactly one holder at a time (the pool's free
-// list or one `Lent`); nothing else keeps its address.
+// list or one lent buffer); nothing else keeps its address.
 unsafe impl Send for Block {}
 
 struct State {
     free: Vec<Block>,
-    /// Bytes locked, lent and free together; never above `limit`.
+    /// Bytes locked, lent and free together, plus any being allocated; never above `limit`.
     held: usize,
+    /// Locking memory failed: lend only the buffers already made.
+    refused: bool,
 }
 
 /// A bounded set of reusable page-locked buffers.
@@ -71,64 +81,69 @@ impl<M: HostMemory> PinnedPool<M> {
             state: Mutex::new(State {
                 free: Vec::new(),
                 held: 0,
+                refused: false,
             }),
         })
     }
 
-    /// A buffer of at least `len` bytes, or `None` when `len` is small, above the limit, or no
-    /// room is left (the caller then copies through pageable memory). The caller must have made
-    /// current whatever `allocate` and `free` need (for CUDA, a context).
-    pub fn take(self: &Arc<Self>, len: usize) -> Option<Lent<M>> {
+    /// The largest buffer the pool lends.
+    fn largest(&self) -> usize {
+        self.limit / 4
+    }
+
+    /// A buffer of at least `len` bytes to copy into, or `None` when `len` is small or large,
+    /// or no room is left (the caller then copies through pageable memory).
+    pub fn take(self: &Arc<Self>, len: usize) -> Option<Unfilled<M>> {
         if len < MIN_PINNED_BYTES {
             return None;
         }
         let capacity = len.checked_next_power_of_two()?;
-        if capacity > self.limit {
+        if capacity > self.largest() {
             return None;
         }
-        let mut released = Vec::new();
-        let reused = {
+        let lent = |block| {
+            Some(Unfilled(Lent {
+                pool: self.clone(),
+                block: Some(block),
+                len,
+            }))
+        };
+        {
             let mut state = self.state.lock();
-            match state.free.iter().position(|b| b.capacity == capacity) {
-                Some(i) => Some(state.free.swap_remove(i)),
-                None => {
-                    let free: usize = state.free.iter().map(|b| b.capacity).sum();
-                    if state.held - free + capacity > self.limit {
-                        return None;
-                    }
-                    // Room for a new buffer: release free ones of other sizes, largest first.
-                    state.free.sort_by_key(|b| b.capacity);
-                    while state.held + capacity > self.limit {
-                        let Some(block) = state.free.pop() else { break };
-                        state.held -= block.capacity;
-                        released.push(block);
-                    }
-                    state.held += capacity;
-                    None
-                }
+            if let Some(i) = state.free.iter().position(|b| b.capacity == capacity) {
+                let block = state.free.swap_remove(i);
+                return lent(block);
             }
-        };
-        for block in released {
-            // SAFETY: the block came from `allocate(block.capacity)` and was on the free list,
-            // so nothing uses it.
-            unsafe { self.memory.free(block.ptr, block.capacity) };
+            let free: usize = state.free.iter().map(|b| b.capacity).sum();
+            // `held` counts every free block, so it is at least `free`.
+            if state.refused || state.held - free + capacity > self.limit {
+                return None;
+            }
+            // Room for a new buffer: release free ones of other sizes, largest first. Freed
+            // under the lock, so that `held` never falls below what is locked (rare: only when
+            // the sizes asked for change).
+            state.free.sort_by_key(|b| b.capacity);
+            while state.held + capacity > self.limit {
+                let Some(block) = state.free.pop() else { break };
+                // SAFETY: the block came from `allocate(block.capacity)` and was on the free
+                // list, so nothing uses it.
+                unsafe { self.memory.free(block.ptr, block.capacity) };
+                state.held -= block.capacity;
+            }
+            state.held += capacity;
         }
-        let block = match reused {
-            Some(block) => block,
-            None => match self.memory.allocate(capacity) {
-                Ok(ptr) => Block { ptr, capacity },
-                Err(e) => {
-                    self.state.lock().held -= capacity;
-                    tracing::debug!(bytes = capacity, error = %e, "no page-locked buffer: copying through pageable memory");
-                    return None;
+        match self.memory.allocate(capacity) {
+            Ok(ptr) => lent(Block { ptr, capacity }),
+            Err(e) => {
+                let mut state = self.state.lock();
+                state.held -= capacity;
+                if !state.refused {
+                    state.refused = true;
+                    tracing::warn!(bytes = capacity, error = %e, "page-locked memory refused: large copies to and from CUDA regions go through pageable memory, slower");
                 }
-            },
-        };
-        Some(Lent {
-            pool: self.clone(),
-            block: Some(block),
-            len,
-        })
+                None
+            }
+        }
     }
 
     /// Bytes locked now, lent and free together.
@@ -151,28 +166,41 @@ impl<M: HostMemory> Drop for PinnedPool<M> {
     }
 }
 
-/// A buffer lent by the pool: `len` bytes of it are the caller's. Returned on drop.
+/// A buffer just taken from the pool, not yet written: nothing can read it until the caller
+/// says it has filled it ([`Unfilled::filled`]). Dropped unfilled, it goes back to the pool.
+pub struct Unfilled<M: HostMemory>(Lent<M>);
+
+impl<M: HostMemory> Unfilled<M> {
+    /// Where a copy into the buffer goes: room for `len` bytes.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0
+            .block
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |b| b.ptr.as_ptr())
+    }
+
+    /// The buffer, readable.
+    ///
+    /// # Safety
+    /// All `len` bytes at [`Unfilled::as_mut_ptr`] have been written.
+    pub unsafe fn filled(self) -> Lent<M> {
+        self.0
+    }
+}
+
+/// A filled buffer lent by the pool: `len` bytes of it are the caller's. Returned on drop.
 pub struct Lent<M: HostMemory> {
     pool: Arc<PinnedPool<M>>,
     block: Option<Block>,
     len: usize,
 }
 
-impl<M: HostMemory> Lent<M> {
-    /// Where a copy into the buffer goes: `len` writable bytes.
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.block
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |b| b.ptr.as_ptr())
-    }
-}
-
 impl<M: HostMemory> AsRef<[u8]> for Lent<M> {
     fn as_ref(&self) -> &[u8] {
         match &self.block {
             // SAFETY: the block holds at least `len` bytes (its capacity is `len` rounded up),
-            // owned by this value alone until it is dropped. The pool lends a buffer only to a
-            // caller that fills it (a device copy of `len` bytes) before reading it.
+            // owned by this value alone until it is dropped, and all `len` of them were written
+            // before the `Unfilled` it came from became a `Lent` (`Unfilled::filled`).
             Some(block) => unsafe { std::slice::from_raw_parts(block.ptr.as_ptr(), self.len) },
             None => &[],
         }
@@ -190,19 +218,27 @@ impl<M: HostMemory> Drop for Lent<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    /// Heap memory standing in for locked memory, counting what it hands out.
+    /// Heap memory standing in for locked memory, recording what it hands out and takes back.
     #[derive(Default)]
     struct Heap {
         allocations: AtomicUsize,
-        frees: AtomicUsize,
-        fail: bool,
+        freed: Mutex<Vec<usize>>,
+        fail: AtomicBool,
     }
 
-    impl HostMemory for Arc<Heap> {
+    impl Heap {
+        fn frees(&self) -> usize {
+            self.freed.lock().len()
+        }
+    }
+
+    // SAFETY: each allocation is a leaked boxed slice of the size asked for, ours alone until
+    // `free` turns it back into the box.
+    unsafe impl HostMemory for Arc<Heap> {
         fn allocate(&self, bytes: usize) -> Result<NonNull<u8>, String> {
-            if self.fail {
+            if self.fail.load(Ordering::SeqCst) {
                 return Err("refused".into());
             }
             self.allocations.fetch_add(1, Ordering::SeqCst);
@@ -211,7 +247,7 @@ mod tests {
         }
 
         unsafe fn free(&self, ptr: NonNull<u8>, bytes: usize) {
-            self.frees.fetch_add(1, Ordering::SeqCst);
+            self.freed.lock().push(ptr.as_ptr() as usize);
             let slice = std::ptr::slice_from_raw_parts_mut(ptr.as_ptr(), bytes);
             // SAFETY: made by `allocate` as a leaked boxed slice of `bytes` bytes.
             drop(unsafe { Box::from_raw(slice) });
@@ -223,72 +259,94 @@ mod tests {
         (heap.clone(), PinnedPool::new(heap, limit))
     }
 
-    fn fill(lent: &mut Lent<Arc<Heap>>, byte: u8, len: usize) {
-        // SAFETY: a lent buffer has room for `len` bytes.
-        unsafe { std::ptr::write_bytes(lent.as_mut_ptr(), byte, len) };
+    /// A buffer of `len` bytes, each `byte`.
+    fn filled(pool: &Arc<PinnedPool<Arc<Heap>>>, len: usize, byte: u8) -> Option<Lent<Arc<Heap>>> {
+        let mut buffer = pool.take(len)?;
+        // SAFETY: a taken buffer has room for `len` bytes; all of them are written before
+        // `filled` makes them readable.
+        unsafe {
+            std::ptr::write_bytes(buffer.as_mut_ptr(), byte, len);
+            Some(buffer.filled())
+        }
+    }
+
+    fn address(lent: &Lent<Arc<Heap>>) -> usize {
+        lent.as_ref().as_ptr() as usize
     }
 
     #[test]
-    fn small_copies_are_left_to_the_driver() {
-        let (heap, pool) = pool(16 << 20);
+    fn small_and_oversized_copies_are_left_to_the_driver() {
+        let (heap, pool) = pool(64 << 20);
         assert!(pool.take(MIN_PINNED_BYTES - 1).is_none());
         assert!(pool.take(0).is_none());
+        assert!(pool.take(usize::MAX).is_none());
+        assert!(
+            pool.take((16 << 20) + 1).is_none(),
+            "above a quarter of the pool"
+        );
         assert_eq!(heap.allocations.load(Ordering::SeqCst), 0);
         assert!(pool.take(MIN_PINNED_BYTES).is_some());
+        assert!(pool.take(16 << 20).is_some(), "exactly a quarter");
     }
 
     #[test]
     fn a_returned_buffer_is_lent_again_for_a_similar_size() {
-        let (heap, pool) = pool(16 << 20);
+        let (heap, pool) = pool(64 << 20);
         let len = (4 << 20) - 100;
-        let mut first = pool.take(len).expect("room");
-        fill(&mut first, 7, len);
-        let address = first.as_mut_ptr();
+        let first = filled(&pool, len, 7).expect("room");
         assert_eq!(first.as_ref().len(), len);
         assert!(first.as_ref().iter().all(|&b| b == 7));
+        let at = address(&first);
         drop(first);
-        let mut second = pool.take(4 << 20).expect("room");
-        assert_eq!(
-            second.as_mut_ptr(),
-            address,
-            "the same buffer, not a new one"
-        );
+        let second = filled(&pool, 4 << 20, 1).expect("room");
+        assert_eq!(address(&second), at, "the same buffer, not a new one");
         assert_eq!(second.as_ref().len(), 4 << 20);
         assert_eq!(heap.allocations.load(Ordering::SeqCst), 1);
         assert_eq!(pool.held_bytes(), 4 << 20);
     }
 
     #[test]
-    fn the_limit_holds_lent_and_free_buffers_together() {
-        let (heap, pool) = pool(8 << 20);
-        let a = pool.take(4 << 20).expect("room for the first");
-        let b = pool.take(4 << 20).expect("room for the second");
-        assert!(pool.take(4 << 20).is_none(), "a third would pass the limit");
-        assert!(pool.take(16 << 20).is_none(), "larger than the limit");
-        assert_eq!(pool.held_bytes(), 8 << 20);
-        drop(a);
-        // A different size: the free 4 MiB buffer is released to make room.
-        let c = pool
-            .take(2 << 20)
-            .expect("room after releasing a free buffer");
-        assert_eq!(heap.frees.load(Ordering::SeqCst), 1);
-        assert_eq!(pool.held_bytes(), (4 << 20) + (2 << 20));
-        drop((b, c));
+    fn an_unfilled_buffer_goes_back_unread() {
+        let (heap, pool) = pool(64 << 20);
+        drop(pool.take(1 << 20).expect("room"));
+        assert!(pool.take(1 << 20).is_some());
+        assert_eq!(heap.allocations.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn the_limit_holds_lent_and_free_buffers_together_and_lent_ones_are_never_freed() {
+        let (heap, pool) = pool(32 << 20);
+        let lent: Vec<_> = (0..4).map(|i| filled(&pool, 8 << 20, i)).collect();
+        assert!(lent.iter().all(Option::is_some));
+        assert!(
+            filled(&pool, 8 << 20, 9).is_none(),
+            "a fifth would pass the limit"
+        );
+        assert!(filled(&pool, 1 << 20, 9).is_none(), "so would any size");
+        assert_eq!(pool.held_bytes(), 32 << 20);
+        let mut lent: Vec<_> = lent.into_iter().flatten().collect();
+        let given_back = lent.pop().expect("four");
+        let freed_at = address(&given_back);
+        drop(given_back);
+        // A different size: the free 8 MiB buffer is released to make room, no lent one.
+        let small = filled(&pool, 2 << 20, 5).expect("room after releasing a free buffer");
+        assert_eq!(*heap.freed.lock(), vec![freed_at]);
+        assert_eq!(pool.held_bytes(), (24 << 20) + (2 << 20));
+        assert!(lent.iter().all(|l| l.as_ref().iter().all(|&b| b < 3)));
+        drop((lent, small));
         drop(pool);
         assert_eq!(
-            heap.frees.load(Ordering::SeqCst),
+            heap.frees(),
             heap.allocations.load(Ordering::SeqCst),
             "every buffer freed once the pool is gone"
         );
     }
 
     #[test]
-    fn bytes_keep_the_buffer_until_the_last_copy_is_dropped() {
-        let (_heap, pool) = pool(8 << 20);
+    fn bytes_keep_the_buffer_until_the_last_copy_is_dropped_on_any_thread() {
+        let (_heap, pool) = pool(64 << 20);
         let len = 1 << 20;
-        let mut lent = pool.take(len).expect("room");
-        fill(&mut lent, 3, len);
-        let bytes = bytes::Bytes::from_owner(lent);
+        let bytes = bytes::Bytes::from_owner(filled(&pool, len, 3).expect("room"));
         let view = bytes.slice(10..20);
         drop(bytes);
         assert!(
@@ -296,9 +354,12 @@ mod tests {
             "a second buffer fits beside the first"
         );
         assert_eq!(pool.held_bytes(), 2 << 20, "the first is still lent");
-        assert_eq!(&view[..], &[3u8; 10]);
-        drop(view);
-        assert_eq!(pool.take(len).map(|l| l.as_ref().len()), Some(len));
+        std::thread::spawn(move || {
+            assert_eq!(&view[..], &[3u8; 10]);
+        })
+        .join()
+        .expect("the other thread");
+        assert!(pool.take(len).is_some());
         assert_eq!(
             pool.held_bytes(),
             2 << 20,
@@ -307,13 +368,85 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_allocation_gives_back_its_room() {
-        let heap = Arc::new(Heap {
-            fail: true,
-            ..Heap::default()
-        });
-        let pool = PinnedPool::new(heap, 8 << 20);
-        assert!(pool.take(4 << 20).is_none());
-        assert_eq!(pool.held_bytes(), 0);
+    fn a_pool_dropped_while_buffers_are_lent_frees_them_when_they_come_back() {
+        let (heap, pool) = pool(64 << 20);
+        let lent = filled(&pool, 1 << 20, 1).expect("room");
+        drop(pool);
+        assert_eq!(heap.frees(), 0, "still lent");
+        assert_eq!(lent.as_ref()[0], 1);
+        drop(lent);
+        assert_eq!(heap.frees(), 1);
+    }
+
+    #[test]
+    fn once_locking_is_refused_only_the_buffers_made_are_lent() {
+        let (heap, pool) = pool(32 << 20);
+        let kept = filled(&pool, 4 << 20, 1).expect("room");
+        drop(filled(&pool, 8 << 20, 1).expect("room"));
+        drop(kept);
+        heap.fail.store(true, Ordering::SeqCst);
+        assert!(pool.take(2 << 20).is_none(), "a new size is refused");
+        assert_eq!(
+            pool.held_bytes(),
+            12 << 20,
+            "its room given back, nothing released"
+        );
+        assert_eq!(heap.frees(), 0);
+        heap.fail.store(false, Ordering::SeqCst);
+        assert!(pool.take(2 << 20).is_none(), "the pool stopped asking");
+        assert!(
+            pool.take(4 << 20).is_some(),
+            "a buffer it has is still lent"
+        );
+        assert_eq!(heap.allocations.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_refusal_after_releasing_free_buffers_leaves_the_count_right() {
+        let (heap, pool) = pool(16 << 20);
+        let a = filled(&pool, 4 << 20, 1).expect("room");
+        let b = filled(&pool, 4 << 20, 1).expect("room");
+        let c = filled(&pool, 4 << 20, 1).expect("room");
+        let d = filled(&pool, 4 << 20, 1).expect("room");
+        drop((a, b));
+        let _lent = (c, d);
+        heap.fail.store(true, Ordering::SeqCst);
+        assert!(pool.take(2 << 20).is_none());
+        assert_eq!(
+            heap.frees(),
+            1,
+            "one free 4 MiB buffer released to make room"
+        );
+        assert_eq!(pool.held_bytes(), 12 << 20);
+    }
+
+    #[test]
+    fn many_threads_never_pass_the_limit() {
+        let (heap, pool) = pool(16 << 20);
+        let sizes = [64 << 10, 100 << 10, 1 << 20, 3 << 20, 4 << 20];
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let pool = pool.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200 {
+                        let len = sizes[(t + i) % sizes.len()];
+                        if let Some(lent) = filled(&pool, len, t as u8) {
+                            assert!(pool.held_bytes() <= 16 << 20);
+                            assert!(lent.as_ref().iter().all(|&b| b == t as u8));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("a worker");
+        }
+        let live = heap.allocations.load(Ordering::SeqCst) - heap.frees();
+        assert!(pool.held_bytes() <= 16 << 20);
+        assert_eq!(
+            pool.state.lock().free.len(),
+            live,
+            "every live buffer is free again"
+        );
     }
 }
