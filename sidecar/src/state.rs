@@ -162,7 +162,9 @@ impl AppState {
             max_regions: limits.max_shm_regions as usize,
             max_total_bytes: limits.max_shm_bytes,
         };
-        let cuda = crate::shm::cuda::probe();
+        let cuda = crate::shm::cuda::probe(
+            usize::try_from(limits.max_cuda_pinned_bytes).unwrap_or(usize::MAX),
+        );
         match &cuda {
             crate::shm::cuda::Cuda::Usable(d) => tracing::info!(
                 devices = d.devices.len(),

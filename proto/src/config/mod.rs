@@ -85,6 +85,9 @@ pub struct Limits {
     pub max_shm_regions: u32,
     /// Most bytes of client shared memory mapped at once.
     pub max_shm_bytes: u64,
+    /// Most bytes of page-locked host memory kept for copies to and from clients' CUDA regions,
+    /// lent and free together (0: none, every copy through pageable memory).
+    pub max_cuda_pinned_bytes: u64,
     /// Longest a client may take to send its request headers on the HTTP port, in seconds
     /// (then the connection is closed).
     pub http_header_timeout_seconds: u64,
@@ -109,6 +112,7 @@ impl Default for Limits {
             max_json_depth: DEFAULT_MAX_JSON_DEPTH,
             max_shm_regions: 256,
             max_shm_bytes: 16 << 30,
+            max_cuda_pinned_bytes: 64 << 20,
             http_header_timeout_seconds: 30,
             http_body_timeout_seconds: 30,
         }

@@ -56,6 +56,20 @@ mod tests {
     }
 
     #[test]
+    fn limits_are_read_alone_and_the_rest_keep_their_defaults() {
+        let cfg = from_str("limits:\n  max_cuda_pinned_bytes: 0\n").unwrap();
+        assert_eq!(cfg.limits.max_cuda_pinned_bytes, 0);
+        assert_eq!(
+            cfg.limits.max_shm_bytes,
+            SidecarConfig::default().limits.max_shm_bytes
+        );
+        assert_eq!(
+            SidecarConfig::default().limits.max_cuda_pinned_bytes,
+            64 << 20
+        );
+    }
+
+    #[test]
     fn unknown_fields_are_rejected() {
         let err = from_str("server:\n  http_prot: 1\n").unwrap_err();
         assert!(err.contains("http_prot"), "{err}");

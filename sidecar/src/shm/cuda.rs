@@ -42,12 +42,6 @@ const SYMBOLS: &[&str] = &[
     "cuGetErrorString",
 ];
 
-/// Page-locked host memory kept for copies out of CUDA regions (`pinned.rs`): room for eight
-/// 4 MiB inputs in flight twice over, and buffers of up to 16 MiB (a quarter). Locked memory
-/// counts against the container's memory like any other; beyond this, and for larger tensors,
-/// copies go through pageable memory, only slower.
-pub const PINNED_POOL_BYTES: usize = 64 << 20;
-
 /// A CUDA device's primary context.
 #[derive(Clone, Copy)]
 struct Context(sys::CUcontext);
@@ -124,7 +118,13 @@ impl Cuda {
 
 /// Loads the driver and counts devices. Never panics: the loader's own lookup panics when the
 /// library is absent, so presence and every symbol are checked before the first call.
-pub fn probe() -> Cuda {
+///
+/// `pinned_bytes` bounds the page-locked host memory kept for copies out of regions
+/// (`limits.max_cuda_pinned_bytes`, 64 MiB by default: room for eight 4 MiB inputs in flight
+/// twice over, in buffers of up to a quarter of it). Locked memory counts against the
+/// container's memory like any other; beyond it, and for larger tensors, copies go through
+/// pageable memory, only slower.
+pub fn probe(pinned_bytes: usize) -> Cuda {
     // SAFETY: `is_culib_present` only tries to dlopen the library and closes it again.
     if !unsafe { sys::is_culib_present() } {
         return Cuda::unavailable("the CUDA driver library (libcuda.so) was not found");
@@ -165,7 +165,7 @@ pub fn probe() -> Cuda {
         version,
         devices,
         contexts,
-        pinned: PinnedPool::new(LockedMemory, PINNED_POOL_BYTES),
+        pinned: PinnedPool::new(LockedMemory, pinned_bytes),
     }))
 }
 
@@ -417,7 +417,7 @@ mod tests {
 
     #[test]
     fn probe_never_panics_and_explains_itself() {
-        match probe() {
+        match probe(64 << 20) {
             Cuda::Usable(driver) => assert!(!driver.devices.is_empty()),
             Cuda::Unavailable(reason) => assert!(!reason.is_empty()),
         }
