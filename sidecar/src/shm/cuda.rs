@@ -385,7 +385,7 @@ impl CudaRegion {
             ))
         };
         // SAFETY: as in `read`, the destination range is inside the allocation; the source is
-        // our own buffer of `len` bytes, alive until the context is synchronised below.
+        // our own buffer of `len` bytes, alive until the stream is synchronised below.
         check(unsafe { sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), len) }).map_err(failed)?;
         // From pageable memory the copy returns once the bytes are staged, before the device
         // has them; the client reads the region from another process as soon as the answer
