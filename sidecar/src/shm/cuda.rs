@@ -341,18 +341,18 @@ impl CudaRegion {
     pub fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
         let (src, len) = self.window(offset, len)?;
         self.enter()?;
+        let failed = |e: String| {
+            Error::internal(format!(
+                "failed to read CUDA shared memory region '{}': {e}",
+                self.name
+            ))
+        };
         if let Some(mut buffer) = self.pinned.take(len) {
             // SAFETY: `src..src+len` lies inside the opened allocation (see below); the
             // destination is a lent page-locked buffer with room for at least `len` bytes, ours
             // alone. A copy from the device returns once it has finished.
-            check(unsafe { sys::cuMemcpyDtoH_v2(buffer.as_mut_ptr().cast(), src, len) }).map_err(
-                |e| {
-                    Error::internal(format!(
-                        "failed to read CUDA shared memory region '{}': {e}",
-                        self.name
-                    ))
-                },
-            )?;
+            check(unsafe { sys::cuMemcpyDtoH_v2(buffer.as_mut_ptr().cast(), src, len) })
+                .map_err(failed)?;
             // SAFETY: the successful copy above wrote all `len` bytes of the buffer.
             return Ok(Bytes::from_owner(unsafe { buffer.filled() }));
         }
@@ -363,12 +363,8 @@ impl CudaRegion {
         // a size verified with cuMemGetAddressRange at registration); the destination is our
         // buffer with room for exactly `len` bytes. The copy is synchronous for pageable host
         // memory, so it has finished when the call returns.
-        check(unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, len) }).map_err(|e| {
-            Error::internal(format!(
-                "failed to read CUDA shared memory region '{}': {e}",
-                self.name
-            ))
-        })?;
+        check(unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), src, len) })
+            .map_err(failed)?;
         // SAFETY: the successful copy above initialised all `len` bytes of the capacity.
         unsafe { out.set_len(len) };
         Ok(Bytes::from(out))

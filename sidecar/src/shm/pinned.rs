@@ -147,7 +147,8 @@ impl<M: HostMemory> PinnedPool<M> {
     }
 
     /// Bytes locked now, lent and free together.
-    pub fn held_bytes(&self) -> usize {
+    #[cfg(test)]
+    fn held_bytes(&self) -> usize {
         self.state.lock().held
     }
 
