@@ -17,6 +17,11 @@ pub trait ModelLoader: Send + Sync {
     /// Builds `name`, with `config_override` (a JSON object of `ModelConfig` fields) applied
     /// on top of the model's own configuration.
     fn load(&self, name: &str, config_override: Option<&serde_json::Value>) -> Result<Model>;
+    /// Whether clients may load and unload `name` here; an error (UNIMPLEMENTED) answers both
+    /// requests when the models are managed elsewhere (an upstream's, in its model container).
+    fn allows_model_control(&self, _name: &str) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A row of the repository index.
@@ -195,15 +200,45 @@ impl Repository {
         out
     }
 
-    pub fn load(&self, name: &str, config_override: Option<&serde_json::Value>) -> Result<()> {
+    /// The answer to a load that carries `file:` overrides (model files sent with the request).
+    /// Triton writes them into a directory of their own and polls it; the sidecar cannot serve
+    /// model files, so the load fails as a failed poll does in Triton (INTERNAL, the text Triton's
+    /// clients look for), with the reason after it.
+    pub fn file_overrides_refused(name: &str) -> Error {
+        Error::internal(format!(
+            "failed to load '{name}', failed to poll from model repository: \
+             file overrides are not supported (the sidecar does not load model files)"
+        ))
+    }
+
+    /// Loads (or loads again) `name`, with `config_override` (a load request's `config`
+    /// parameter, JSON text) over the model's own configuration. As in Triton, a model the
+    /// repository does not have and an override that does not parse fail the same way, as a
+    /// failed poll of the repository, with the details in the log.
+    pub fn load(&self, name: &str, config_override: Option<&str>) -> Result<()> {
+        self.loader.allows_model_control(name)?;
+        check_name_to_load(name)?;
         if !self.loader.names().iter().any(|n| n == name) {
-            return Err(Error::internal(format!(
-                "failed to load '{name}', failed to poll from model repository"
-            )));
+            return Err(poll_failed(name));
         }
+        // Triton does not load a model again whose files have not changed: a load without a
+        // configuration keeps a loaded model as it is (its configuration and statistics).
+        let loaded =
+            |slots: &BTreeMap<String, Slot>| slots.get(name).is_some_and(|s| s.model.is_some());
+        if config_override.is_none() && loaded(&self.slots.read()) {
+            return Ok(());
+        }
+        let overlay = match config_override.map(serde_json::from_str::<serde_json::Value>) {
+            None => None,
+            Some(Ok(value)) => Some(value),
+            Some(Err(e)) => {
+                tracing::warn!(model = %name, error = %e, "the load's configuration is not JSON");
+                return Err(poll_failed(name));
+            }
+        };
         let model = self
             .loader
-            .load(name, config_override)
+            .load(name, overlay.as_ref())
             .map_err(|e| Error::internal(format!("failed to load '{name}', {}", e.message)))?;
         let version = Some(model.version);
         self.slots.write().insert(
@@ -217,17 +252,38 @@ impl Repository {
         Ok(())
     }
 
+    /// Unloads `name`. Unloading a model that is not loaded, or that the repository does not
+    /// have, succeeds and changes nothing, as in Triton.
     pub fn unload(&self, name: &str) -> Result<()> {
-        let mut slots = self.slots.write();
-        match slots.get_mut(name) {
-            Some(slot) => {
-                slot.model = None;
-                slot.reason = "unloaded".to_string();
-                Ok(())
-            }
-            None => Err(Error::invalid_arg(format!(
-                "failed to unload '{name}', no version is available"
-            ))),
+        self.loader.allows_model_control(name)?;
+        if let Some(slot) = self.slots.write().get_mut(name)
+            && slot.model.take().is_some()
+        {
+            slot.reason = "unloaded".to_string();
         }
+        Ok(())
     }
+}
+
+/// The names Triton refuses to load before it looks for them (a name is a directory there).
+fn check_name_to_load(name: &str) -> Result<()> {
+    let trimmed = name.trim();
+    if trimmed.is_empty() {
+        return Err(Error::invalid_arg(
+            "Model name cannot be empty. Please enter a valid name to deploy.",
+        ));
+    }
+    if trimmed == ".." || trimmed.contains('/') {
+        return Err(Error::invalid_arg(format!(
+            "invalid model name '{name}', model name must not contain path traversal characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Triton's answer to a load whose model configuration cannot be read (INTERNAL).
+fn poll_failed(name: &str) -> Error {
+    Error::internal(format!(
+        "failed to load '{name}', failed to poll from model repository"
+    ))
 }

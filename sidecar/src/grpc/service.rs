@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::{convert, stream};
 use crate::core::model::Model;
 use crate::core::pipeline;
+use crate::core::repository::Repository;
 use crate::core::stats::Duration2;
 use crate::error::Error;
 use crate::log_update::{self, Front, LogValue};
@@ -257,30 +258,17 @@ impl GrpcInferenceService for Inference {
         let r = request.into_inner();
         named_repository(&r.repository_name)?;
         let mut config_override = None;
+        let mut files = false;
         for (key, value) in &r.parameters {
             match (key.as_str(), &value.parameter_choice) {
-                ("config", Some(RepoParam::StringParam(text))) => {
-                    let parsed: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-                        Error::internal(format!(
-                            "failed to load '{}', failed to parse the configuration: {e}",
-                            r.model_name
-                        ))
-                    })?;
-                    config_override = Some(parsed);
-                }
+                ("config", Some(RepoParam::StringParam(text))) => config_override = Some(text),
                 ("config", _) => {
                     return Err(Error::invalid_arg(
                         "invalid value type for load parameter 'config', expected string_param.",
                     )
                     .into());
                 }
-                (k, Some(RepoParam::BytesParam(_))) if k.starts_with("file:") => {
-                    return Err(Error::internal(format!(
-                        "failed to load '{}', file overrides are not supported by built-in models",
-                        r.model_name
-                    ))
-                    .into());
-                }
+                (k, Some(RepoParam::BytesParam(_))) if k.starts_with("file:") => files = true,
                 (k, _) if k.starts_with("file:") => {
                     return Err(Error::invalid_arg(format!(
                         "invalid value type for load parameter '{k}', expected bytes_param."
@@ -294,9 +282,12 @@ impl GrpcInferenceService for Inference {
                 }
             }
         }
+        if files {
+            return Err(Repository::file_overrides_refused(&r.model_name).into());
+        }
         self.state
             .repository
-            .load(&r.model_name, config_override.as_ref())?;
+            .load(&r.model_name, config_override.map(String::as_str))?;
         Ok(Response::new(RepositoryModelLoadResponse {}))
     }
 
@@ -306,6 +297,16 @@ impl GrpcInferenceService for Inference {
     ) -> Reply<RepositoryModelUnloadResponse> {
         let r = request.into_inner();
         named_repository(&r.repository_name)?;
+        // As Triton: `unload_dependents` must be a bool_param; the built-in models have no
+        // dependents, so its value changes nothing here.
+        if let Some(value) = r.parameters.get("unload_dependents")
+            && !matches!(value.parameter_choice, Some(RepoParam::BoolParam(_)))
+        {
+            return Err(Error::invalid_arg(
+                "invalid value type for 'unload_dependents' parameter, expected bool_param.",
+            )
+            .into());
+        }
         self.state.repository.unload(&r.model_name)?;
         Ok(Response::new(RepositoryModelUnloadResponse {}))
     }

@@ -12,6 +12,7 @@ use super::compression::{self, Encoding};
 use super::{error_response, infer, json_error, json_ok, read_body};
 use crate::core::model::Model;
 use crate::core::pipeline;
+use crate::core::repository::Repository;
 use crate::core::stats::{Duration2, Snapshot};
 use crate::error::{Error, Result};
 use crate::json::{self, Value};
@@ -482,32 +483,36 @@ async fn repository_index(State(st): State<SharedState>, body: Body) -> Response
 
 async fn load(State(st): State<SharedState>, Path(model): Path<String>, body: Body) -> Response {
     let result = async {
-        let mut config_override = None;
         let doc = optional_json(body, st.limits.http_body_timeout()).await?;
-        let params = doc
-            .as_ref()
-            .and_then(|d| d.get("parameters"))
-            .and_then(J::as_object);
+        // Triton reads every parameter before it loads: each value must be a JSON string, and
+        // only `config` and `file:*` keys are parameters; its JSON reader's texts are kept.
+        let params = match doc.as_ref().and_then(|d| d.get("parameters")) {
+            None => None,
+            Some(J::Object(params)) => Some(params),
+            Some(_) => return Err(Error::internal("attempt to get members for non-object")),
+        };
+        let mut config_override = None;
+        let mut files = false;
         for (key, value) in params.into_iter().flatten() {
             let J::String(text) = value else {
                 return Err(Error::internal(
-                    "unexpected error on creating Triton parameter",
+                    "attempt to access JSON non-string as string",
                 ));
             };
             if key == "config" {
-                let parsed: J = serde_json::from_str(text).map_err(|e| {
-                    Error::internal(format!(
-                        "failed to load '{model}', failed to parse the configuration: {e}"
-                    ))
-                })?;
-                config_override = Some(parsed);
+                config_override = Some(text.as_str());
             } else if key.starts_with("file:") {
-                return Err(Error::internal(format!(
-                    "failed to load '{model}', file overrides are not supported by built-in models"
-                )));
+                files = true;
+            } else {
+                return Err(Error::internal(
+                    "unexpected error on creating Triton parameter",
+                ));
             }
         }
-        st.repository.load(&model, config_override.as_ref())?;
+        if files {
+            return Err(Repository::file_overrides_refused(&model));
+        }
+        st.repository.load(&model, config_override)?;
         tracing::info!(model = %model, "model loaded");
         Ok(empty_json_ok())
     }
@@ -515,18 +520,12 @@ async fn load(State(st): State<SharedState>, Path(model): Path<String>, body: Bo
     respond(result)
 }
 
+/// `parameters.unload_dependents` is read as Triton reads it over HTTP: a value that is not a
+/// boolean does not fail the call, the model is unloaded alone. The built-in models have no
+/// dependents (no ensembles), so the flag changes nothing here.
 async fn unload(State(st): State<SharedState>, Path(model): Path<String>, body: Body) -> Response {
     let result = async {
-        let doc = optional_json(body, st.limits.http_body_timeout()).await?;
-        let dependents = doc
-            .as_ref()
-            .and_then(|d| d.get("parameters"))
-            .and_then(|p| p.get("unload_dependents"));
-        if dependents.is_some_and(|v| !v.is_boolean()) {
-            return Err(Error::invalid_arg(
-                "expect 'unload_dependents' to be a boolean",
-            ));
-        }
+        optional_json(body, st.limits.http_body_timeout()).await?;
         st.repository.unload(&model)?;
         tracing::info!(model = %model, "model unloaded");
         Ok(empty_json_ok())

@@ -262,13 +262,19 @@ impl ModelLoader for Catalog {
 /// Applies a load request's configuration on top of the model's own: fields the override
 /// sets replace the model's. Inputs and outputs must stay those the implementation computes.
 fn apply_override(base: &ModelConfig, overlay: &serde_json::Value) -> Result<ModelConfig> {
+    // Triton converts the override to a model configuration while it polls the repository;
+    // an override that is not one fails that poll, with the details in its log alone.
+    let poll_failed = |reason: &str| {
+        tracing::warn!(model = %base.name, error = reason, "the load's configuration does not apply");
+        Error::internal("failed to poll from model repository")
+    };
     if !overlay.is_object() {
-        return Err(Error::invalid_arg(
+        return Err(poll_failed(
             "the configuration override must be a JSON object",
         ));
     }
     let config = model_config::overlay(base, overlay)
-        .map_err(|e| Error::invalid_arg(format!("invalid configuration: {e}")))?;
+        .map_err(|e| poll_failed(&format!("invalid configuration: {e}")))?;
     if config.name != base.name {
         return Err(Error::invalid_arg(format!(
             "the configuration names model '{}' but '{}' was requested",
@@ -358,5 +364,20 @@ mod tests {
             .load("simple", Some(&serde_json::json!({"input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [1]}]})))
             .unwrap_err();
         assert!(err.message.contains("inputs and outputs"), "{err}");
+    }
+
+    #[test]
+    fn override_that_is_not_a_configuration_fails_as_a_poll() {
+        let catalog = Catalog::default();
+        for overlay in [
+            serde_json::json!({"max_batch_size": "sixteen"}),
+            serde_json::json!([1, 2]),
+        ] {
+            let err = catalog.load("simple", Some(&overlay)).unwrap_err();
+            assert_eq!(
+                err.message, "failed to poll from model repository",
+                "{overlay}"
+            );
+        }
     }
 }

@@ -34,10 +34,20 @@ impl ModelLoader for UpstreamLoader {
     }
 
     fn load(&self, name: &str, _config_override: Option<&serde_json::Value>) -> Result<Model> {
-        Err(Error::unsupported(format!(
-            "'{name}' is served by the upstream model server; load and unload it there"
-        )))
+        Err(model_control_refused(name))
     }
+
+    fn allows_model_control(&self, name: &str) -> Result<()> {
+        Err(model_control_refused(name))
+    }
+}
+
+/// Load and unload are not passed on to the upstream: its model container manages its models,
+/// and the sidecar serves what the upstream lists.
+fn model_control_refused(name: &str) -> Error {
+    Error::unsupported(format!(
+        "'{name}' is served by the upstream model server; load and unload it there"
+    ))
 }
 
 /// Discovers the upstream's models (retrying until it answers), installs them, then keeps the
