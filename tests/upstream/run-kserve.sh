@@ -131,6 +131,13 @@ if [ "$#" -eq 0 ]; then
   [ "$RC" -eq 0 ] || exit "$RC"
 fi
 
+# KServe's own Python client, unmodified, against the sidecar (run with the ModelServer's venv,
+# where the kserve package is).
+if [ "$#" -eq 0 ]; then
+  log "KServe's client (tests/upstream/kserve/client_check.py)"
+  "$KPY" tests/upstream/kserve/client_check.py "$SIDECAR_HTTP" "$SIDECAR_GRPC" || { RC=$?; exit "$RC"; }
+fi
+
 # The upstream dies and comes back while the sidecar keeps running: clients get clear
 # UNAVAILABLE errors and readiness turns false, then service resumes without a sidecar restart.
 if [ "$#" -eq 0 ]; then
