@@ -108,10 +108,12 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         stop,
     )));
 
-    let grpc_routes = tonic::service::Routes::new(crate::grpc::inference_service(state.clone()))
-        .add_service(crate::grpc::health_service(state.clone()));
+    let grpc_services = crate::grpc::Services::new(
+        crate::grpc::inference_service(state.clone()),
+        crate::grpc::health_service(state.clone()),
+    );
     let stop = signal(rx.clone());
-    tasks.push(tokio::spawn(crate::grpc::serve(grpc, grpc_routes, stop)));
+    tasks.push(tokio::spawn(crate::grpc::serve(grpc, grpc_services, stop)));
 
     let admin_app = crate::admin::router(state.clone());
     let stop = signal(rx.clone());

@@ -249,3 +249,21 @@ def test_request_parameter_texts(grpc_stub, key, value, message):
     req = simple_request()
     req.parameters[key].CopyFrom(service_pb2.InferParameter(**value))
     expect(grpc_stub, req, "INVALID_ARGUMENT", message)
+
+
+@pytest.mark.parametrize("path", [
+    "/inference.GRPCInferenceService/NoSuchMethod",
+    "/grpc.health.v1.Health/NoSuchMethod",
+    "/no.such.Service/ModelInfer",
+])
+def test_unknown_methods_and_services_are_unimplemented(grpc_url, path):
+    import grpc
+
+    with grpc.insecure_channel(grpc_url) as channel:
+        call = channel.unary_unary(path, request_serializer=bytes, response_deserializer=bytes)
+        with pytest.raises(grpc.RpcError) as info:
+            call(b"", timeout=10)
+        assert (info.value.code().name, info.value.details()) == ("UNIMPLEMENTED", "")
+        health = channel.unary_unary("/grpc.health.v1.Health/Check",
+                                     request_serializer=bytes, response_deserializer=bytes)
+        assert health(b"", timeout=10) == b"\x08\x01"  # SERVING

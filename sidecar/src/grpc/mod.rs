@@ -2,6 +2,7 @@
 
 pub(crate) mod convert;
 mod deadline;
+mod dispatch;
 mod idle_resets;
 mod oversized;
 mod serve;
@@ -9,6 +10,7 @@ mod service;
 mod stream;
 
 pub use deadline::DeadlineLayer;
+pub use dispatch::Services;
 pub use idle_resets::IgnoreIdleResets;
 pub use oversized::as_resource_exhausted;
 pub use serve::serve;

@@ -1,25 +1,36 @@
-//! The gRPC port: HTTP/2 (prior knowledge) with hyper, serving tonic's routes.
+//! The gRPC port: HTTP/2 (prior knowledge) with hyper, serving the generated tonic services.
 //!
 //! tonic's own `Server` wraps every call in its `grpc-timeout` handling, which ends an expired
-//! call with `CANCELLED` (see `deadline.rs`); serving the routes here lets `DeadlineLayer` answer
+//! call with `CANCELLED` (see `deadline.rs`); serving the services here lets `DeadlineLayer` answer
 //! as gRPC servers do. The HTTP/2 settings are the ones tonic's server applied, plus the sidecar's
 //! wider flow-control windows and frames. Connections are accepted, and shut down gracefully, by
 //! `crate::accept`.
 
+use std::convert::Infallible;
 use std::future::Future;
 
+use http::{Request, Response};
+use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tonic::service::Routes;
-use tower::ServiceBuilder;
+use tonic::body::Body;
 use tower::util::MapResponseLayer;
+use tower::{Service, ServiceBuilder};
 
 use super::{DeadlineLayer, IgnoreIdleResets, as_resource_exhausted};
 
-/// Serves `routes` on `listener` until `stop` completes, then waits for open connections.
-pub async fn serve(listener: TcpListener, routes: Routes, stop: impl Future<Output = ()>) {
+/// Serves `services` (see `dispatch.rs`) on `listener` until `stop` completes, then waits for
+/// open connections.
+pub async fn serve<S>(listener: TcpListener, services: S, stop: impl Future<Output = ()>)
+where
+    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
@@ -35,7 +46,7 @@ pub async fn serve(listener: TcpListener, routes: Routes, stop: impl Future<Outp
     let service = ServiceBuilder::new()
         .layer(MapResponseLayer::new(as_resource_exhausted))
         .layer(DeadlineLayer)
-        .service(routes.prepare());
+        .service(services);
     crate::accept::serve_until(listener, "gRPC", stop, |tcp| {
         let io = TokioIo::new(IgnoreIdleResets::new(tcp));
         builder.serve_connection(io, TowerToHyperService::new(service.clone()))
