@@ -98,7 +98,7 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
 
     let mut tasks = Vec::new();
     let mut background = Vec::new();
-    let app = crate::http::router(state.clone());
+    let app = crate::http::front(state.clone());
     let stop = signal(rx.clone());
     let header_timeout = state.limits.http_header_timeout();
     tasks.push(tokio::spawn(crate::http::serve::serve(

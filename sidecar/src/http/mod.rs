@@ -3,6 +3,7 @@
 
 pub(crate) mod body;
 pub mod compression;
+mod front;
 pub(crate) mod infer;
 mod lenient_base64;
 mod params;
@@ -19,6 +20,13 @@ use http_body_util::BodyExt;
 use crate::error::{Error, Result};
 use crate::json::Writer;
 use crate::state::SharedState;
+
+pub use front::Front;
+
+/// The HTTP port's service: inference calls straight to their handler, the rest to `router`.
+pub fn front(state: SharedState) -> Front {
+    Front::new(state.clone(), router(state))
+}
 
 /// The REST router over shared state.
 pub fn router(state: SharedState) -> Router {

@@ -297,7 +297,7 @@ async fn infer_v(
     run_infer(st, model, version, headers, body).await
 }
 
-async fn run_infer(
+pub(super) async fn run_infer(
     st: SharedState,
     model: String,
     version: String,

@@ -6,17 +6,18 @@
 use std::future::Future;
 use std::time::Duration;
 
-use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
-/// Serves `app` on `listener` until `stop` completes, then waits for open connections. A client
+use super::Front;
+
+/// Serves `app` (see `front.rs`) on `listener` until `stop` completes, then waits for open connections. A client
 /// gets `header_timeout` to send its request headers (`limits.http_header_timeout_seconds`).
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    app: Front,
     header_timeout: Duration,
     stop: impl Future<Output = ()>,
 ) {

@@ -1,0 +1,131 @@
+//! The HTTP port's first stop: inference calls go straight to their handler, every other request
+//! to the axum router.
+//!
+//! The router (two nested routers, Triton's path rules and the rejection mapping around them)
+//! costs about thirty-five allocations a request: URL parameters, the matched path, boxed bodies
+//! and futures, for a route table that the inference calls, nearly all of the traffic, do not
+//! need (see docs/performance.md, "Allocations per request"). Only paths that need neither
+//! percent-decoding nor any of Triton's path rules take the short way; the router answers the
+//! others exactly as before.
+
+use std::convert::Infallible;
+use std::task::{Context, Poll};
+
+use axum::Router;
+use axum::body::Body;
+use axum::response::Response;
+use futures::future::{BoxFuture, Either};
+use http::{Method, Request};
+use tower::Service;
+
+use super::routes;
+use crate::state::SharedState;
+
+/// The HTTP port's service: `POST /v2/models/{m}[/versions/{v}]/infer` to the inference handler,
+/// the rest to `router`.
+#[derive(Clone)]
+pub struct Front {
+    state: SharedState,
+    router: Router,
+}
+
+impl Front {
+    pub fn new(state: SharedState, router: Router) -> Self {
+        Front { state, router }
+    }
+}
+
+/// The model and version (empty: the latest) an inference path names, when it is plainly one:
+/// a non-empty model name without `%` (the router percent-decodes names) and, in the versions
+/// form, a decimal version, as Triton's route pattern wants it.
+fn infer_target(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
+    let (model, version) = match rest.split_once('/') {
+        None => (rest, None),
+        Some((model, tail)) => (model, Some(tail.strip_prefix("versions/")?)),
+    };
+    if model.is_empty() || model.contains('%') {
+        return None;
+    }
+    match version {
+        None => Some((model, "")),
+        Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => Some((model, v)),
+        Some(_) => None,
+    }
+}
+
+impl<B> Service<Request<B>> for Front
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<
+        BoxFuture<'static, Result<Response, Infallible>>,
+        <Router as Service<Request<B>>>::Future,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Service::<Request<B>>::poll_ready(&mut self.router, cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let target = (request.method() == Method::POST)
+            .then(|| infer_target(request.uri().path()))
+            .flatten()
+            .map(|(model, version)| (model.to_string(), version.to_string()));
+        match target {
+            Some((model, version)) => {
+                let state = self.state.clone();
+                let (parts, body) = request.into_parts();
+                Either::Left(Box::pin(async move {
+                    let body = Body::new(body);
+                    Ok(routes::run_infer(state, model, version, parts.headers, body).await)
+                }))
+            }
+            None => Either::Right(self.router.call(request)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::infer_target;
+
+    #[test]
+    fn plain_inference_paths_take_the_short_way() {
+        assert_eq!(
+            infer_target("/v2/models/simple/infer"),
+            Some(("simple", ""))
+        );
+        assert_eq!(
+            infer_target("/v2/models/simple/versions/1/infer"),
+            Some(("simple", "1"))
+        );
+        assert_eq!(
+            infer_target("/v2/models/a.b-c_d/versions/0012/infer"),
+            Some(("a.b-c_d", "0012"))
+        );
+    }
+
+    #[test]
+    fn everything_else_goes_to_the_router() {
+        for path in [
+            "/v2/models//infer",
+            "/v2/models/simple/infer/",
+            "/v2/models/simple/ready",
+            "/v2/models/sim%20ple/infer",
+            "/v2/models/simple/versions//infer",
+            "/v2/models/simple/versions/x/infer",
+            "/v2/models/simple/versions/1/2/infer",
+            "/v2/models/simple/version/1/infer",
+            "/v2/models/simple/x/infer",
+            "/v2/models/infer",
+            "/v2//models/simple/infer",
+            "v2/models/simple/infer",
+        ] {
+            assert_eq!(infer_target(path), None, "{path}");
+        }
+    }
+}
