@@ -2,7 +2,7 @@
 //!
 //! The port serves two services. tonic's `Routes` would put an axum router in front of them,
 //! which for every call stores the URL parameters and the matched path in the request and boxes
-//! its body and futures: about fifteen allocations a call, for a choice between two prefixes
+//! its body and futures: thirteen allocations a call, for a choice between two prefixes
 //! (see docs/performance.md, "Allocations per request"). Calls to any other service are answered
 //! as `Routes` answers them: `UNIMPLEMENTED` with no message.
 
