@@ -206,7 +206,7 @@ impl Repository {
     /// clients look for), with the reason after it.
     pub fn file_overrides_refused(name: &str) -> Error {
         Error::internal(format!(
-            "failed to load '{name}', failed to poll from model repository: \
+            "failed to load '{name}', {POLL_FAILED}: \
              file overrides are not supported (the sidecar does not load model files)"
         ))
     }
@@ -223,9 +223,12 @@ impl Repository {
         }
         // Triton does not load a model again whose files have not changed: a load without a
         // configuration keeps a loaded model as it is (its configuration and statistics).
-        let loaded =
-            |slots: &BTreeMap<String, Slot>| slots.get(name).is_some_and(|s| s.model.is_some());
-        if config_override.is_none() && loaded(&self.slots.read()) {
+        let loaded = self
+            .slots
+            .read()
+            .get(name)
+            .is_some_and(|s| s.model.is_some());
+        if config_override.is_none() && loaded {
             return Ok(());
         }
         let overlay = match config_override.map(serde_json::from_str::<serde_json::Value>) {
@@ -281,9 +284,11 @@ fn check_name_to_load(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// How Triton says that it could not read a model's configuration from its repository; a
+/// loader's error with this text reaches the client as Triton's failed load.
+pub const POLL_FAILED: &str = "failed to poll from model repository";
+
 /// Triton's answer to a load whose model configuration cannot be read (INTERNAL).
 fn poll_failed(name: &str) -> Error {
-    Error::internal(format!(
-        "failed to load '{name}', failed to poll from model repository"
-    ))
+    Error::internal(format!("failed to load '{name}', {POLL_FAILED}"))
 }

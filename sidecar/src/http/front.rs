@@ -18,7 +18,7 @@ use futures::future::{BoxFuture, Either};
 use http::{Method, Request};
 use tower::Service;
 
-use super::routes;
+use super::{is_decimal_version, routes};
 use crate::state::SharedState;
 
 /// The HTTP port's service: `POST /v2/models/{m}[/versions/{v}]/infer` to the inference handler,
@@ -49,7 +49,7 @@ fn infer_target(path: &str) -> Option<(&str, &str)> {
     }
     match version {
         None => Some((model, "")),
-        Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => Some((model, v)),
+        Some(v) if is_decimal_version(v) => Some((model, v)),
         Some(_) => None,
     }
 }

@@ -46,6 +46,11 @@ pub fn router(state: SharedState) -> Router {
 /// HEAD, so a known path answers 405 and an unknown one 404; the routes would answer HEAD like
 /// GET, so it reaches them as a method none of them takes (the connection still answers it as a
 /// HEAD, without a body).
+/// A version segment as Triton's route pattern takes it: `[0-9]+`, before any percent-decoding.
+fn is_decimal_version(segment: &str) -> bool {
+    !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit())
+}
+
 async fn triton_path_rules(
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -61,9 +66,7 @@ async fn triton_path_rules(
         && segments.next() == Some("models")
         && segments.next().is_some()
         && segments.next() == Some("versions")
-        && !segments
-            .next()
-            .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+        && !segments.next().is_some_and(is_decimal_version);
     if empty_segment || bad_version {
         return json_error(StatusCode::NOT_FOUND, "Not Found");
     }

@@ -9,7 +9,7 @@ use infergate_proto::{DataType, model_config};
 use super::compute::{Builtin, Implementation};
 use crate::core::classify::parse_labels;
 use crate::core::model::Model;
-use crate::core::repository::ModelLoader;
+use crate::core::repository::{ModelLoader, POLL_FAILED};
 use crate::error::{Error, Result};
 
 const SIMPLE: &str = r#"
@@ -266,7 +266,7 @@ fn apply_override(base: &ModelConfig, overlay: &serde_json::Value) -> Result<Mod
     // an override that is not one fails that poll, with the details in its log alone.
     let poll_failed = |reason: &str| {
         tracing::warn!(model = %base.name, error = reason, "the load's configuration does not apply");
-        Error::internal("failed to poll from model repository")
+        Error::internal(POLL_FAILED)
     };
     if !overlay.is_object() {
         return Err(poll_failed(
