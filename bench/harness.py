@@ -372,16 +372,20 @@ def start_relay_front(work: Path, upstream: System) -> System:
     return system
 
 
-def start_h2relay_front(work: Path, upstream: System) -> System:
+def start_h2relay_front(work: Path, upstream: System, server: str = "hyper") -> System:
     """The floor of a gRPC front on the sidecar's own stack: bench/h2-relay terminates HTTP/2 on
     both sides (hyper's server with the sidecar's settings, one h2 connection to the upstream)
     and passes each call's message and trailers through, parsing none. What the sidecar costs
     beyond it is its own work on a call (decoding, checks, routing, translation); what it costs
-    beyond bench/relay is HTTP/2 itself. gRPC only: its REST port is bench/relay's."""
+    beyond bench/relay is HTTP/2 itself. gRPC only: its REST port is bench/relay's. With
+    server="h2" the client side is served by the h2 crate without hyper (system h2relay/h2)."""
     http, grpc = free_port(), free_port()
-    rest = spawn([os.environ["RELAY"], f"{http}={upstream.http}"], work / "h2relay-rest.log")
-    proc = spawn([os.environ["H2_RELAY"], f"{grpc}={upstream.grpc}"], work / "h2relay.log")
-    system = System(f"h2relay→{upstream.name}", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}",
+    tag = "h2relay" if server == "hyper" else f"h2relay-{server}"
+    rest = spawn([os.environ["RELAY"], f"{http}={upstream.http}"], work / f"{tag}-rest.log")
+    proc = spawn([os.environ["H2_RELAY"], "--server", server, f"{grpc}={upstream.grpc}"],
+                 work / f"{tag}.log")
+    name = "h2relay" if server == "hyper" else f"h2relay/{server}"
+    system = System(f"{name}→{upstream.name}", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}",
                     [proc, rest])
     wait_ready(f"http://{system.http}/v2/health/ready", rest)
     wait_grpc_ready(system.grpc, proc)
@@ -734,7 +738,8 @@ def ratio_pairs(systems: list[str]) -> list[tuple[str, str]]:
         variants = [s for s in systems if s.startswith(f"sidecar→{upstream}[")]
         for front in (f"sidecar→{upstream}", f"sidecar→{upstream}+pool", f"sidecar→{upstream}/rest",
                       f"sidecar→{upstream}+pool+rest", *variants, f"nginx→{upstream}",
-                      f"relay→{upstream}", f"h2relay→{upstream}"):
+                      f"relay→{upstream}", f"h2relay→{upstream}",
+                      f"h2relay/h2→{upstream}"):
             if front in systems and upstream in systems:
                 ratios.append((front, upstream))
     return ratios
@@ -752,7 +757,7 @@ def markdown(summary: list[dict], systems: list[str], machine: dict,
     ratios = ratio_pairs(systems)
     head += [f"{a} / {b}" for a, b in ratios]
     # Latency the sidecar adds in front of each model server (difference of p50s).
-    added = [(a, b) for a, b in ratios if a.startswith(("sidecar→", "proxy→", "nginx→", "relay→", "h2relay→"))]
+    added = [(a, b) for a, b in ratios if a.startswith(("sidecar→", "proxy→", "nginx→", "relay→", "h2relay→", "h2relay/"))]
     head += [f"{a} added p50" for a, _ in added]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows = {}
@@ -901,7 +906,9 @@ def main():
                          "row), h2relay→triton (bench/h2-relay terminating HTTP/2 on "
                          "both sides with the sidecar's stack and passing each gRPC call "
                          "through unparsed: the floor of a gRPC front; its REST port is "
-                         "bench/relay's); the fixed two answer identity_fp32[16] over "
+                         "bench/relay's), h2relay/h2→triton (the same with its client side "
+                         "served by the h2 crate alone, no hyper, each connection's calls "
+                         "handled in its own task); the fixed two answer identity_fp32[16] over "
                          "http and json and identity_fp32[1M] over http only; noop "
                          "(bench/noop-server returning recorded answers over http and grpc for "
                          "both identity_fp32 sizes, json for 16 elements: the ceiling)")
@@ -972,7 +979,9 @@ def main():
             systems["triton"] = start_triton(work)
         for name, start_front in (("nginx→triton", start_nginx_front),
                                   ("relay→triton", start_relay_front),
-                                  ("h2relay→triton", start_h2relay_front)):
+                                  ("h2relay→triton", start_h2relay_front),
+                                  ("h2relay/h2→triton",
+                                   lambda work, up: start_h2relay_front(work, up, "h2"))):
             if name not in systems_wanted:
                 continue
             # In front of the Triton measured directly: perf_analyzer's regions are its own, and

@@ -7,8 +7,13 @@
 //! the least any gRPC-aware front on this stack can do. (bench/relay, which copies bytes and
 //! parses nothing, is the floor of any hop; this is the floor of a hop that reads calls.)
 //!
-//! Usage: `h2-relay LISTEN_PORT=UPSTREAM_HOST:PORT` (gRPC only, on 127.0.0.1). It prints `ready`
-//! once it listens, and runs until killed. One thread, as the sidecar runs by default.
+//! With `--server h2` the client side is served by the h2 crate directly, without hyper: each
+//! connection's calls are handled inside its own task (no task spawned per call, no body
+//! adapters), the least HTTP/2 termination this stack allows.
+//!
+//! Usage: `h2-relay [--server hyper|h2] LISTEN_PORT=UPSTREAM_HOST:PORT` (gRPC only, on
+//! 127.0.0.1). It prints `ready` once it listens, and runs until killed. One thread, as the
+//! sidecar runs by default.
 
 use std::convert::Infallible;
 use std::process::ExitCode;
@@ -30,13 +35,28 @@ type Body = StreamBody<Frames>;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let raw_h2 = match args.iter().position(|a| a == "--server") {
+        Some(at) if at + 1 < args.len() => {
+            let server = args.remove(at + 1);
+            args.remove(at);
+            match server.as_str() {
+                "hyper" => false,
+                "h2" => true,
+                other => {
+                    eprintln!("h2-relay: --server is hyper or h2, not {other}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        _ => false,
+    };
     let Some((port, upstream)) = args
         .first()
         .and_then(|pair| pair.split_once('='))
         .and_then(|(port, upstream)| Some((port.parse::<u16>().ok()?, upstream.to_string())))
     else {
-        eprintln!("usage: h2-relay LISTEN_PORT=UPSTREAM_HOST:PORT");
+        eprintln!("usage: h2-relay [--server hyper|h2] LISTEN_PORT=UPSTREAM_HOST:PORT");
         return ExitCode::from(2);
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -49,10 +69,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(port, upstream))
+    runtime.block_on(serve(port, upstream, raw_h2))
 }
 
-async fn serve(port: u16, upstream: String) -> ExitCode {
+async fn serve(port: u16, upstream: String, raw_h2: bool) -> ExitCode {
     let authority: Authority = match upstream.parse() {
         Ok(authority) => authority,
         Err(e) => {
@@ -93,6 +113,10 @@ async fn serve(port: u16, upstream: String) -> ExitCode {
             }
         };
         let _ = tcp.set_nodelay(true);
+        if raw_h2 {
+            tokio::spawn(serve_raw(tcp, sender.clone(), authority.clone()));
+            continue;
+        }
         let sender = sender.clone();
         let authority = authority.clone();
         let connection = builder.serve_connection(
@@ -102,6 +126,84 @@ async fn serve(port: u16, upstream: String) -> ExitCode {
         tokio::spawn(async move {
             let _ = connection.await;
         });
+    }
+}
+
+/// One client connection served by h2 alone, with the same settings as hyper's server above; its
+/// calls run concurrently inside this task.
+async fn serve_raw(tcp: TcpStream, sender: SendRequest<Bytes>, authority: Authority) {
+    let handshake = h2::server::Builder::new()
+        .initial_window_size(16 << 20)
+        .initial_connection_window_size(32 << 20)
+        .max_frame_size(1 << 20)
+        .handshake::<_, Bytes>(tcp);
+    let mut connection = match handshake.await {
+        Ok(connection) => connection,
+        Err(e) => {
+            eprintln!("h2-relay: handshake: {e}");
+            return;
+        }
+    };
+    let mut calls = futures::stream::FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            accepted = connection.accept() => match accepted {
+                Some(Ok((request, respond))) => {
+                    calls.push(relay_raw(request, respond, sender.clone(), authority.clone()));
+                }
+                Some(Err(e)) => {
+                    eprintln!("h2-relay: connection: {e}");
+                    return;
+                }
+                None => return,
+            },
+            Some(()) = futures::StreamExt::next(&mut calls), if !calls.is_empty() => {}
+        }
+    }
+}
+
+async fn relay_raw(
+    request: Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    sender: SendRequest<Bytes>,
+    authority: Authority,
+) {
+    let (head, mut body) = request.into_parts();
+    let mut message = BytesMut::new();
+    while let Some(chunk) = body.data().await {
+        let Ok(chunk) = chunk else { return };
+        let _ = body.flow_control().release_capacity(chunk.len());
+        message.extend_from_slice(&chunk);
+    }
+    let answered = pass(
+        Request::from_parts(head, message.freeze()),
+        sender,
+        authority,
+    )
+    .await;
+    let (head, data, trailers) = match answered {
+        Ok(parts) => parts,
+        Err(e) => {
+            eprintln!("h2-relay: {e}");
+            let mut response = Response::new(());
+            *response.status_mut() = StatusCode::BAD_GATEWAY;
+            let _ = respond.send_response(response, true);
+            return;
+        }
+    };
+    let Ok(mut stream) = respond.send_response(Response::from_parts(head, ()), false) else {
+        return;
+    };
+    // h2 queues what the client's window does not take yet; these messages are small.
+    match trailers {
+        Some(trailers) => {
+            if data.is_empty() || stream.send_data(data, false).is_ok() {
+                let _ = stream.send_trailers(trailers);
+            }
+        }
+        None => {
+            let _ = stream.send_data(data, true);
+        }
     }
 }
 
@@ -129,8 +231,13 @@ async fn relay(
     sender: SendRequest<Bytes>,
     authority: Authority,
 ) -> Result<Response<Body>, Infallible> {
-    Ok(match pass(request, sender, authority).await {
-        Ok(response) => response,
+    let answered = async {
+        let (head, body) = request.into_parts();
+        let message = body.collect().await?.to_bytes();
+        pass(Request::from_parts(head, message), sender, authority).await
+    };
+    Ok(match answered.await {
+        Ok((head, data, trailers)) => Response::from_parts(head, frames(data, trailers)),
         Err(e) => {
             let mut response = Response::new(frames(Bytes::new(), None));
             *response.status_mut() = StatusCode::BAD_GATEWAY;
@@ -140,13 +247,13 @@ async fn relay(
     })
 }
 
+/// One call's message sent on to the upstream; its answer's head, message and trailers.
 async fn pass(
-    request: Request<Incoming>,
+    request: Request<Bytes>,
     sender: SendRequest<Bytes>,
     authority: Authority,
-) -> Result<Response<Body>, BoxError> {
-    let (mut head, body) = request.into_parts();
-    let message = body.collect().await?.to_bytes();
+) -> Result<(http::response::Parts, Bytes, Option<HeaderMap>), BoxError> {
+    let (mut head, message) = request.into_parts();
     let path = head
         .uri
         .path_and_query()
@@ -171,7 +278,7 @@ async fn pass(
         data.extend_from_slice(&chunk);
     }
     let trailers = received.trailers().await?;
-    Ok(Response::from_parts(head, frames(data.freeze(), trailers)))
+    Ok((head, data.freeze(), trailers))
 }
 
 fn frames(data: Bytes, trailers: Option<HeaderMap>) -> Body {
