@@ -380,11 +380,11 @@ def start_h2relay_front(work: Path, upstream: System, server: str = "hyper") -> 
     beyond bench/relay is HTTP/2 itself. gRPC only: its REST port is bench/relay's. With
     server="h2" the client side is served by the h2 crate without hyper (system h2relay/h2)."""
     http, grpc = free_port(), free_port()
-    tag = "h2relay" if server == "hyper" else f"h2relay-{server}"
+    name = "h2relay" if server == "hyper" else f"h2relay/{server}"
+    tag = name.replace("/", "-")
     rest = spawn([os.environ["RELAY"], f"{http}={upstream.http}"], work / f"{tag}-rest.log")
     proc = spawn([os.environ["H2_RELAY"], "--server", server, f"{grpc}={upstream.grpc}"],
                  work / f"{tag}.log")
-    name = "h2relay" if server == "hyper" else f"h2relay/{server}"
     system = System(f"{name}→{upstream.name}", f"127.0.0.1:{http}", f"127.0.0.1:{grpc}",
                     [proc, rest])
     wait_ready(f"http://{system.http}/v2/health/ready", rest)

@@ -39,6 +39,11 @@ pub fn router(state: SharedState) -> Router {
         .layer(axum::middleware::from_fn(triton_path_rules))
 }
 
+/// A version segment as Triton's route pattern takes it: `[0-9]+`, before any percent-decoding.
+fn is_decimal_version(segment: &str) -> bool {
+    !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// What Triton's HTTP server refuses before any handler runs. Paths its route patterns cannot
 /// match: an empty segment (names are `[^/]+`) or a version that is not a decimal number
 /// (`[0-9]+`, on the path as sent, before any percent-decoding) is an unknown path (404),
@@ -46,11 +51,6 @@ pub fn router(state: SharedState) -> Router {
 /// HEAD, so a known path answers 405 and an unknown one 404; the routes would answer HEAD like
 /// GET, so it reaches them as a method none of them takes (the connection still answers it as a
 /// HEAD, without a body).
-/// A version segment as Triton's route pattern takes it: `[0-9]+`, before any percent-decoding.
-fn is_decimal_version(segment: &str) -> bool {
-    !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit())
-}
-
 async fn triton_path_rules(
     mut request: axum::extract::Request,
     next: axum::middleware::Next,

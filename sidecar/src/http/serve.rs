@@ -13,8 +13,9 @@ use tokio::net::TcpListener;
 
 use super::Front;
 
-/// Serves `app` (see `front.rs`) on `listener` until `stop` completes, then waits for open connections. A client
-/// gets `header_timeout` to send its request headers (`limits.http_header_timeout_seconds`).
+/// Serves `app` (see `front.rs`) on `listener` until `stop` completes, then waits for open
+/// connections. A client gets `header_timeout` to send its request headers
+/// (`limits.http_header_timeout_seconds`).
 pub async fn serve(
     listener: TcpListener,
     app: Front,
