@@ -133,6 +133,14 @@ async fn record_identity(upstream: &Upstream, info: &RwLock<UpstreamInfo>) {
     }
 }
 
+/// Whether a repository index entry's state means the model serves. Triton writes `READY`;
+/// MLServer 1.7 writes its Python enum's name, `State.READY`; an empty state (a server that
+/// lists only ready models, as asked) counts as ready.
+fn is_ready_state(state: &str) -> bool {
+    let name = state.rsplit('.').next().unwrap_or(state);
+    state.is_empty() || name.eq_ignore_ascii_case("READY")
+}
+
 /// The upstream's models, and who runs the sequences of those that have them.
 struct Discovered {
     models: Vec<Model>,
@@ -158,7 +166,7 @@ async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<D
         index
             .models
             .into_iter()
-            .filter(|m| m.state.is_empty() || m.state == "READY")
+            .filter(|m| is_ready_state(&m.state))
             .map(|m| ModelSettings {
                 name: m.name,
                 ..Default::default()
@@ -331,6 +339,22 @@ fn synthesize(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ready_states_of_triton_and_mlserver() {
+        use super::is_ready_state;
+        for ready in ["READY", "State.READY", "ready", ""] {
+            assert!(is_ready_state(ready), "{ready}");
+        }
+        for not_ready in [
+            "UNAVAILABLE",
+            "State.LOADING",
+            "UNLOADING",
+            "State.UNAVAILABLE",
+        ] {
+            assert!(!is_ready_state(not_ready), "{not_ready}");
+        }
+    }
+
     use super::*;
 
     fn tensor(name: &str, datatype: &str, shape: &[i64]) -> TensorMetadata {
