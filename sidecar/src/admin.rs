@@ -4,6 +4,7 @@
 //!
 //! `GET /status` → `{"server", "ready", "backend", "extensions": [{name, state, implementation,
 //! reason}], "shm", "gpu"}`; states are `Active`, `Degraded`, `Unsupported` and `Disabled`.
+//! `GET /drain?seconds=N` is the pod's preStop hook (`drain.rs`).
 
 use axum::Router;
 use axum::extract::State;
@@ -19,6 +20,7 @@ use infergate_proto::config::SequenceMode;
 pub fn router(state: SharedState) -> Router {
     Router::new()
         .route("/status", get(status))
+        .route("/drain", get(crate::drain::hook))
         .with_state(state)
 }
 

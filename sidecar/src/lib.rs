@@ -7,6 +7,7 @@ pub mod allocator;
 pub mod backend;
 pub mod cli;
 pub mod core;
+pub mod drain;
 pub mod error;
 pub mod grpc;
 pub mod host_metrics;

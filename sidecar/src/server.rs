@@ -113,7 +113,13 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         crate::grpc::health_service(state.clone()),
     );
     let stop = signal(rx.clone());
-    tasks.push(tokio::spawn(crate::grpc::serve(grpc, grpc_services, stop)));
+    let drain = state.health.draining();
+    tasks.push(tokio::spawn(crate::grpc::serve(
+        grpc,
+        grpc_services,
+        stop,
+        drain,
+    )));
 
     let admin_app = crate::admin::router(state.clone());
     let stop = signal(rx.clone());

@@ -449,3 +449,97 @@ fn a_small_call_whose_rest_address_is_gone_goes_over_grpc() {
     assert!(warned);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Reads HTTP/2 frames from `stream` until one of type `kind` arrives; false after `limit`.
+fn h2_frame_arrives(stream: &mut TcpStream, kind: u8, limit: Duration) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    while std::time::Instant::now() < deadline {
+        // Whole frames in the buffer: a 9-byte header (length, type, flags, stream) and a payload.
+        while buffer.len() >= 9 {
+            let length =
+                usize::from(buffer[0]) << 16 | usize::from(buffer[1]) << 8 | usize::from(buffer[2]);
+            if buffer.len() < 9 + length {
+                break;
+            }
+            if buffer[3] == kind {
+                return true;
+            }
+            buffer.drain(..9 + length);
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return false,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            Err(_) => continue,
+        }
+    }
+    false
+}
+
+/// Reads one HTTP/1.1 answer head (and its short body) from a keep-alive connection.
+fn http_answer(stream: &mut TcpStream) -> String {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut out = Vec::new();
+    let mut byte = [0u8; 1];
+    while !out.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            stream.read(&mut byte).unwrap(),
+            1,
+            "connection closed early"
+        );
+        out.push(byte[0]);
+    }
+    String::from_utf8_lossy(&out).to_lowercase()
+}
+
+/// The preStop hook: `/drain?seconds=N` turns readiness off and asks clients to go (gRPC
+/// connections get GOAWAY, HTTP/1.1 answers close their connection) while every call is still
+/// answered, and answers itself after N seconds.
+#[test]
+fn drain_keeps_serving_while_sending_clients_away() {
+    let mut child = spawn_on_free_ports(&[]);
+    let (addrs, _log) = logged_addrs(&mut child);
+    let addr = |key: &str| addrs[key].as_str().unwrap().to_string();
+    let (http, grpc, admin) = (addr("http_addr"), addr("grpc_addr"), addr("admin_addr"));
+
+    // Connections opened before the drain: HTTP/1.1 kept alive, and HTTP/2 (the gRPC port).
+    let mut keep = TcpStream::connect(&http).unwrap();
+    keep.write_all(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let before = http_answer(&mut keep);
+    assert!(before.starts_with("http/1.1 200"), "{before}");
+    assert!(!before.contains("connection: close"), "{before}");
+    let mut h2 = TcpStream::connect(&grpc).unwrap();
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .unwrap();
+
+    let started = std::time::Instant::now();
+    let drainer = std::thread::spawn(move || http_get(&admin, "/drain?seconds=2"));
+    const GOAWAY: u8 = 7;
+    assert!(
+        h2_frame_arrives(&mut h2, GOAWAY, Duration::from_secs(5)),
+        "no GOAWAY on the gRPC connection"
+    );
+
+    keep.write_all(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let during = http_answer(&mut keep);
+    assert!(
+        during.starts_with("http/1.1 400"),
+        "not ready while draining: {during}"
+    );
+    assert!(during.contains("connection: close"), "{during}");
+    let live = http_get(&http, "/v2/health/live");
+    assert!(live.starts_with("HTTP/1.1 200"), "still serving: {live}");
+
+    let answer = drainer.join().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"draining\":true"), "{answer}");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+}

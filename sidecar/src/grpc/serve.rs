@@ -15,6 +15,7 @@ use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tonic::body::Body;
 use tower::util::MapResponseLayer;
 use tower::{Service, ServiceBuilder};
@@ -22,9 +23,13 @@ use tower::{Service, ServiceBuilder};
 use super::{DeadlineLayer, IgnoreIdleResets, as_resource_exhausted};
 
 /// Serves `services` (see `dispatch.rs`) on `listener` until `stop` completes, then waits for
-/// open connections.
-pub async fn serve<S>(listener: TcpListener, services: S, stop: impl Future<Output = ()>)
-where
+/// open connections. While `drain` is true, connections get GOAWAY (see `crate::accept`).
+pub async fn serve<S>(
+    listener: TcpListener,
+    services: S,
+    stop: impl Future<Output = ()>,
+    drain: watch::Receiver<bool>,
+) where
     S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
         + Clone
         + Send
@@ -47,7 +52,7 @@ where
         .layer(MapResponseLayer::new(as_resource_exhausted))
         .layer(DeadlineLayer)
         .service(services);
-    crate::accept::serve_until(listener, "gRPC", stop, |tcp| {
+    crate::accept::serve_until(listener, "gRPC", stop, Some(drain), |tcp| {
         let io = TokioIo::new(IgnoreIdleResets::new(tcp));
         builder.serve_connection(io, TowerToHyperService::new(service.clone()))
     })

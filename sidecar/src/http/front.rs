@@ -33,6 +33,10 @@ impl Front {
     pub fn new(state: SharedState, router: Router) -> Self {
         Front { state, router }
     }
+
+    pub fn state(&self) -> SharedState {
+        self.state.clone()
+    }
 }
 
 /// The model and version (empty: the latest) an inference path names, when it is plainly one:
