@@ -188,7 +188,11 @@ pub struct ModelContainer {
     /// pod.volumes. /dev/shm is managed through extensions.systemSharedMemory.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volume_mounts: Vec<VolumeMount>,
-    /// Container security context (a Kubernetes SecurityContext). Unset: the image's defaults.
+    /// Container security context (a Kubernetes SecurityContext). Every field left unset here and
+    /// in pod.securityContext gets the restricted Pod Security Standard's setting: no privilege
+    /// escalation, all capabilities dropped, seccomp RuntimeDefault, and the sidecar's user and
+    /// group (sidecar.runAsUser) with runAsNonRoot. A field set here is kept; runAsUser 0 runs as
+    /// root (runAsNonRoot is then not set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_object")]
     pub security_context: Option<SecurityContext>,
@@ -197,9 +201,9 @@ pub struct ModelContainer {
     /// when it stops listening.
     #[serde(default)]
     pub probes: ModelProbes,
-    /// Seconds the model server keeps running after the pod starts terminating, so that the
-    /// Service stops sending traffic before it shuts down (a preStop sleep; left out on
-    /// Kubernetes 1.29, which lacks the sleep action). 0: no preStop hook.
+    /// Seconds the pod keeps serving after it starts terminating, before the model server is
+    /// stopped: its preStop hook asks the sidecar to drain (readiness off, clients sent to other
+    /// pods, calls that still arrive answered) and waits this long. 0: no preStop hook.
     #[serde(default = "default_pre_stop_sleep")]
     #[schemars(range(min = 0, max = 300))]
     pub pre_stop_sleep_seconds: i64,
@@ -696,8 +700,9 @@ pub struct PodOverrides {
     #[schemars(schema_with = "named_objects_map")]
     pub volumes: Vec<Volume>,
     /// Extra containers (Kubernetes Container objects), e.g. clients that use shared memory with
-    /// the sidecar. They get /dev/shm when extensions.systemSharedMemory is enabled. The names
-    /// model and infergate are taken.
+    /// the sidecar. They get /dev/shm when extensions.systemSharedMemory is enabled, and the same
+    /// security defaults as the model server for what their securityContext leaves unset. The
+    /// names model and infergate are taken.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "named_objects_map")]
     pub containers: Vec<Container>,

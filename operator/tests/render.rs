@@ -96,20 +96,18 @@ fn cpu_defaults() {
         .map(|p| (p.name.as_deref(), p.container_port))
         .collect();
     assert_eq!(model_ports, [(Some("upstream-grpc"), 9001)]);
-    assert_eq!(
-        model
-            .lifecycle
-            .as_ref()
-            .unwrap()
-            .pre_stop
-            .as_ref()
-            .unwrap()
-            .sleep
-            .as_ref()
-            .unwrap()
-            .seconds,
-        5
-    );
+    let drain = model
+        .lifecycle
+        .as_ref()
+        .unwrap()
+        .pre_stop
+        .as_ref()
+        .unwrap()
+        .http_get
+        .as_ref()
+        .unwrap();
+    assert_eq!(drain.path.as_deref(), Some("/drain?seconds=5"));
+    assert_eq!(drain.port, IntOrString::Int(8003));
 
     // Sidecar hardening and default resources.
     let sc = sidecar.security_context.as_ref().unwrap();
@@ -562,26 +560,24 @@ fn service_type_and_annotations() {
 }
 
 #[test]
-fn no_sleep_hooks_on_kubernetes_1_29() {
+fn drain_hooks_on_every_supported_kubernetes() {
+    // The hook is an HTTP call to the sidecar, which Kubernetes 1.29 has too (it lacks the
+    // sleep action): a regular-mode sidecar and the model server both wait on the drain.
     let isvc = with_spec("old", &format!("{MINIMAL}  sidecar:\n    mode: Regular\n"));
-    let settings = OperatorSettings {
-        kubernetes_version: KubernetesVersion::parse("v1.29.4").unwrap(),
-        ..OperatorSettings::default()
-    };
-    let children = render::build_children(&isvc, &settings).unwrap();
-    for c in all_containers(pod(&children)) {
-        assert!(c.lifecycle.is_none(), "{} has a lifecycle hook", c.name);
+    for version in ["v1.29.4", "1.30"] {
+        let settings = OperatorSettings {
+            kubernetes_version: KubernetesVersion::parse(version).unwrap(),
+            ..OperatorSettings::default()
+        };
+        let children = render::build_children(&isvc, &settings).unwrap();
+        for c in all_containers(pod(&children)) {
+            let hook = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref());
+            let path = hook
+                .and_then(|h| h.http_get.as_ref())
+                .and_then(|g| g.path.as_deref());
+            assert_eq!(path, Some("/drain?seconds=5"), "{} on {version}", c.name);
+        }
     }
-    let newer = OperatorSettings {
-        kubernetes_version: KubernetesVersion::parse("1.30").unwrap(),
-        ..OperatorSettings::default()
-    };
-    let children = render::build_children(&isvc, &newer).unwrap();
-    assert!(
-        all_containers(pod(&children))
-            .iter()
-            .all(|c| c.lifecycle.is_some())
-    );
     assert!(KubernetesVersion::parse("1.28").is_err());
     assert!(KubernetesVersion::parse("one").is_err());
 }

@@ -26,6 +26,10 @@
 //!   probe restarts a model server that stopped listening. It has no readiness probe of its own:
 //!   the sidecar's readiness already follows it.
 //!
+//! Security: the sidecar runs with the `restricted` Pod Security Standard's settings; the model
+//! server and the extra containers get them for every field the user leaves unset (see
+//! `security.rs`), so the pods are admitted in namespaces that enforce that profile.
+//!
 //! Shared memory: when `extensions.systemSharedMemory` is enabled, one memory-backed emptyDir of
 //! the requested size is mounted at `/dev/shm` in *every* container of the pod. A container
 //! without that mount would see the runtime's private 64 MiB `/dev/shm` instead and could not
@@ -39,8 +43,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecurityContext, SleepAction, TCPSocketAction, Volume,
-    VolumeMount,
+    ResourceRequirements, SeccompProfile, SecurityContext, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -48,6 +51,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use super::config::{CONFIG_DIR, CONFIG_FILE, config_map_name, labels_dir};
+use super::security::restricted_defaults;
 use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, selector_labels};
 use crate::crd::{InferenceService, SidecarMode};
 
@@ -78,13 +82,18 @@ pub(super) fn deployment(
     let spec = &isvc.spec;
     let sidecar = sidecar_container(isvc, settings);
     let mut init_containers = Vec::new();
-    let mut containers = vec![model_container(isvc, settings)];
+    let mut containers = vec![model_container(isvc)];
     match spec.sidecar.mode {
         SidecarMode::Native => init_containers.push(sidecar),
         SidecarMode::Regular => containers.push(sidecar),
     }
     for extra in &spec.pod.containers {
         let mut extra = extra.clone();
+        extra.security_context = Some(restricted_defaults(
+            extra.security_context.as_ref(),
+            spec.pod.security_context.as_ref(),
+            spec.sidecar.run_as_user,
+        ));
         if spec.extensions.system_shared_memory.enabled {
             extra
                 .volume_mounts
@@ -232,11 +241,17 @@ fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
     }
 }
 
-/// A preStop hook that sleeps, where the cluster has the sleep action.
-fn pre_stop_sleep(settings: &OperatorSettings, seconds: i64) -> Option<Lifecycle> {
-    (seconds > 0 && settings.kubernetes_version.has_sleep_action()).then(|| Lifecycle {
+/// The preStop hook: the sidecar's `/drain` on its admin port, which turns readiness off, sends
+/// clients to other pods (GOAWAY, `Connection: close`), keeps answering the calls that still
+/// arrive, and answers after `seconds`. Only then is the container stopped.
+fn pre_stop_drain(admin_port: i32, seconds: i64) -> Option<Lifecycle> {
+    (seconds > 0).then(|| Lifecycle {
         pre_stop: Some(LifecycleHandler {
-            sleep: Some(SleepAction { seconds }),
+            http_get: Some(HTTPGetAction {
+                path: Some(format!("/drain?seconds={seconds}")),
+                port: IntOrString::Int(admin_port),
+                ..HTTPGetAction::default()
+            }),
             ..LifecycleHandler::default()
         }),
         ..Lifecycle::default()
@@ -298,11 +313,13 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
         liveness_probe: Some(http_probe("/v2/health/live", 10, 3)),
         // Follows the model server: no traffic until its models are discovered and it is ready.
         readiness_probe: Some(http_probe("/v2/health/ready", 5, 2)),
-        // A native sidecar is stopped after the model server and needs no delay of its own; a
-        // regular one gets the model's delay so both keep serving while endpoints drain.
+        // A native sidecar is stopped after the model server and needs no hook of its own; a
+        // regular one is stopped with it, so it waits on the same drain.
         lifecycle: match side.mode {
             SidecarMode::Native => None,
-            SidecarMode::Regular => pre_stop_sleep(settings, spec.model.pre_stop_sleep_seconds),
+            SidecarMode::Regular => {
+                pre_stop_drain(side.ports.admin, spec.model.pre_stop_sleep_seconds)
+            }
         },
         resources: Some(resources),
         security_context: Some(SecurityContext {
@@ -326,7 +343,7 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
 }
 
 /// The model server container.
-fn model_container(isvc: &InferenceService, settings: &OperatorSettings) -> Container {
+fn model_container(isvc: &InferenceService) -> Container {
     let spec = &isvc.spec;
     let m = &spec.model;
     let mut ports = vec![tcp_port(UPSTREAM_PORT_NAME, spec.upstream.grpc_port)];
@@ -359,7 +376,11 @@ fn model_container(isvc: &InferenceService, settings: &OperatorSettings) -> Cont
         resources: m.resources.clone(),
         ports: Some(ports),
         volume_mounts: non_empty(&mounts),
-        security_context: m.security_context.clone(),
+        security_context: Some(restricted_defaults(
+            m.security_context.as_ref(),
+            spec.pod.security_context.as_ref(),
+            spec.sidecar.run_as_user,
+        )),
         startup_probe: m
             .probes
             .enabled
@@ -368,7 +389,7 @@ fn model_container(isvc: &InferenceService, settings: &OperatorSettings) -> Cont
             .probes
             .enabled
             .then(|| tcp_probe(m.probes.liveness_failure_threshold)),
-        lifecycle: pre_stop_sleep(settings, m.pre_stop_sleep_seconds),
+        lifecycle: pre_stop_drain(spec.sidecar.ports.admin, m.pre_stop_sleep_seconds),
         ..Container::default()
     }
 }

@@ -15,6 +15,7 @@
 
 mod config;
 mod deployment;
+mod security;
 mod service;
 
 use std::collections::BTreeMap;
@@ -105,15 +106,6 @@ impl KubernetesVersion {
             ));
         }
         Ok(version)
-    }
-
-    /// Whether lifecycle hooks can `sleep` (PodLifecycleSleepAction, on by default from 1.30; on
-    /// 1.29 the API server drops the action and then rejects the empty hook).
-    pub fn has_sleep_action(self) -> bool {
-        self >= KubernetesVersion {
-            major: 1,
-            minor: 30,
-        }
     }
 }
 
