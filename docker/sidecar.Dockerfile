@@ -2,15 +2,22 @@
 #   docker build -f docker/sidecar.Dockerfile -t ghcr.io/infergate/infergate-sidecar:0.1.0 .
 # Runtime: distroless with glibc (the CUDA driver, when the NVIDIA container runtime injects it,
 # is loaded at run time), non-root (uid 65532), nothing but the binary.
-FROM rust:1-bookworm AS build
+#
+# Both base images are build arguments: BUILDER_IMAGE needs cargo and a C linker (the Rust image
+# by default); RUNTIME_IMAGE needs glibc and libgcc (distroless cc by default). The end-to-end
+# tests build with bases assembled from Debian packages (tests/e2e/images.sh).
+ARG BUILDER_IMAGE=docker.io/library/rust:1-bookworm
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
+
+FROM ${BUILDER_IMAGE} AS build
 WORKDIR /src
 COPY . .
-RUN --mount=type=cache,target=/usr/local/cargo/registry \
-    --mount=type=cache,target=/src/target \
+RUN --mount=type=cache,id=infergate-cargo-registry,target=/usr/local/cargo/registry \
+    --mount=type=cache,id=infergate-target,target=/src/target \
     cargo build --release --locked -p infergate-sidecar \
  && install -D target/release/infergate-sidecar /out/infergate-sidecar
 
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 COPY --from=build /out/infergate-sidecar /usr/local/bin/infergate-sidecar
 USER 65532:65532
 EXPOSE 8000 8001 8002 8003

@@ -2,8 +2,9 @@
 # The whole test suite: formatting, lints, Rust unit and integration tests, then the black-box
 # conformance suite (real tritonclient and perf_analyzer) against the built sidecar binary, and
 # the operator's rendered manifests against Kubernetes' schemas, the Helm chart, and the operator,
-# chart and examples against a real Kubernetes control plane (tests/cluster/run; needs Go), and
-# every fuzz target for a bounded time (fuzz/run.sh; installs cargo-fuzz).
+# chart and examples against a real Kubernetes control plane (tests/cluster/run; needs Go), the
+# user's whole path on a real node with real pods (tests/e2e/run; needs Go and root), and every
+# fuzz target for a bounded time (fuzz/run.sh; installs cargo-fuzz).
 # Installs what it needs (Python venv with tritonclient, perf_analyzer, Debian's libb64).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,4 +72,15 @@ if command -v go >/dev/null 2>&1; then
 else
   echo "SKIPPED: Go is not installed, so the control plane (kube-apiserver, etcd, ...) cannot be built;"
   echo "install Go 1.24 or newer to run tests/cluster/run"
+fi
+
+step "the user's path on a real node: images, helm install, examples, calls, faults (tests/e2e/run)"
+set +e
+tests/e2e/run
+e2e=$?
+set -e
+if [ "$e2e" -eq 2 ]; then
+  echo "SKIPPED: tests/e2e/run cannot run here (it says why above: it needs Go and root)"
+elif [ "$e2e" -ne 0 ]; then
+  exit "$e2e"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the control-plane binaries the cluster tests run — kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl (one Kubernetes release),
-# etcd and kwok —
+# Builds the Kubernetes binaries the cluster and end-to-end tests run —
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, and the
+# node's kubelet and kube-proxy (one Kubernetes release), etcd and kwok —
 # from their Go modules, and caches them by version. A second call with the
 # same versions returns at once.
 #
@@ -19,7 +19,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.7}"
 KWOK_VERSION="${KWOK_VERSION:-v0.7.0}"
 CACHE="${INFERGATE_CACHE:-$HOME/.cache/infergate}"
 BIN="$CACHE/cluster/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION/bin"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok)
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok)
 
 complete() {
     for b in "${BINARIES[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
@@ -51,7 +51,10 @@ k8s="$work/kubernetes"
 mkdir -p "$k8s"
 if [[ ! -f "$k8s/go.mod" ]]; then
     log "resolving k8s.io/kubernetes $K8S_VERSION (staging modules at $staging)"
-    mod="$(curl -fsSL "https://proxy.golang.org/k8s.io/kubernetes/@v/$K8S_VERSION.mod")"
+    # The release's own go.mod, fetched through the Go toolchain's configured module proxy.
+    gomod="$(cd "$work" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+        | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')"
+    mod="$(cat "$gomod")"
     {
         echo "module infergate.test/k8s-binaries"
         echo
@@ -74,6 +77,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
     mv "$k8s/go.mod.tmp" "$k8s/go.mod"
@@ -86,7 +91,7 @@ done
 (
     cd "$k8s"
     go mod tidy -e >/dev/null 2>&1 || true
-    for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
         [[ -x "$BIN/$cmd" ]] && continue
         log "building $cmd $K8S_VERSION"
         go build -tags tools -trimpath -ldflags "$ldflags" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"

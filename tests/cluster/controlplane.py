@@ -6,6 +6,10 @@ and Ready without containers), started from the binaries tests/cluster/build.sh
 builds. Certificates are generated per run with openssl; the admin identity is a
 client certificate in group system:masters. Everything lives in one work
 directory and is stopped by `stop()`.
+
+With `node_ip` (the end-to-end tests, whose real node runs pods), the API server
+also listens on that address and advertises it, so pods reach it through the
+`kubernetes` Service, and kwok is left out.
 """
 
 from __future__ import annotations
@@ -45,8 +49,9 @@ def wait_for(what: str, check, timeout: float = 60.0, interval: float = 0.25):
 
 
 class ControlPlane:
-    def __init__(self, bin_dir: Path, work: Path):
+    def __init__(self, bin_dir: Path, work: Path, node_ip: str | None = None):
         self.bin = Path(bin_dir)
+        self.node_ip = node_ip
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.pki = self.work / "pki"
@@ -108,6 +113,8 @@ class ControlPlane:
             "--bind-address=127.0.0.1",
             f"--secure-port={free_port()}",
         ])
+        if self.node_ip:
+            return self
         self._start("kwok", [
             f"--kubeconfig={self.kubeconfig}",
             "--manage-all-nodes=false",
@@ -141,7 +148,8 @@ class ControlPlane:
         o("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
           "-days", "2", "-subj", "/CN=infergate-test-ca")
         (self.pki / "server.ext").write_text(
-            "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,"
+            f"subjectAltName=IP:127.0.0.1,IP:10.96.0.1,{f'IP:{self.node_ip},' if self.node_ip else ''}"
+            "DNS:localhost,DNS:kubernetes,"
             "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
             "extendedKeyUsage=serverAuth\n")
         (self.pki / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
@@ -181,10 +189,24 @@ class ControlPlane:
 
     def _apiserver(self):
         p = self.pki
+        if self.node_ip:
+            # Pods reach the server through the `kubernetes` Service, whose endpoint is the
+            # advertised address; the server keeps that endpoint itself. Logs and exec go to the
+            # kubelet at the node's InternalIP.
+            network = [
+                "--bind-address=0.0.0.0",
+                f"--advertise-address={self.node_ip}",
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+            ]
+        else:
+            network = [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+            ]
         self._start("kube-apiserver", [
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *network,
             f"--secure-port={self.apiserver_port}",
             f"--tls-cert-file={p / 'server.crt'}",
             f"--tls-private-key-file={p / 'server.key'}",
@@ -195,7 +217,6 @@ class ControlPlane:
             "--service-cluster-ip-range=10.96.0.0/16",
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
-            "--endpoint-reconciler-type=none",
             f"--cert-dir={self.work / 'apiserver-certs'}",
             "--v=1",
         ])

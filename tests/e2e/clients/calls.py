@@ -1,0 +1,217 @@
+"""Calls a Service the way users' clients do, from a pod: tritonclient over REST and gRPC.
+
+Run inside the client image (it is passed to `python3 -` on standard input):
+
+    calls.py CHECK HOST [options]
+
+CHECK is one of binary, classification, sequence, shm, large, metrics. The last line printed is a
+JSON object with what the server answered; the test compares it with what it expects. Any error
+of the client (a refused call, a wrong status) ends the script with a non-zero status.
+"""
+
+import argparse
+import json
+import sys
+import urllib.request
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+
+def clients(host):
+    return (httpclient.InferenceServerClient(f"{host}:8000", network_timeout=60.0),
+            grpcclient.InferenceServerClient(f"{host}:8001"))
+
+
+def simple_inputs(module, binary):
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.int32)
+    inputs = [module.InferInput("INPUT0", [1, 16], "INT32"),
+              module.InferInput("INPUT1", [1, 16], "INT32")]
+    if module is httpclient:
+        inputs[0].set_data_from_numpy(a, binary_data=binary)
+        inputs[1].set_data_from_numpy(b, binary_data=binary)
+    else:
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+    return inputs
+
+
+def check_binary(args):
+    """Binary tensor data both ways over REST, and gRPC: `simple` (two INT32 inputs) or an FP32
+    identity model."""
+    http, grpc = clients(args.host)
+    out = {}
+    if args.model == "simple":
+        names = ("OUTPUT0", "OUTPUT1")
+        rest_inputs, grpc_inputs = simple_inputs(httpclient, True), simple_inputs(grpcclient, True)
+    else:
+        names = ("OUTPUT0",)
+        n = args.elements
+        x = (np.arange(n, dtype=np.float32) - 4.5).reshape(1, n)
+        rest_inputs = [httpclient.InferInput("INPUT0", [1, n], "FP32")]
+        rest_inputs[0].set_data_from_numpy(x, binary_data=True)
+        grpc_inputs = [grpcclient.InferInput("INPUT0", [1, n], "FP32")]
+        grpc_inputs[0].set_data_from_numpy(x)
+        out["input"] = x.tolist()
+    outputs = [httpclient.InferRequestedOutput(n, binary_data=True) for n in names]
+    r = http.infer(args.model, rest_inputs, outputs=outputs)
+    out["rest"] = {n: r.as_numpy(n).tolist() for n in names}
+    out["rest_binary_outputs"] = all(o.get("parameters", {}).get("binary_data_size")
+                                     for o in r.get_response()["outputs"])
+    r = grpc.infer(args.model, grpc_inputs)
+    out["grpc"] = {n: r.as_numpy(n).tolist() for n in names}
+    return out
+
+
+def check_classification(args):
+    http, grpc = clients(args.host)
+    x = np.array([[0.5, 3.3, -1.0, 2.25, 0.0, 1.5, -2.0, 0.25, 9.0, 4.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.7]],
+                 dtype=np.float32)[:, : args.elements]
+    hi = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+    hi.set_data_from_numpy(x, binary_data=True)
+    r = http.infer(args.model, [hi], outputs=[httpclient.InferRequestedOutput(
+        "OUTPUT0", binary_data=False, class_count=args.classes)])
+    rest = [v.decode() if isinstance(v, bytes) else v for v in r.as_numpy("OUTPUT0").reshape(-1)]
+    gi = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+    gi.set_data_from_numpy(x)
+    r = grpc.infer(args.model, [gi], outputs=[grpcclient.InferRequestedOutput(
+        "OUTPUT0", class_count=args.classes)])
+    grpc_answer = [v.decode() for v in r.as_numpy("OUTPUT0").reshape(-1)]
+    return {"input": x.reshape(-1).tolist(), "rest": rest, "grpc": grpc_answer}
+
+
+def check_sequence(args):
+    """A whole sequence (one INT32 INPUT per request) over REST, unary gRPC and a gRPC stream,
+    each with a sequence id of its own; the answers are returned in order."""
+    http, grpc = clients(args.host)
+    values = [3, 5, 7, 11]
+    out = {"values": values}
+
+    def request(module, v):
+        i = module.InferInput("INPUT", [1, 1], "INT32")
+        i.set_data_from_numpy(np.array([[v]], dtype=np.int32))
+        return [i]
+
+    answers = []
+    for n, v in enumerate(values):
+        r = http.infer(args.model, request(httpclient, v), sequence_id=args.sequence_id,
+                       sequence_start=n == 0, sequence_end=n == len(values) - 1)
+        answers.append(r.as_numpy("OUTPUT").reshape(-1).tolist())
+    out["rest"] = answers
+    answers = []
+    for n, v in enumerate(values):
+        r = grpc.infer(args.model, request(grpcclient, v), sequence_id=args.sequence_id + 1,
+                       sequence_start=n == 0, sequence_end=n == len(values) - 1)
+        answers.append(r.as_numpy("OUTPUT").reshape(-1).tolist())
+    out["grpc"] = answers
+
+    import queue
+    results = queue.Queue()
+    grpc.start_stream(callback=lambda result, error: results.put((result, error)))
+    for n, v in enumerate(values):
+        grpc.async_stream_infer(args.model, request(grpcclient, v), sequence_id=args.sequence_id + 2,
+                                sequence_start=n == 0, sequence_end=n == len(values) - 1)
+    answers = []
+    for _ in values:
+        result, error = results.get(timeout=60)
+        if error is not None:
+            raise RuntimeError(f"stream: {error}")
+        answers.append(result.as_numpy("OUTPUT").reshape(-1).tolist())
+    grpc.stop_stream()
+    out["stream"] = answers
+    return out
+
+
+def check_shm(args):
+    """`simple` with inputs and outputs in system shared memory, registered over REST and gRPC;
+    the regions are in the pod's /dev/shm, which this container shares with the sidecar."""
+    import tritonclient.utils.shared_memory as shm
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 3, dtype=np.int32)
+    size = a.nbytes
+    out = {}
+    for proto in ("rest", "grpc"):
+        module = httpclient if proto == "rest" else grpcclient
+        client = (httpclient.InferenceServerClient(f"{args.host}:8000") if proto == "rest"
+                  else grpcclient.InferenceServerClient(f"{args.host}:8001"))
+        key = f"/e2e_{proto}"
+        ih = shm.create_shared_memory_region(f"in_{proto}", key + "_in", size * 2)
+        oh = shm.create_shared_memory_region(f"out_{proto}", key + "_out", size * 2)
+        try:
+            shm.set_shared_memory_region(ih, [a, b])
+            client.unregister_system_shared_memory()
+            client.register_system_shared_memory(f"in_{proto}", key + "_in", size * 2)
+            client.register_system_shared_memory(f"out_{proto}", key + "_out", size * 2)
+            inputs = [module.InferInput("INPUT0", [1, 16], "INT32"),
+                      module.InferInput("INPUT1", [1, 16], "INT32")]
+            inputs[0].set_shared_memory(f"in_{proto}", size)
+            inputs[1].set_shared_memory(f"in_{proto}", size, offset=size)
+            outputs = [module.InferRequestedOutput("OUTPUT0"), module.InferRequestedOutput("OUTPUT1")]
+            outputs[0].set_shared_memory(f"out_{proto}", size)
+            outputs[1].set_shared_memory(f"out_{proto}", size, offset=size)
+            client.infer(args.model, inputs, outputs=outputs)
+            got0 = shm.get_contents_as_numpy(oh, np.int32, [1, 16])
+            got1 = shm.get_contents_as_numpy(oh, np.int32, [1, 16], offset=size)
+            status = client.get_system_shared_memory_status()
+            out[proto] = {"OUTPUT0": got0.tolist(), "OUTPUT1": got1.tolist(),
+                          "registered": len(status) if isinstance(status, list)
+                          else len(status.regions)}
+            client.unregister_system_shared_memory()
+        finally:
+            shm.destroy_shared_memory_region(ih)
+            shm.destroy_shared_memory_region(oh)
+    return out
+
+
+def check_large(args):
+    """identity_fp32 with a million elements, binary over REST and over gRPC; answers compared
+    here, element by element."""
+    http, grpc = clients(args.host)
+    # identity_fp32 takes one dimension of any length (no batching).
+    x = np.arange(args.elements, dtype=np.float32) * 0.5 - 7.0
+    hi = httpclient.InferInput("INPUT0", list(x.shape), "FP32")
+    hi.set_data_from_numpy(x, binary_data=True)
+    r = http.infer(args.model, [hi], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)])
+    rest_ok = bool(np.array_equal(r.as_numpy("OUTPUT0"), x))
+    gi = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+    gi.set_data_from_numpy(x)
+    r = grpc.infer(args.model, [gi])
+    grpc_ok = bool(np.array_equal(r.as_numpy("OUTPUT0"), x))
+    return {"elements": args.elements, "rest_equal": rest_ok, "grpc_equal": grpc_ok,
+            "bytes": int(x.nbytes)}
+
+
+def check_metrics(args):
+    """The sidecar's Prometheus metrics at HOST:PORT (a pod's address: not in the Service)."""
+    with urllib.request.urlopen(f"http://{args.host}:{args.port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("infergate_staging") and " " in line:
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    return values
+
+
+CHECKS = {"binary": check_binary, "classification": check_classification,
+          "sequence": check_sequence, "shm": check_shm, "large": check_large,
+          "metrics": check_metrics}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("check", choices=sorted(CHECKS))
+    p.add_argument("host")
+    p.add_argument("--model", default="simple")
+    p.add_argument("--classes", type=int, default=2)
+    p.add_argument("--elements", type=int, default=16)
+    p.add_argument("--sequence-id", type=int, default=1000)
+    p.add_argument("--port", type=int, default=8002)
+    args = p.parse_args()
+    print(json.dumps(CHECKS[args.check](args)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""A client pod calls each Service over REST and gRPC with the clients users have (tritonclient),
+and the client container of examples/triton-shm.yaml uses the pod's /dev/shm."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import scenario
+
+NS = scenario.NS
+
+
+def expected_simple():
+    a = list(range(16))
+    return [[x + 3 for x in a]], [[x - 3 for x in a]]
+
+
+# The models each example serves: examples/triton.yaml and sequence.yaml list theirs
+# (`spec.models` then names every model served), the others serve the whole repository.
+@pytest.mark.parametrize("service,model", [("triton", "classifier"), ("triton-shm", "simple"),
+                                           ("mlserver", "simple")])
+def test_binary_tensor_data(kube, client, service, model):
+    """Binary tensor data both ways; MLServer has no binary data of its own: the sidecar adds it."""
+    host = scenario.service_ip(kube, service)
+    got = scenario.call(kube, "calls.py", "binary", host, "--model", model, "--elements", "4")
+    if model == "simple":
+        add, sub = expected_simple()
+        want = {"OUTPUT0": add, "OUTPUT1": sub}
+    else:
+        want = {"OUTPUT0": got["input"]}
+    for proto in ("rest", "grpc"):
+        assert got[proto] == want, (proto, got)
+    assert got["rest_binary_outputs"], got
+
+
+def _top(values, labels, k):
+    ranked = sorted(range(len(values)), key=lambda i: (-values[i], i))[:k]
+    if labels is None:
+        return [f"{values[i]:f}:{i}" for i in ranked]
+    return [f"{values[i]:f}:{i}:{labels[i]}" for i in ranked]
+
+
+@pytest.mark.parametrize("service", ["triton", "mlserver"])
+def test_classification(kube, client, service):
+    """class_count 3 on the classifier, done by the sidecar: value and index, and for Triton the
+    label from the user's label file (examples/triton.yaml's labels ConfigMap; the MLServer
+    example names none)."""
+    host = scenario.service_ip(kube, service)
+    got = scenario.call(kube, "calls.py", "classification", host, "--model", "classifier",
+                        "--classes", "3", "--elements", "4")
+    labels = None
+    if service == "triton":
+        labels_file = kube.work / "repositories" / "triton" / "classifier" / "labels.txt"
+        labels = labels_file.read_text().splitlines()
+    want = _top(got["input"], labels, 3)
+    assert got["rest"] == want, got
+    assert got["grpc"] == want, got
+
+
+def test_whole_sequence(kube, client):
+    """Sequences of four requests on the two-replica example (simple_sequence, Triton's sequence
+    batcher), over REST, unary gRPC and a gRPC stream. Each replica's batcher refuses a request
+    without START for a sequence it has not seen, so a whole sequence answers only if ClientIP
+    affinity keeps it on one replica. The model answers (INPUT + START) * READY."""
+    host = scenario.service_ip(kube, "sequence")
+    for sequence_id in (1000, 2000, 3000):
+        got = scenario.call(kube, "calls.py", "sequence", host, "--model", "simple_sequence",
+                            "--sequence-id", str(sequence_id))
+        want = [[v + (1 if n == 0 else 0)] for n, v in enumerate(got["values"])]
+        assert got["rest"] == want, got
+        assert got["grpc"] == want, got
+        assert got["stream"] == want, got
+
+
+def shm_pod(kube) -> str:
+    (pod,) = kube.running_pods(NS, "app.kubernetes.io/instance=triton-shm")
+    return pod["metadata"]["name"]
+
+
+def test_system_shared_memory_from_a_container_of_the_pod(kube, served):
+    """The documented way: a client container in the pod, sharing its /dev/shm, registers its
+    regions with the sidecar on localhost, over REST and gRPC."""
+    pod = shm_pod(kube)
+    got = scenario.call(kube, "calls.py", "shm", "localhost", "--model", "simple",
+                        pod=pod, container="client")
+    add, sub = expected_simple()
+    for proto in ("rest", "grpc"):
+        assert got[proto]["OUTPUT0"] == add and got[proto]["OUTPUT1"] == sub, got
+        assert got[proto]["registered"] == 2, got
+
+
+def test_examples_own_client_runs_perf_analyzer_over_shared_memory(kube, served):
+    """examples/triton-shm.yaml's client container runs perf_analyzer --shared-memory=system in
+    a loop. Its first run starts with the pod, before the sidecar has found the models (an error
+    in its log: the client does not wait for readiness); the next, a minute later, must report."""
+    pod = shm_pod(kube)
+
+    def reported():
+        log = kube.kubectl("logs", "-n", NS, pod, "-c", "client").stdout
+        return log if re.search(r"Concurrency: 4, throughput: [0-9.]+ infer/sec", log) else None
+
+    log = kube.wait_until("a perf_analyzer report in the client's log", reported, timeout=300,
+                          interval=3)
+    report = log[log.rindex("*** Measurement Settings ***"):]
+    assert "error" not in report.lower(), report
+    for concurrency in (1, 2, 3, 4):
+        assert re.search(rf"Concurrency: {concurrency}, throughput: [0-9.]+ infer/sec", report), report
+
+
+def test_large_tensor_goes_through_the_staging_pool(kube, client):
+    """identity_fp32 with 1M elements through the triton-shm Service: the answers are exact, and
+    the sidecar's own metrics show the tensor bytes went through its staging pool in /dev/shm."""
+    (pod,) = kube.running_pods(NS, "app.kubernetes.io/instance=triton-shm")
+    ip = pod["status"]["podIP"]
+    before = scenario.call(kube, "calls.py", "metrics", ip)
+    assert before.get("infergate_staging_pool_active") == 1.0, before
+    host = scenario.service_ip(kube, "triton-shm")
+    got = scenario.call(kube, "calls.py", "large", host, "--model", "identity_fp32",
+                        "--elements", str(1 << 20))
+    assert got["rest_equal"] and got["grpc_equal"], got
+    after = scenario.call(kube, "calls.py", "metrics", ip)
+
+    # Two calls, each with 4 MiB in and 4 MiB out.
+    for direction in ("input", "output"):
+        key = f'infergate_staging_bytes_total{{direction="{direction}"}}'
+        assert after[key] - before[key] >= 2 * got["bytes"], (direction, before, after)
