@@ -261,25 +261,13 @@ shutdownGracePeriod: 0s
     def stop(self):
         by_name = dict(self.procs)
         for name in ("kube-proxy", "kubelet"):
-            proc = by_name.get(name)
-            if proc and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            _terminate(by_name.get(name))
         # Whatever pods are left: their containers, then their sandboxes (the CNI teardown
         # releases the addresses and the per-pod iptables chains).
-        if by_name.get("containerd") and by_name["containerd"].poll() is None:
+        containerd = by_name.get("containerd")
+        if containerd and containerd.poll() is None:
             self._remove_all_containers()
-            proc = by_name["containerd"]
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            _terminate(containerd)
         self.procs.clear()
         # kube-proxy's own chains, removed by kube-proxy itself.
         run(str(self.bin / "kube-proxy"), "--cleanup", check=False)
@@ -301,6 +289,18 @@ shutdownGracePeriod: 0s
             self.ctr("tasks", "delete", "--force", line.split()[0], check=False)
         for cid in self.ctr("containers", "ls", "-q", check=False).stdout.split():
             self.ctr("containers", "delete", cid, check=False)
+
+
+def _terminate(proc: subprocess.Popen | None):
+    """SIGTERM to a process group, SIGKILL after 20 s."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 # ---------------------------------------------------------------- host cleanup

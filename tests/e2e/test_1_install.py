@@ -34,7 +34,7 @@ def test_operator_runs_as_the_charts_pods(kube, release):
     assert holder in {p["metadata"]["name"] for p in pods}, holder
 
 
-def test_images_are_the_dockerfiles_builds(kube, release, images):
+def test_images_are_the_dockerfiles_builds(kube, release, served, images):
     """The operator's and the sidecars' containers run the images podman built from
     docker/*.Dockerfile (same image ID), not some other build."""
     running = {}
@@ -42,6 +42,6 @@ def test_images_are_the_dockerfiles_builds(kube, release, images):
         for status in pod["status"].get("containerStatuses", []) + \
                 pod["status"].get("initContainerStatuses", []):
             running.setdefault(status["image"], set()).add(status["imageID"])
-    for image in (scenario.OPERATOR_IMAGE,):
+    for image in (scenario.OPERATOR_IMAGE, scenario.SIDECAR_IMAGE):
         _, built = images[image]
         assert any(built in i for i in running.get(image, ())), (image, built, running)
