@@ -13,6 +13,7 @@ use infergate_proto::inference::grpc_inference_service_server::{
 use infergate_proto::inference::model_metadata_response::TensorMetadata;
 use infergate_proto::inference::model_repository_parameter::ParameterChoice as RepoParam;
 use infergate_proto::inference::*;
+use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{convert, stream};
@@ -30,9 +31,14 @@ pub struct Inference {
     state: SharedState,
 }
 
+/// The inference service. Requests may be compressed with gzip or deflate (`grpc-encoding`), as
+/// Triton accepts them; the message limit holds for the decompressed message. Answers are not
+/// compressed, as Triton's are not by default (`--grpc-infer-response-compression-level none`).
 pub fn inference_service(state: SharedState) -> GrpcInferenceServiceServer<Inference> {
     let limit = usize::try_from(state.limits.max_grpc_message_bytes).unwrap_or(usize::MAX);
     GrpcInferenceServiceServer::new(Inference { state })
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate)
         .max_decoding_message_size(limit)
         .max_encoding_message_size(limit)
 }
