@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use infergate_proto::config::{BackendConfig, SidecarConfig, UpstreamConfig};
+use infergate_proto::config::{BackendConfig, ModelControlMode, SidecarConfig, UpstreamConfig};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -73,6 +73,10 @@ pub struct Args {
     /// Let clients register system shared-memory regions (`--allow-client-shm` or `=true`).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub allow_client_shm: Option<bool>,
+    /// Whether clients may load and unload models: none (the default, as Triton's), explicit or
+    /// poll (Triton's `--model-control-mode`; none and poll refuse load and unload).
+    #[arg(long, value_name = "MODE")]
+    pub model_control_mode: Option<ModelControlMode>,
     /// Seconds in-flight requests get to finish after SIGTERM.
     #[arg(long)]
     pub shutdown_grace_seconds: Option<u64>,
@@ -131,6 +135,9 @@ impl Args {
         }
         if let Some(v) = self.allow_client_shm {
             s.allow_client_shm = v;
+        }
+        if let Some(v) = self.model_control_mode {
+            s.model_control_mode = v;
         }
         if let Some(v) = self.shutdown_grace_seconds {
             s.shutdown_grace_seconds = v;

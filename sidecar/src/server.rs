@@ -59,6 +59,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
     );
     if let Some(state) = Arc::get_mut(&mut state) {
         state.upstream = upstream;
+        state.model_control = config.server.model_control_mode;
     }
     Ok(state)
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use infergate_proto::config::Limits;
+use infergate_proto::config::{Limits, ModelControlMode};
 
 use crate::core::repository::Repository;
 use crate::telemetry::LogControl;
@@ -81,6 +81,23 @@ pub struct AppState {
     pub shm: crate::shm::Registry,
     /// The model container this sidecar fronts, when the backend is `upstream`.
     pub upstream: Option<UpstreamHandle>,
+    /// Whether clients may load and unload models.
+    pub model_control: ModelControlMode,
+}
+
+impl AppState {
+    /// Triton's answer to a load or unload its model control mode does not allow (it names
+    /// polling in `none` mode too).
+    pub fn check_model_control(&self) -> crate::error::Result<()> {
+        match self.model_control {
+            ModelControlMode::Explicit => Ok(()),
+            ModelControlMode::None | ModelControlMode::Poll => {
+                Err(crate::error::Error::unavailable(
+                    "explicit model load / unload is not allowed if polling is enabled",
+                ))
+            }
+        }
+    }
 }
 
 /// What the upstream discovery task needs.
@@ -217,6 +234,7 @@ impl AppState {
             log,
             shm: crate::shm::Registry::new(allow_client_shm, shm_limits, cuda),
             upstream: None,
+            model_control: ModelControlMode::None,
         })
     }
 }

@@ -255,7 +255,7 @@ def _wait_ready(http_addr: str, deadline: float, proc: Optional[subprocess.Popen
     return False
 
 
-def _start_sidecar(tmp_dir: Path) -> Server:
+def _start_sidecar(tmp_dir: Path, model_control: Optional[str] = "explicit") -> Server:
     binary = Path(os.environ.get("INFERGATE_SIDECAR_BIN", str(DEFAULT_SIDECAR_BIN)))
     if not binary.exists():
         pytest.exit(
@@ -271,6 +271,10 @@ def _start_sidecar(tmp_dir: Path) -> Server:
         "--log-format", "json",
         "--allow-client-shm",  # client shared memory is opt-in (TRITON.md §0.7)
     ]
+    # Clients may load and unload models, as with Triton in explicit mode (its QA's model control
+    # tests run so); the default, none, refuses them (test_model_control_mode.py).
+    if model_control is not None:
+        args += ["--model-control-mode", model_control]
     args += shlex.split(os.environ.get("INFERGATE_SIDECAR_ARGS", ""))
     timeout = float(os.environ.get("INFERGATE_STARTUP_TIMEOUT", "30"))
     log_path = tmp_dir / "sidecar.log"

@@ -139,7 +139,7 @@ def sidecar_config(grpc_port: int, labels_path) -> str:
     sidecar, labelled outputs read from labels_path(model, filename). JSON flow values are YAML."""
     lines = [
         "server: {host: 127.0.0.1, http_port: 0, grpc_port: 0, metrics_port: 0, admin_port: 0, "
-        "allow_client_shm: true, log_format: json}",
+        "allow_client_shm: true, model_control_mode: explicit, log_format: json}",
         "backend:",
         "  kind: upstream",
         f"  url: grpc://127.0.0.1:{grpc_port}",

@@ -115,7 +115,7 @@ esac
 import json, os, sys
 repo, url, rest_url = sys.argv[1], sys.argv[2], sys.argv[3]
 print("server: {host: 127.0.0.1, http_port: 0, grpc_port: 0, metrics_port: 0, admin_port: 0, "
-      "allow_client_shm: true, log_format: json}")
+      "allow_client_shm: true, model_control_mode: explicit, log_format: json}")
 print("backend:")
 print("  kind: upstream")
 print(f"  url: {url}")

@@ -45,6 +45,8 @@ pub struct ServerSettings {
     pub shutdown_grace_seconds: u64,
     /// Let clients register shared-memory regions (off by default, as in Triton).
     pub allow_client_shm: bool,
+    /// Whether clients may load and unload models (Triton's `--model-control-mode`).
+    pub model_control_mode: ModelControlMode,
     /// Threads that serve requests (the async runtime's workers); 0: one per CPU the process
     /// may use. One by default: a sidecar shares its cores with the model server, and for small
     /// tensors one worker answers sooner than two that hand connections to each other
@@ -66,7 +68,44 @@ impl Default for ServerSettings {
             log_format: "text".to_string(),
             shutdown_grace_seconds: 30,
             allow_client_shm: false,
+            model_control_mode: ModelControlMode::None,
             worker_threads: 1,
+        }
+    }
+}
+
+/// Triton's `--model-control-mode`, as far as clients see it. `none` (Triton's default, and this
+/// one's) and `poll` refuse the repository API's load and unload with `UNAVAILABLE` (HTTP 503);
+/// `explicit` allows them. Whatever the mode, the sidecar starts with every model loaded (with the
+/// built-in catalog, as Triton in explicit mode with `--load-model=*`), and in front of a model
+/// server loading stays with the model container.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelControlMode {
+    #[default]
+    None,
+    Explicit,
+    Poll,
+}
+
+impl ModelControlMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelControlMode::None => "none",
+            ModelControlMode::Explicit => "explicit",
+            ModelControlMode::Poll => "poll",
+        }
+    }
+}
+
+impl std::str::FromStr for ModelControlMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(ModelControlMode::None),
+            "explicit" => Ok(ModelControlMode::Explicit),
+            "poll" => Ok(ModelControlMode::Poll),
+            other => Err(format!("'{other}': expected none, explicit or poll")),
         }
     }
 }

@@ -288,6 +288,8 @@ impl GrpcInferenceService for Inference {
                 }
             }
         }
+        // Triton checks its mode once the request is read, before anything else.
+        self.state.check_model_control()?;
         if files {
             return Err(Repository::file_overrides_refused(&r.model_name).into());
         }
@@ -313,6 +315,7 @@ impl GrpcInferenceService for Inference {
             )
             .into());
         }
+        self.state.check_model_control()?;
         self.state.repository.unload(&r.model_name)?;
         Ok(Response::new(RepositoryModelUnloadResponse {}))
     }

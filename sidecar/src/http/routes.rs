@@ -509,6 +509,8 @@ async fn load(State(st): State<SharedState>, Path(model): Path<String>, body: Bo
                 ));
             }
         }
+        // Triton checks its mode once the request is read, before anything else.
+        st.check_model_control()?;
         if files {
             return Err(Repository::file_overrides_refused(&model));
         }
@@ -526,6 +528,7 @@ async fn load(State(st): State<SharedState>, Path(model): Path<String>, body: Bo
 async fn unload(State(st): State<SharedState>, Path(model): Path<String>, body: Body) -> Response {
     let result = async {
         optional_json(body, st.limits.http_body_timeout()).await?;
+        st.check_model_control()?;
         st.repository.unload(&model)?;
         tracing::info!(model = %model, "model unloaded");
         Ok(empty_json_ok())
