@@ -7,8 +7,9 @@ TCP throughput on one stream) in the same run.
 
 Writes, into --out: results.csv (every measurement), summary.csv (medians per row), summary.md (the
 table with ratios), throughput.png (the chart), machine.json (limits, CPU, versions). On the JSON
-rows, where wrk counts every request, it also records the CPU each call cost the system, the model
-server behind a front, and wrk (a table of its own in summary.md).
+rows (exactly, wrk counts every request) and the perf_analyzer rows (approximately, from its rate),
+it also records the CPU each call cost the system, the model server behind a front, and the client
+(a table of its own in summary.md).
 
 Run it through bench/run, which installs and builds what it needs and sets:
   INFERGATE_SIDECAR_BIN PERF_ANALYZER WRK NGINX_BIN NOOP_SERVER TRITON_BIN TRITON_HOME
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +129,43 @@ def machine_ticks() -> list[int]:
     softirq, steal (in clock ticks, all cores)."""
     with open("/proc/stat") as f:
         return [int(v) for v in f.readline().split()[1:9]]
+
+
+@dataclass
+class CpuSnapshot:
+    """CPU time so far: per process group, of this harness's children (the client), and of the
+    machine, to be subtracted from a later snapshot."""
+    groups: dict
+    children: resource.struct_rusage
+    machine: list
+
+    @staticmethod
+    def take() -> "CpuSnapshot":
+        return CpuSnapshot(cpu_by_group(), resource.getrusage(resource.RUSAGE_CHILDREN),
+                           machine_ticks())
+
+
+def cpu_per_call(system: System, before: CpuSnapshot, after: CpuSnapshot, calls: float) -> dict:
+    """CPU per call, in µs, between two snapshots: the system's own processes (a front's without
+    the model server behind it), that model server, and the client; and what the machine's cores
+    did (idle and interrupt shares)."""
+    if calls <= 0 or not system.procs:
+        return {}
+    per_call = 1e6 / calls
+    server0, server1 = (cpu_seconds(before.groups, system.own_procs()),
+                        cpu_seconds(after.groups, system.own_procs()))
+    upstream0, upstream1 = (cpu_seconds(before.groups, system.upstream),
+                            cpu_seconds(after.groups, system.upstream))
+    c0, c1 = before.children, after.children
+    machine = [b - a for a, b in zip(before.machine, after.machine)]
+    # Interrupt time (the loopback's packet delivery, mostly) is nobody's in /proc/PID/stat.
+    return {"machine_idle_pct": 100 * (machine[3] + machine[4]) / max(1, sum(machine)),
+            "machine_irq_pct": 100 * (machine[5] + machine[6]) / max(1, sum(machine)),
+            "server_cpu_us": (sum(server1) - sum(server0)) * per_call,
+            "server_sys_us": (server1[1] - server0[1]) * per_call,
+            "upstream_cpu_us": ((sum(upstream1) - sum(upstream0)) * per_call
+                                if system.upstream else None),
+            "client_cpu_us": (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) * per_call}
 
 
 def spawn(args: list[str], log: Path, env: dict | None = None, cwd: Path | None = None):
@@ -417,6 +456,31 @@ def start_noop(work: Path) -> System:
     return system
 
 
+# Systems that answer with recorded or constant messages, whatever was asked.
+RECORDED_ANSWERS = ("noop", "fixed", "proxy→fixed")
+
+
+def check_identity(system: System):
+    """One JSON call of identity_fp32 whose answer must equal its input. perf_analyzer does not
+    read the answers' bytes, so a server that answers wrongly (a Triton whose python backend
+    runs with a numpy it was not built for, say) would be measured as if it worked."""
+    values = [1.5, -2.0, 3.25, 1e6]
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [len(values)], "datatype": "FP32",
+                                   "data": values}]}).encode()
+    request = urllib.request.Request(f"http://{system.http}/v2/models/identity_fp32/infer", body,
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            answer = json.load(r)
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"{system.name}: identity_fp32 answered {e.code}: "
+                           f"{e.read()[:300].decode(errors='replace')}") from None
+    outputs = answer.get("outputs") or [{}]
+    if outputs[0].get("data") != values:
+        raise RuntimeError(f"{system.name}: identity_fp32 answered {json.dumps(answer)[:300]}, "
+                           f"not its input {values}")
+
+
 def record_http_answers(http_addr: str, into: Path):
     """The sidecar's REST answers for identity_fp32, for bench/noop-server."""
     into.mkdir(parents=True, exist_ok=True)
@@ -546,9 +610,15 @@ CASES = {
     # The same tensor; only its JSON body differs (the binary protocols send the same bytes).
     "identity_fp32[1M] random": Case("identity_fp32[1M] random", "identity_fp32",
                                      (("INPUT0", "FP32", (1048576,)),), 4 * 1048576, "random"),
+    # CUDA shared memory's large case (--protocols cuda): 64 MiB each way.
+    "identity_fp32[16M]": Case("identity_fp32[16M]", "identity_fp32",
+                               (("INPUT0", "FP32", (16 * 1048576,)),), 4 * 16 * 1048576),
     "simple": Case("simple", "simple", (("INPUT0", "INT32", (1, 16)), ("INPUT1", "INT32", (1, 16))), 64),
 }
 PROTOCOLS = ("http", "grpc", "shm", "json")
+# Asked for by name only (a GPU and a CUDA-capable server needed): perf_analyzer's inputs and
+# outputs in CUDA shared memory, over gRPC.
+EXTRA_PROTOCOLS = ("cuda",)
 
 
 # ----------------------------------------------------------------------------- drivers
@@ -561,8 +631,11 @@ def perf_analyzer(system: System, case: Case, protocol: str, concurrency: int, i
             "--concurrency-range", str(concurrency), "--measurement-mode", "time_windows",
             "--measurement-interval", str(interval_ms), "--max-trials", "3",
             "--stability-percentage", "999", "-f", str(out)]
-    if protocol == "shm":
-        args += ["--shared-memory", "system", "--output-shared-memory-size", str(case.output_bytes)]
+    if protocol in ("shm", "cuda"):
+        memory = "system" if protocol == "shm" else "cuda"
+        args += ["--shared-memory", memory, "--output-shared-memory-size", str(case.output_bytes)]
+    before = CpuSnapshot.take()
+    started = time.monotonic()
     try:
         # Three windows take seconds; perf_analyzer 2.45 sometimes stalls for good at
         # concurrency 8 against nginx's constant answers (both sides waiting with bytes queued).
@@ -570,12 +643,20 @@ def perf_analyzer(system: System, case: Case, protocol: str, concurrency: int, i
     except subprocess.TimeoutExpired:
         return {"throughput": 0.0, "p50_us": None, "p99_us": None,
                 "errors": "perf_analyzer stalled: no result in 180 s"}
+    elapsed = time.monotonic() - started
+    after = CpuSnapshot.take()
     if result.returncode != 0 or not out.exists():
         tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
         return {"throughput": 0.0, "p50_us": None, "p99_us": None, "errors": " | ".join(tail)}
     row = next(csv.DictReader(out.open()))
-    return {"throughput": float(row["Inferences/Second"]), "p50_us": float(row["p50 latency"]),
-            "p99_us": float(row["p99 latency"]), "errors": ""}
+    throughput = float(row["Inferences/Second"])
+    # perf_analyzer does not say how many calls it made in all: its rate over its whole run
+    # stands in (its start-up and the last window's drain are counted as calls, so these
+    # figures are somewhat high, never low).
+    calls = throughput * elapsed
+    return {"throughput": throughput, "p50_us": float(row["p50 latency"]),
+            "p99_us": float(row["p99 latency"]), "errors": "",
+            **cpu_per_call(system, before, after, calls)}
 
 
 _WRK_LATENCY = re.compile(r"^\s*(50|99)%\s+([\d.]+)(us|ms|s)\s*$")
@@ -596,15 +677,9 @@ def wrk_json(system: System, case: Case, concurrency: int, interval_ms: int, wor
     args = [os.environ["WRK"], "-t", str(min(concurrency, 2)), "-c", str(concurrency),
             "-d", f"{seconds}s", "--timeout", "30s", "--latency", "-s", str(script),
             f"http://{system.http}/v2/models/{case.model}/infer"]
-    groups0 = cpu_by_group()
-    client0, machine0 = resource.getrusage(resource.RUSAGE_CHILDREN), machine_ticks()
+    before = CpuSnapshot.take()
     result = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 60)
-    client1, machine1 = resource.getrusage(resource.RUSAGE_CHILDREN), machine_ticks()
-    groups1 = cpu_by_group()
-    server0, upstream0 = (cpu_seconds(groups0, system.own_procs()),
-                          cpu_seconds(groups0, system.upstream))
-    server1, upstream1 = (cpu_seconds(groups1, system.own_procs()),
-                          cpu_seconds(groups1, system.upstream))
+    after = CpuSnapshot.take()
     m = re.search(r"Requests/sec:\s+([\d.]+)", result.stdout)
     latency = {}
     for line in result.stdout.splitlines():
@@ -617,21 +692,8 @@ def wrk_json(system: System, case: Case, concurrency: int, interval_ms: int, wor
     if "status" in result.stderr:
         errors = (errors + " " + result.stderr.strip().splitlines()[0]).strip()
     done = re.search(r"(\d+) requests in", result.stdout)
-    cpu = {}
-    if done and int(done.group(1)) > 0 and system.procs:
-        # CPU per call, in µs: the system's own processes (a front's without the model server
-        # behind it), that model server, and wrk. Exact counts: wrk reports its requests.
-        per_call = 1e6 / int(done.group(1))
-        machine = [b - a for a, b in zip(machine0, machine1)]
-        # Interrupt time (the loopback's packet delivery, mostly) is nobody's in /proc/PID/stat.
-        cpu = {"machine_idle_pct": 100 * (machine[3] + machine[4]) / max(1, sum(machine)),
-               "machine_irq_pct": 100 * (machine[5] + machine[6]) / max(1, sum(machine)),
-               "server_cpu_us": (sum(server1) - sum(server0)) * per_call,
-               "server_sys_us": (server1[1] - server0[1]) * per_call,
-               "upstream_cpu_us": ((sum(upstream1) - sum(upstream0)) * per_call
-                                   if system.upstream else None),
-               "client_cpu_us": (client1.ru_utime + client1.ru_stime - client0.ru_utime
-                                 - client0.ru_stime) * per_call}
+    # Exact counts: wrk reports its requests.
+    cpu = cpu_per_call(system, before, after, int(done.group(1))) if done else {}
     return {"throughput": float(m.group(1)) if m and not errors else 0.0,
             "p50_us": latency.get("50"), "p99_us": latency.get("99"), "errors": errors, **cpu}
 
@@ -832,13 +894,15 @@ def cpu_table(summary: list[dict], systems: list[str]) -> list[str]:
                 and r["system"] != "proxy→fixed"]
     if not measured:
         return []
-    lines = ["", "CPU per call (wrk rows), µs of user + system time, medians: the system's own "
+    lines = ["", "CPU per call, µs of user + system time, medians: the system's own "
              "processes (a front's without the model server behind it; system time alone in "
-             "brackets), the model server behind a front, and wrk. Cores busy: their sum × "
+             "brackets), the model server behind a front, and the client (wrk on the json rows, "
+             "exact; perf_analyzer on the others, whose call count is its rate times its whole "
+             "run, start-up included, so a little high). Cores busy: their sum × "
              "infer/s. Machine-wide (/proc/stat): the share of all cores' time idle, and spent in "
              "interrupts (the loopback's packet delivery, mostly; no process is charged for it).",
              "", "| case | protocol | conc. | system | infer/s | own (kernel) | model server behind "
-             "| wrk | cores busy | idle | interrupts |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| client | cores busy | idle | interrupts |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     order = {s: i for i, s in enumerate(systems)}
     measured.sort(key=lambda r: (r["case"], r["protocol"], r["concurrency"], order[r["system"]]))
     for r in measured:
@@ -931,11 +995,19 @@ def main():
             ap.error(f"--variant {spec!r}: want NAME=ARGS with a NAME of its own")
         variants[name] = shlex.split(extra)
         systems_wanted.append(name)
+    unknown_cases = [c for c in args.cases.split(",") if c not in CASES]
+    if unknown_cases:
+        ap.error(f"unknown cases: {', '.join(unknown_cases)} (known: {', '.join(CASES)})")
     cases = [CASES[c] for c in args.cases.split(",")]
     protocols = args.protocols.split(",")
+    unknown_protocols = [p for p in protocols if p not in PROTOCOLS + EXTRA_PROTOCOLS]
+    if unknown_protocols:
+        ap.error(f"unknown protocols: {', '.join(unknown_protocols)}")
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="infergate-bench-"))
+    # A time limit's SIGTERM unwinds like ^C: the servers are stopped and the rows so far written.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     machine = {
         "cpu": platform.processor() or platform.machine(),
@@ -1050,6 +1122,9 @@ def main():
         if unknown:
             raise SystemExit(f"unknown systems: {', '.join(unknown)}")
         order = [s for s in systems_wanted if s in systems]
+        for name in order:
+            if name not in RECORDED_ANSWERS:
+                check_identity(systems[name])
         # A case that differs only in its JSON body is measured over JSON only.
         rows_wanted = [(case, protocol) for case in cases for protocol in protocols
                        if protocol == "json" or case.json_values == "halves"]
@@ -1081,24 +1156,29 @@ def main():
     finally:
         for s in systems.values():
             s.stop()
+        # Stopped early (a time limit's SIGTERM, ^C, a server that died): what was measured is
+        # still written.
+        if rows:
+            write_results(args.out, rows, systems_wanted, machine)
 
+
+def write_results(out: Path, rows: list[dict], systems_wanted: list[str], machine: dict):
     fields = ["round", "system", "case", "protocol", "concurrency", "throughput", "p50_us", "p99_us",
               "errors", *CPU_FIELDS]
-    with (args.out / "results.csv").open("w", newline="") as f:
+    with (out / "results.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
     summary = summarise(rows)
-    with (args.out / "summary.csv").open("w", newline="") as f:
+    with (out / "summary.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(summary[0].keys()) if summary else fields)
         w.writeheader()
         w.writerows(summary)
     order = [s for s in systems_wanted if any(r["system"] == s for r in summary)]
-    (args.out / "summary.md").write_text(markdown(summary, order, machine, rows))
-    (args.out / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
-    chart(summary, order, args.out / "throughput.png")
-    print((args.out / "summary.md").read_text())
-
+    (out / "summary.md").write_text(markdown(summary, order, machine, rows))
+    (out / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
+    chart(summary, order, out / "throughput.png")
+    print((out / "summary.md").read_text())
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The benchmark on a many-core machine with a GPU and no package registry, in one go, from a
+# folder made by bench/bundle.sh (docs/performance.md, "16 cores and a GPU"). Each phase has a
+# time limit, and what it measured is kept even when cut short:
+#   0. the machine: CPU, cores, GPU, and the GPU's copy bandwidth (the harness adds memcpy and
+#      loopback TCP to each phase's machine.json)
+#   1. CUDA shared memory (perf_analyzer --shared-memory cuda, gRPC): Triton alone, the sidecar in
+#      front of it (clients' handles passed through), the sidecar alone with its built-in models;
+#      16, 1M and 16M elements; c=1 and 8
+#   2. every system unpinned: the sidecar, Triton, the sidecar in front of Triton (staging pool
+#      on), the byte relay and h2-relay floors, the do-nothing server; 16 and 1M elements; HTTP,
+#      gRPC, system shared memory and JSON; c=1, 8 and 64
+#   3. pinned (PIN, default 0-3:4-7:8-15: client, front, Triton): Triton alone and through the
+#      sidecar; 16 and 1M; HTTP and gRPC; c=1 and 8
+# Usage: bench/gpu-machine.sh BUNDLE OUT
+# Writes into OUT: machine.txt, phase{1,2,3}.md (each phase's summary), results.tgz (every
+# phase's files) and run.log.
+set -uo pipefail
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+[ $# -eq 2 ] || { echo "usage: $0 BUNDLE OUT" >&2; exit 2; }
+BUNDLE="$(cd "$1" && pwd)"
+OUT="$(mkdir -p "$2" && cd "$2" && pwd)"
+PYTHON="${PYTHON:-python3}"
+INTERVAL_MS="${INTERVAL_MS:-400}"
+H="${INFERGATE_OFFLINE_HOME:-/tmp/infergate-offline}"
+RESULTS="$(mktemp -d)"
+exec > >(tee -a "$OUT/run.log") 2>&1
+log() { printf '[gpu-machine %s] %s\n' "$(date +%T)" "$*"; }
+keep() { # keep PHASE: its summary beside the archive of everything so far
+  [ -f "$RESULTS/$1/summary.md" ] && cp "$RESULTS/$1/summary.md" "$OUT/$1.md"
+  tar -C "$RESULTS" -czf "$OUT/results.tgz.tmp" . && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"
+}
+harness() { # harness PHASE SECONDS [harness arguments]: one bench/offline-run.sh, time-boxed
+  local phase=$1 seconds=$2
+  shift 2
+  log "$phase: $*"
+  timeout --kill-after=20 "$seconds" "$REPO_ROOT/bench/offline-run.sh" "$BUNDLE" \
+    --out "$RESULTS/$phase" --interval-ms "$INTERVAL_MS" "$@"
+  local rc=$?
+  keep "$phase"
+  log "$phase: exit $rc"
+  return $rc
+}
+
+log "0: the machine"
+{
+  echo "cores: $(nproc)"
+  grep -m1 'model name' /proc/cpuinfo
+  uname -r
+  free -g | head -2
+  nvidia-smi -L 2>&1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv 2>&1
+  timeout 120 "$PYTHON" - <<'PY' 2>&1
+import time
+
+import torch
+
+def rate(copy, nbytes, n=20):
+    for _ in range(3):
+        copy()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        copy()
+    torch.cuda.synchronize()
+    return n * nbytes / (time.perf_counter() - start) / 1e9
+
+size = 1 << 30
+a = torch.empty(size, dtype=torch.uint8, device="cuda")
+b = torch.empty_like(a)
+print(f"GPU device-to-device copy: {rate(lambda: b.copy_(a), size):.0f} GB/s copied "
+      "(read and write: twice that)")
+host = torch.empty(256 << 20, dtype=torch.uint8, pin_memory=True)
+dev = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+print(f"host to GPU, page-locked: {rate(lambda: dev.copy_(host, non_blocking=True), 256 << 20):.1f} GB/s")
+print(f"GPU to host, page-locked: {rate(lambda: host.copy_(dev, non_blocking=True), 256 << 20):.1f} GB/s")
+pageable = torch.empty(256 << 20, dtype=torch.uint8)
+print(f"host to GPU, pageable: {rate(lambda: dev.copy_(pageable), 256 << 20, 5):.1f} GB/s")
+PY
+} > "$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+
+FRONT="sidecar→triton+pool"
+harness phase1 "${PHASE1_S:-120}" --systems "triton,$FRONT,sidecar" \
+  --cases 'identity_fp32[16],identity_fp32[1M],identity_fp32[16M]' --protocols cuda \
+  --concurrency 1,8
+triton_ok=1
+if ! grep -q '^[0-9]*,triton,' "$RESULTS/phase1/results.csv" 2>/dev/null; then
+  triton_ok=0
+  log "no Triton rows in phase 1: the later phases run without Triton"
+fi
+# tritonclient (with the machine's grpcio and protobuf) drives the relays' and the noop server's
+# readiness checks.
+client_ok=1
+PYTHONPATH="$H/tritonclient" "$PYTHON" -c 'import tritonclient.grpc' ||
+  { client_ok=0; log "tritonclient.grpc does not import: no relays and no noop server"; }
+systems="sidecar"
+[ $triton_ok = 1 ] && systems="$systems,triton,$FRONT"
+[ $triton_ok = 1 ] && [ $client_ok = 1 ] && systems="$systems,relay→triton,h2relay→triton"
+[ $client_ok = 1 ] && systems="$systems,noop"
+harness phase2 "${PHASE2_S:-300}" --systems "$systems" \
+  --cases 'identity_fp32[16],identity_fp32[1M]' --protocols http,grpc,shm,json \
+  --concurrency 1,8,64
+if [ $triton_ok = 1 ]; then
+  PIN="${PIN:-0-3:4-7:8-15}" harness phase3 "${PHASE3_S:-90}" --systems "triton,$FRONT" \
+    --cases 'identity_fp32[16],identity_fp32[1M]' --protocols http,grpc --concurrency 1,8
+fi
+log "done"
