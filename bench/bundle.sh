@@ -9,9 +9,9 @@
 #                        match size of output"
 #   tools.tar.xz         perf_analyzer 2.45 and wrk, with the libraries they need beyond glibc,
 #                        libstdc++, OpenSSL 3 and zlib (libb64, libcudart 12, LuaJIT)
-#   tritonclient.tar.xz  tritonclient's Python package (the harness's gRPC readiness checks and
-#                        the noop server's recorded answers; grpcio and protobuf come from the
-#                        machine)
+#   tritonclient.tar.xz  tritonclient's Python package and python-rapidjson (the harness's gRPC
+#                        readiness checks and the noop server's recorded answers; grpcio,
+#                        protobuf and numpy come from the machine)
 # Usage: bench/bundle.sh DIR     (about 40 MB; BUNDLE_PYTHON=3.12 by default)
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -68,6 +68,14 @@ for lib in libb64.so.0d libluajit-5.1.so.2; do
 done
 pack tools "$STAGE/tools"
 
+# tritonclient's own files, and python-rapidjson (it imports it) for the target Python.
 SITE="$("$TEST_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-tar -C "$SITE" -cf - --exclude=__pycache__ tritonclient | xz -9 > "$DEST/tritonclient.tar.xz"
+mkdir -p "$STAGE/tritonclient"
+cp -r "$SITE/tritonclient" "$STAGE/tritonclient/"
+find "$STAGE/tritonclient" -name __pycache__ -prune -exec rm -rf {} +
+"$TEST_VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
+  --only-binary=:all: --python-version "$BUNDLE_PYTHON" --implementation cp \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$STAGE/wheel" python-rapidjson
+(cd "$STAGE/tritonclient" && "$TEST_VENV/bin/python" -m zipfile -e "$STAGE"/wheel/python_rapidjson-*.whl .)
+pack tritonclient "$STAGE/tritonclient"
 log "done: $(du -sh "$DEST" | cut -f1) in $DEST"

@@ -8,8 +8,9 @@
 #      front of it (clients' handles passed through), the sidecar alone with its built-in models;
 #      16, 1M and 16M elements; c=1 and 8
 #   2. every system unpinned: the sidecar, Triton, the sidecar in front of Triton (staging pool
-#      on), the byte relay and h2-relay floors, the do-nothing server; 16 and 1M elements; HTTP,
-#      gRPC, system shared memory and JSON; c=1, 8 and 64
+#      and REST for small calls; also with a worker per CPU), the byte relay and h2-relay floors,
+#      the do-nothing server; 16 and 1M elements; HTTP, gRPC, system shared memory and JSON; c=1,
+#      8 and 64
 #   3. pinned (PIN, default 0-3:4-7:8-15: client, front, Triton): Triton alone and through the
 #      sidecar; 16 and 1M; HTTP and gRPC; c=1 and 8
 # Usage: bench/gpu-machine.sh BUNDLE OUT
@@ -80,7 +81,9 @@ PY
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
-FRONT="sidecar→triton+pool"
+# The front as deployed: the staging pool, and REST for calls of at most 64 KiB of tensor data
+# (the operator's spec.upstream.restPort).
+FRONT="sidecar→triton+pool+rest"
 harness phase1 "${PHASE1_S:-120}" --systems "triton,$FRONT,sidecar" \
   --cases 'identity_fp32[16],identity_fp32[1M],identity_fp32[16M]' --protocols cuda \
   --concurrency 1,8
@@ -98,7 +101,11 @@ systems="sidecar"
 [ $triton_ok = 1 ] && systems="$systems,triton,$FRONT"
 [ $triton_ok = 1 ] && [ $client_ok = 1 ] && systems="$systems,relay→triton,h2relay→triton"
 [ $client_ok = 1 ] && systems="$systems,noop"
-harness phase2 "${PHASE2_S:-300}" --systems "$systems" \
+# The same front with a worker per CPU (--worker-threads 0) beside it: one worker, the default
+# for pods that share their cores, is full at 1M and c=64 on this machine.
+variant=()
+[ $triton_ok = 1 ] && variant=(--variant 'w0=--worker-threads 0')
+harness phase2 "${PHASE2_S:-300}" --systems "$systems" "${variant[@]}" \
   --cases 'identity_fp32[16],identity_fp32[1M]' --protocols http,grpc,shm,json \
   --concurrency 1,8,64
 if [ $triton_ok = 1 ]; then

@@ -622,6 +622,9 @@ EXTRA_PROTOCOLS = ("cuda",)
 
 
 # ----------------------------------------------------------------------------- drivers
+PA_STALL_S = 60
+
+
 def perf_analyzer(system: System, case: Case, protocol: str, concurrency: int, interval_ms: int,
                   work: Path) -> dict:
     out = work / "pa.csv"
@@ -638,11 +641,12 @@ def perf_analyzer(system: System, case: Case, protocol: str, concurrency: int, i
     started = time.monotonic()
     try:
         # Three windows take seconds; perf_analyzer 2.45 sometimes stalls for good at
-        # concurrency 8 against nginx's constant answers (both sides waiting with bytes queued).
-        result = subprocess.run(args, capture_output=True, text=True, timeout=180)
+        # concurrency 8 against constant answers (nginx's, and bench/noop-server's on a 16-core
+        # machine: both sides waiting with bytes queued). A minute is far more than any row needs.
+        result = subprocess.run(args, capture_output=True, text=True, timeout=PA_STALL_S)
     except subprocess.TimeoutExpired:
         return {"throughput": 0.0, "p50_us": None, "p99_us": None,
-                "errors": "perf_analyzer stalled: no result in 180 s"}
+                "errors": f"perf_analyzer stalled: no result in {PA_STALL_S} s"}
     elapsed = time.monotonic() - started
     after = CpuSnapshot.take()
     if result.returncode != 0 or not out.exists():
