@@ -100,8 +100,9 @@ wait_ready "http://127.0.0.1:$TRITON_HTTP_PORT/v2/health/ready" "$TRITON_PID" "$
   fail "tritonserver did not become ready" "$WORK/triton.log"
 log "tritonserver ready after $((SECONDS - started)) s"
 
-# Sidecar configuration: every model of the repository, the classifier with its labels
-# (the sidecar classifies; it needs the label file by output name).
+# Sidecar configuration: every model of the repository, with no labels: Triton lists the
+# classification extension, so it classifies with its own label files
+# (test_classification_upstream.py compares every answer with Triton's).
 REST_URL=""
 case "${INFERGATE_UPSTREAM_PROTOCOL:-grpc}" in
   http) UPSTREAM_URL="http://127.0.0.1:$TRITON_HTTP_PORT" ;;
@@ -126,11 +127,7 @@ print(f"  staging_shm_bytes: {os.environ.get('INFERGATE_STAGING_SHM_BYTES', 64 <
 print(f"  staging_min_bytes: {os.environ.get('INFERGATE_STAGING_MIN_BYTES', 0)}")
 print("  models:")
 for name in sorted(os.listdir(repo)):
-    entry = {"name": name}
-    labels = os.path.join(repo, name, "labels.txt")
-    if os.path.exists(labels):
-        entry["labels"] = {"OUTPUT0": labels}
-    print(f"    - {json.dumps(entry)}")
+    print(f"    - {json.dumps({'name': name})}")
 PY
 
 "$SIDECAR_BIN" --config "$WORK/sidecar.yaml" >"$WORK/sidecar.log" 2>&1 </dev/null &
@@ -165,11 +162,11 @@ export INFERGATE_HTTP_URL="$SIDECAR_HTTP" INFERGATE_GRPC_URL="$SIDECAR_GRPC" \
   INFERGATE_TRITON_HTTP_URL="127.0.0.1:$TRITON_HTTP_PORT" \
   INFERGATE_TRITON_GRPC_URL="127.0.0.1:$TRITON_GRPC_PORT"
 if [ "$#" -eq 0 ]; then
-  log "staging pool, call route and decoupled checks (tests/upstream/test_staging.py, test_routes.py, test_decoupled_upstream.py)"
+  log "staging pool, call route, decoupled and classification checks (tests/upstream/test_staging.py, test_routes.py, test_decoupled_upstream.py, test_classification_upstream.py)"
   set +e
   INFERGATE_UPSTREAM_PROTOCOL="${INFERGATE_UPSTREAM_PROTOCOL:-grpc}" \
     "$TEST_VENV/bin/python" -m pytest tests/upstream/test_staging.py tests/upstream/test_routes.py \
-    tests/upstream/test_decoupled_upstream.py \
+    tests/upstream/test_decoupled_upstream.py tests/upstream/test_classification_upstream.py \
     -q -p no:cacheprovider
   RC=$?
   set -e

@@ -40,6 +40,10 @@ pub struct Execution<'a> {
     /// Per output (aligned with `outputs`), the client's shared-memory region it goes to, if any.
     /// A backend that writes an output there itself returns that output without bytes.
     pub output_shm: &'a [Option<crate::shm::registry::ShmTarget>],
+    /// Per output (aligned with `outputs`; missing entries are 0), the top-k classes the
+    /// backend's model server returns in place of the tensor, 0 for the tensor itself. Non-zero
+    /// only where the backend `classifies`.
+    pub classification: &'a [u32],
 }
 
 /// Runs a model. Implementations: in-process built-in models, an upstream model server.
@@ -64,6 +68,12 @@ pub trait Backend: Send + Sync {
     /// Whether inputs in clients' shared-memory regions may reach `execute` unread (the backend
     /// then reads them, or has its model server read them). Otherwise the pipeline reads them.
     fn takes_client_regions(&self) -> bool {
+        false
+    }
+
+    /// Whether the backend's model server answers the classification extension itself (with
+    /// the labels of its own configuration). Otherwise the pipeline classifies the tensors.
+    fn classifies(&self) -> bool {
         false
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use infergate_proto::DataType;
 use tokio::sync::mpsc;
 
 use super::classify::classify;
@@ -27,6 +28,8 @@ struct Prepared {
     validated: Validated,
     output_names: Vec<String>,
     output_shm: Vec<Option<ShmTarget>>,
+    /// Per output, the classification its model server does (see `delegate_classification`).
+    output_classification: Vec<u32>,
     _admission: Option<Admission>,
     received: Instant,
     queued: Instant,
@@ -42,6 +45,7 @@ impl Prepared {
             batch_size: self.validated.batch_size,
             parameters: &self.parameters,
             output_shm: &self.output_shm,
+            classification: &self.output_classification,
         }
     }
 
@@ -242,6 +246,7 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
     };
     let output_names = validated.outputs.iter().map(|o| o.name.clone()).collect();
     let output_shm = validated.outputs.iter().map(|o| o.shm.clone()).collect();
+    let output_classification = delegate_classification(&model, &mut validated.outputs);
     Ok(Prepared {
         model,
         id,
@@ -249,10 +254,39 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
         validated,
         output_names,
         output_shm,
+        output_classification,
         _admission: admission,
         received,
         queued,
     })
+}
+
+/// The classification each requested output asks of the model server, taken out of `outputs`
+/// (which the pipeline then passes through as produced): where the backend's server classifies
+/// itself and the sidecar has no labels of its own for the output. The server knows its labels
+/// (`label_filename` in its configuration) and the sidecar does not, so classifying here would
+/// drop them. Labels configured for the sidecar (`backend.models[].labels`) keep it here, and so
+/// does a BYTES output, which has no classes: the sidecar refuses it with Triton's words, where
+/// Triton 2.51 itself dies on it.
+fn delegate_classification(model: &Model, outputs: &mut [RequestedOutput]) -> Vec<u32> {
+    let delegate = model.backend.classifies();
+    outputs
+        .iter_mut()
+        .map(|output| {
+            let numeric = model
+                .output(&output.name)
+                .is_some_and(|spec| spec.datatype != DataType::Bytes);
+            if delegate
+                && numeric
+                && output.classification > 0
+                && !model.labels.contains_key(&output.name)
+            {
+                std::mem::take(&mut output.classification)
+            } else {
+                0
+            }
+        })
+        .collect()
 }
 
 /// What a requested output the model did not produce means.

@@ -346,6 +346,7 @@ mod tests {
             batch_size: 1,
             parameters: &Default::default(),
             output_shm: &[],
+            classification: &[],
         };
         let started = Instant::now();
         let produced = model.backend.execute(execution).await.unwrap();

@@ -3,6 +3,7 @@
 //! their readiness, and forwards plain inference to it; everything the protocol offers on top
 //! (binary data and compression toward the client, classification, client shared memory) is done
 //! by the sidecar's own front ends and pipeline, so it works whatever the upstream supports.
+//! Where the upstream offers it, classification is left to the upstream, which knows its labels.
 
 mod discovery;
 mod h2_channel;
@@ -61,6 +62,8 @@ pub struct Upstream {
     pub passthrough: Passthrough,
     /// The upstream lists `cuda_shared_memory`: it can open clients' CUDA IPC handles.
     offers_cuda: AtomicBool,
+    /// The upstream lists the classification extension: it classifies with its own labels.
+    offers_classification: AtomicBool,
     /// The same server's REST address, for calls with little tensor data (`rest_url`).
     small_calls: Option<SmallCalls>,
     /// Inference calls made, by protocol.
@@ -130,6 +133,7 @@ impl Upstream {
             staging: Staging::new(config),
             passthrough: Passthrough::default(),
             offers_cuda: AtomicBool::new(false),
+            offers_classification: AtomicBool::new(false),
             small_calls: config.rest_url.as_ref().map(|url| SmallCalls {
                 client: RestClient::new(url, max_message_bytes, rest_idle),
                 url: url.clone(),
@@ -165,6 +169,9 @@ impl Upstream {
         }
         let cuda = extensions.iter().any(|e| e == "cuda_shared_memory");
         self.offers_cuda.store(cuda, Ordering::Relaxed);
+        let classification = extensions.iter().any(|e| e == "classification");
+        self.offers_classification
+            .store(classification, Ordering::Relaxed);
     }
 
     pub fn offers_cuda(&self) -> bool {
@@ -516,10 +523,17 @@ impl UpstreamModel {
                     parameters: match (
                         client_outputs.get(i).and_then(Option::as_ref),
                         plan.output(i),
+                        execution.classification.get(i).copied().unwrap_or(0),
                     ) {
-                        (Some(c), _) => shm_parameters(&c.region, c.offset, c.byte_size),
-                        (None, Some(slot)) => shm_parameters(region, slot.offset(), slot.len()),
-                        (None, None) => HashMap::new(),
+                        (Some(c), _, _) => shm_parameters(&c.region, c.offset, c.byte_size),
+                        (None, Some(slot), _) => shm_parameters(region, slot.offset(), slot.len()),
+                        (None, None, 0) => HashMap::new(),
+                        (None, None, k) => HashMap::from([(
+                            "classification".to_string(),
+                            InferParameter {
+                                parameter_choice: Some(ParameterChoice::Int64Param(i64::from(k))),
+                            },
+                        )]),
                     },
                 })
                 .collect(),
@@ -725,6 +739,11 @@ impl Backend for UpstreamModel {
     /// Regions the upstream can open are handed to it; the others are read in `client_inputs`.
     fn takes_client_regions(&self) -> bool {
         true
+    }
+
+    /// A model server that lists the classification extension classifies with its own labels.
+    fn classifies(&self) -> bool {
+        self.upstream.offers_classification.load(Ordering::Relaxed)
     }
 
     /// A decoupled model's request goes on a gRPC stream of its own, asking for the empty final

@@ -239,7 +239,7 @@ impl Staging {
 
     /// Slots for the request's inputs and outputs that are large enough to be worth it.
     /// Inputs are copied into their slots here. An empty plan when the pool is not active.
-    /// Outputs going to a client's region (`client_outputs`) get no slot.
+    /// Outputs going to a client's region (`client_outputs`), and classified ones, get no slot.
     pub fn plan(
         &self,
         execution: &Execution<'_>,
@@ -265,7 +265,9 @@ impl Staging {
             plan.inputs.push(slot);
         }
         for (i, name) in execution.outputs.iter().enumerate() {
-            if client_outputs.get(i).is_some_and(Option::is_some) {
+            // Classes come back as text of no size known ahead: over the socket.
+            let classified = execution.classification.get(i).is_some_and(|&k| k > 0);
+            if classified || client_outputs.get(i).is_some_and(Option::is_some) {
                 plan.outputs.push(None);
                 continue;
             }
