@@ -74,14 +74,31 @@ pub struct Running {
 }
 
 async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
-    TcpListener::bind((host, port))
-        .await
-        .with_context(|| format!("cannot listen on {host}:{port}"))
+    match TcpListener::bind((host, port)).await {
+        // `::`, the default, is every address of both families (Linux accepts IPv4 on it unless
+        // net.ipv6.bindv6only is set). In a pod or on a host without IPv6, every IPv4 address.
+        Err(e) if host == "::" && ipv6_unavailable(&e) => {
+            tracing::warn!(port, error = %e, "no IPv6 here: listening on 0.0.0.0 instead of ::");
+            TcpListener::bind(("0.0.0.0", port))
+                .await
+                .with_context(|| format!("cannot listen on 0.0.0.0:{port}"))
+        }
+        bound => bound.with_context(|| format!("cannot listen on {host}:{port}")),
+    }
+}
+
+/// Whether binding failed because the system has no IPv6 (the kernel has it off, or the network
+/// namespace has no IPv6 address), not because of the port.
+fn ipv6_unavailable(e: &std::io::Error) -> bool {
+    use nix::errno::Errno;
+    e.raw_os_error().is_some_and(|code| {
+        code == Errno::EAFNOSUPPORT as i32 || code == Errno::EADDRNOTAVAIL as i32
+    })
 }
 
 /// Binds and starts serving; returns once every listener accepts connections.
 pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result<Running> {
-    let host = config.server.host.as_str();
+    let host = config.server.bind_host();
     let http = bind(host, config.server.http_port).await?;
     let grpc = bind(host, config.server.grpc_port).await?;
     let metrics = bind(host, config.server.metrics_port).await?;
@@ -218,6 +235,36 @@ impl Termination {
         tokio::select! {
             () = next(&mut self.term) => {}
             () = next(&mut self.interrupt) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::errno::Errno;
+
+    #[test]
+    fn only_a_missing_address_family_falls_back_to_ipv4() {
+        let os = |errno: Errno| std::io::Error::from_raw_os_error(errno as i32);
+        assert!(ipv6_unavailable(&os(Errno::EAFNOSUPPORT)));
+        assert!(ipv6_unavailable(&os(Errno::EADDRNOTAVAIL)));
+        assert!(!ipv6_unavailable(&os(Errno::EADDRINUSE)));
+        assert!(!ipv6_unavailable(&os(Errno::EACCES)));
+    }
+
+    #[tokio::test]
+    async fn the_default_host_listens_on_both_families_where_the_system_has_them() {
+        let listener = bind("::", 0).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // IPv4 always answers: on `::` itself, or on 0.0.0.0 after the fallback.
+        assert!(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        );
+        if listener.local_addr().unwrap().is_ipv6() {
+            assert!(tokio::net::TcpStream::connect(("::1", port)).await.is_ok());
         }
     }
 }

@@ -52,7 +52,7 @@ impl Prober {
             .filter(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
             .filter_map(|p| {
                 let ip = p.status.as_ref()?.pod_ip.clone()?;
-                Some((p.name_any(), format!("{ip}:{admin_port}")))
+                Some((p.name_any(), authority(&ip, admin_port)))
             })
             .collect();
         let mut reports: Vec<PodReport> = futures::stream::iter(targets)
@@ -114,6 +114,15 @@ impl Prober {
     }
 }
 
+/// A pod address and port as a URL's authority: an IPv6 address in brackets
+/// (`[fd00::5]:8003`), an IPv4 one as it is.
+fn authority(ip: &str, port: i32) -> String {
+    match ip.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V6(v6)) => format!("[{v6}]:{port}"),
+        _ => format!("{ip}:{port}"),
+    }
+}
+
 /// Whether the pod's `Ready` condition is true.
 pub fn is_ready(pod: &Pod) -> bool {
     pod.status
@@ -154,6 +163,18 @@ mod tests {
         assert_eq!(p.mapped("10.0.0.5:8003"), "127.0.0.1:1");
         assert_eq!(p.mapped("10.0.0.6:8003"), "127.0.0.1:2");
         assert_eq!(p.mapped("10.0.0.6:9000"), "10.0.0.6:9000");
+    }
+
+    #[test]
+    fn ipv6_pod_addresses_are_bracketed_and_still_mapped_by_port() {
+        assert_eq!(authority("10.0.0.5", 8003), "10.0.0.5:8003");
+        assert_eq!(authority("fd00::5", 8003), "[fd00::5]:8003");
+        let p = prober(&["*:8003=127.0.0.1:2"]);
+        assert_eq!(p.mapped(&authority("fd00::5", 8003)), "127.0.0.1:2");
+        let uri: http::Uri = format!("http://{}/status", authority("fd00::5", 8003))
+            .parse()
+            .unwrap();
+        assert_eq!(uri.host(), Some("[fd00::5]"));
     }
 
     #[test]

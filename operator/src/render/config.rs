@@ -36,7 +36,9 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
     let spec = &isvc.spec;
     let mut config = SidecarConfig::default();
     let server = &mut config.server;
-    server.host = "0.0.0.0".to_string();
+    // Both families: the pod's address may be IPv4, IPv6 or both (the sidecar falls back to
+    // IPv4 alone where the pod has no IPv6).
+    server.host = "::".to_string();
     server.http_port = port(spec.sidecar.ports.http);
     server.grpc_port = port(spec.sidecar.ports.grpc);
     server.metrics_port = port(spec.sidecar.ports.metrics);

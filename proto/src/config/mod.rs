@@ -30,7 +30,8 @@ pub struct SidecarConfig {
 pub struct ServerSettings {
     /// Name reported by server metadata. Triton's clients and QA expect `triton`.
     pub name: String,
-    /// Address the listeners bind to.
+    /// Address the listeners bind to: an IPv4 or IPv6 address (`::` listens on both where the
+    /// system allows it, as Linux does by default), in brackets or not, or `localhost`.
     pub host: String,
     pub http_port: u16,
     pub grpc_port: u16,
@@ -55,11 +56,21 @@ pub struct ServerSettings {
     pub worker_threads: u32,
 }
 
+impl ServerSettings {
+    /// `host` as a socket API takes it: an IPv6 address without its URL brackets (`[::]`).
+    pub fn bind_host(&self) -> &str {
+        self.host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(&self.host)
+    }
+}
+
 impl Default for ServerSettings {
     fn default() -> Self {
         ServerSettings {
             name: "triton".to_string(),
-            host: "0.0.0.0".to_string(),
+            host: "::".to_string(),
             http_port: 8000,
             grpc_port: 8001,
             metrics_port: 8002,

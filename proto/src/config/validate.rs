@@ -32,7 +32,7 @@ impl SidecarConfig {
         if s.name.is_empty() {
             err("server.name", "must not be empty".into());
         }
-        if s.host.parse::<std::net::IpAddr>().is_err() && s.host != "localhost" {
+        if s.bind_host().parse::<std::net::IpAddr>().is_err() && s.host != "localhost" {
             err("server.host", format!("'{}' is not an IP address", s.host));
         }
         if !["error", "warn", "info", "debug", "trace"].contains(&s.log_level.as_str()) {
@@ -216,6 +216,24 @@ mod tests {
                 "backend.models[0]"
             ]
         );
+    }
+
+    #[test]
+    fn hosts_are_ip_addresses_of_either_family_bracketed_or_not() {
+        let host_is_valid = |host: &str| {
+            let mut cfg = SidecarConfig::default();
+            cfg.server.host = host.into();
+            cfg.validate(&["simple"]).is_ok()
+        };
+        for host in ["0.0.0.0", "::", "[::]", "::1", "[fd00::5]", "localhost"] {
+            assert!(host_is_valid(host), "{host}");
+        }
+        for host in ["", "[::", "::]", "[0.0.0.0]x", "example.com", "[localhost]"] {
+            assert!(!host_is_valid(host), "{host}");
+        }
+        let mut cfg = SidecarConfig::default();
+        cfg.server.host = "[::]".into();
+        assert_eq!(cfg.server.bind_host(), "::");
     }
 
     /// The paths of the errors in a configuration with this upstream, `None` when it is valid.
