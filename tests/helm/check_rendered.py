@@ -39,18 +39,32 @@ def main(rendered: str, rbac_json: str, out_dir: str) -> None:
     want_cluster = rules_of({"rules": need["clusterRules"]})
     want_leader = rules_of({"rules": need["leaderElectionRules"]})
 
-    # RBAC: exactly what the operator needs.
-    [cluster_role] = by_kind["ClusterRole"]
-    assert rules_of(cluster_role) == want_cluster, (
-        f"ClusterRole differs from `infergate-operator rbac`: extra {rules_of(cluster_role) - want_cluster}, "
-        f"missing {want_cluster - rules_of(cluster_role)}")
+    # RBAC: exactly what the operator needs; a Role in the namespace it watches, if it watches one.
     [deployment] = by_kind["Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    watched = [a.split("=", 1)[1] for a in args if a.startswith("--namespace=")]
     roles = by_kind.get("Role", [])
-    if "--leader-elect" in args:
-        assert len(roles) == 1 and rules_of(roles[0]) == want_leader, roles
+    leader_roles = [r for r in roles if r["metadata"]["name"].endswith("-leader-election")]
+    if watched:
+        assert "ClusterRole" not in by_kind and "ClusterRoleBinding" not in by_kind, \
+            "cluster-wide RBAC for an operator that watches one namespace"
+        [operator_role] = [r for r in roles if r not in leader_roles]
+        assert operator_role["metadata"]["namespace"] == watched[0], operator_role
+        [binding] = [b for b in by_kind["RoleBinding"]
+                     if b["roleRef"]["name"] == operator_role["metadata"]["name"]]
+        assert binding["metadata"]["namespace"] == watched[0] and binding["roleRef"]["kind"] == "Role"
     else:
-        assert not roles, "a leader-election Role without leader election"
+        [operator_role] = by_kind["ClusterRole"]
+        [binding] = by_kind["ClusterRoleBinding"]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                      "name": operator_role["metadata"]["name"]}, binding
+    assert rules_of(operator_role) == want_cluster, (
+        f"the operator's role differs from `infergate-operator rbac`: extra "
+        f"{rules_of(operator_role) - want_cluster}, missing {want_cluster - rules_of(operator_role)}")
+    if "--leader-elect" in args:
+        assert len(leader_roles) == 1 and rules_of(leader_roles[0]) == want_leader, leader_roles
+    else:
+        assert not leader_roles, "a leader-election Role without leader election"
 
     # The operator's pod: non-root, read-only root filesystem, no capabilities, probes, resources.
     pod = deployment["spec"]["template"]["spec"]
