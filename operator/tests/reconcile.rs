@@ -284,6 +284,71 @@ async fn scaling_below_two_deletes_our_pdb_only() {
     run(isvc, steps).await.0.unwrap();
 }
 
+/// A reconcile that finds `foreign` where its Service would go: the Service is not written, and
+/// the status says why. Returns the Ready condition written.
+async fn refused_by(foreign: Value) -> Value {
+    let isvc = service(1);
+    let want = children(&isvc);
+    let steps = vec![
+        get(&cm_path(), stored(&want.config_map)),
+        get(&deploy_path(), stored(&want.deployment)),
+        get(&svc_path(), foreign),
+        step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
+    ];
+    let (result, seen, ctx) = run(isvc, steps).await;
+    // Retried later (the other object may go away), without backoff: nothing failed.
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert!(
+        seen[..3].iter().all(|s| s.method == Method::GET),
+        "{seen:?}"
+    );
+    assert_eq!(
+        ctx.metrics
+            .writes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    seen[3].body["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn an_object_someone_else_made_is_never_taken_over() {
+    let want = children(&service(1));
+    let mut theirs = stored(&want.service);
+    theirs["metadata"]["ownerReferences"] = json!([]);
+    theirs["metadata"]["managedFields"] = json!([{"manager": "kubectl-client-side-apply",
+        "operation": "Update", "apiVersion": "v1"}]);
+    let ready = refused_by(theirs).await;
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "Conflict");
+    assert_eq!(
+        ready["message"],
+        "Service 'svc' already exists and is not controlled by this InferenceService (no \
+         controller; written by kubectl-client-side-apply): it is left as it is; delete or rename \
+         it, or rename the InferenceService"
+    );
+
+    // Controlled by something else, an earlier InferenceService of the same name included.
+    let mut other = stored(&want.service);
+    other["metadata"]["ownerReferences"][0]["uid"] = json!("another-uid");
+    let ready = refused_by(other).await;
+    assert_eq!(ready["reason"], "Conflict");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("(controlled by InferenceService 'svc')"),
+        "{ready}"
+    );
+}
+
 #[tokio::test]
 async fn api_errors_fail_the_reconcile_and_back_off() {
     let isvc = service(1);

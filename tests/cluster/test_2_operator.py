@@ -232,6 +232,44 @@ def test_a_spec_the_server_would_refuse_in_the_pod_is_reported_not_retried(clust
     assert any(e.get("reason") == "InvalidSpec" for e in events), events
 
 
+def test_a_service_of_the_same_name_that_the_user_made_is_never_taken_over(cluster, operator,
+                                                                          namespace):
+    doc = load_example("triton.yaml")
+    name = doc["metadata"]["name"]
+    theirs = {"apiVersion": "v1", "kind": "Service",
+              "metadata": {"name": name, "namespace": namespace, "labels": {"team": "theirs"}},
+              "spec": {"selector": {"app": "theirs"}, "ports": [{"name": "web", "port": 80}]}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(theirs))
+    apply(cluster, namespace, doc)
+
+    def conflict():
+        ready = condition(isvc(cluster, namespace, name), "Ready")
+        return ready if ready and ready["reason"] == "Conflict" else None
+
+    ready = wait_for("the Conflict condition", conflict, timeout=60)
+    assert ready["status"] == "False"
+    assert f"Service '{name}' already exists and is not controlled by this InferenceService" \
+        in ready["message"], ready
+    events = cluster.get_json("events", "-n", namespace)["items"]
+    assert any(e.get("reason") == "Conflict" for e in events), events
+    service = cluster.get_json("service", name, "-n", namespace)
+    assert "ownerReferences" not in service["metadata"], service["metadata"]
+    assert service["spec"]["selector"] == {"app": "theirs"}
+    assert [p["port"] for p in service["spec"]["ports"]] == [80]
+
+    # Deleting the InferenceService leaves the user's Service where it was.
+    cluster.kubectl("delete", "infsvc", name, "-n", namespace, "--wait=true", "--timeout=60s")
+    time.sleep(3)
+    assert exists(cluster, namespace, "service", name)
+
+    # Once the user's object is gone, the next try creates the InferenceService's own.
+    cluster.kubectl("delete", "service", name, "-n", namespace)
+    apply(cluster, namespace, doc)
+    wait_for("the InferenceService's own Service",
+             lambda: cluster.get_json("service", name, "-n", namespace)["metadata"]
+             .get("ownerReferences"), timeout=60)
+
+
 def test_deleting_the_resource_garbage_collects_the_children(cluster, triton):
     namespace, name = triton
     wait_for("the Deployment", lambda: exists(cluster, namespace, "deployment", name), timeout=60)

@@ -25,6 +25,24 @@ pub enum Outcome {
     Absent,
 }
 
+/// Why a child was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// An object of the child's kind and name exists that this resource does not control.
+    /// Applying would take it over, and deleting the resource would then delete it.
+    #[error(
+        "{kind} '{name}' already exists and is not controlled by this InferenceService \
+         ({holder}): it is left as it is; delete or rename it, or rename the InferenceService"
+    )]
+    NotControlled {
+        kind: String,
+        name: String,
+        holder: String,
+    },
+}
+
 /// Whether `actual` holds every field of `desired` with the same value. Fields the server adds
 /// (defaults, status, metadata) are ignored; an empty list, map or null in `desired` matches a
 /// missing field, because the server drops those.
@@ -43,8 +61,9 @@ pub fn contains(actual: Option<&Value>, desired: &Value) -> bool {
 }
 
 /// Applies `desired` unless the stored object already matches it; returns the object as the
-/// server now holds it (so the caller need not read it again).
-pub async fn apply<K>(api: &Api<K>, desired: &K) -> Result<(Outcome, K), kube::Error>
+/// server now holds it (so the caller need not read it again). An object of the same name that
+/// the controller named in `desired`'s owner references does not control is never written.
+pub async fn apply<K>(api: &Api<K>, desired: &K) -> Result<(Outcome, K), ApplyError>
 where
     K: Resource + Clone + Debug + Serialize + DeserializeOwned,
     <K as Resource>::DynamicType: Default,
@@ -52,6 +71,13 @@ where
     let name = desired.name_any();
     let wanted = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
     if let Some(current) = api.get_opt(&name).await? {
+        if let Some(holder) = foreign_holder(&current, desired) {
+            return Err(ApplyError::NotControlled {
+                kind: K::kind(&Default::default()).to_string(),
+                name,
+                holder,
+            });
+        }
         let stored = serde_json::to_value(&current).map_err(kube::Error::SerdeError)?;
         if contains(Some(&stored), &wanted) {
             return Ok((Outcome::Unchanged, current));
@@ -60,6 +86,39 @@ where
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let written = api.patch(&name, &params, &Patch::Apply(&wanted)).await?;
     Ok((Outcome::Written, written))
+}
+
+/// Who holds `current` when the controller that `desired` names does not: its controller, or
+/// its field managers where it has none. `None` when it is ours (or `desired` names no
+/// controller, so there is nobody to compare with).
+fn foreign_holder<K: Resource>(current: &K, desired: &K) -> Option<String> {
+    let ours = desired
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let controller = current
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true));
+    match controller {
+        Some(c) if c.uid == ours.uid => None,
+        Some(c) => Some(format!("controlled by {} '{}'", c.kind, c.name)),
+        None => {
+            let mut managers: Vec<&str> = current
+                .meta()
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter_map(|m| m.manager.as_deref())
+                .collect();
+            managers.dedup();
+            Some(if managers.is_empty() {
+                "no controller".to_string()
+            } else {
+                format!("no controller; written by {}", managers.join(", "))
+            })
+        }
+    }
 }
 
 /// Deletes `name` if it exists and the resource with `owner_uid` controls it (never an object

@@ -18,7 +18,7 @@ use kube::{Client, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
 
-use super::apply::{self, FIELD_MANAGER, Outcome};
+use super::apply::{self, ApplyError, FIELD_MANAGER, Outcome};
 use super::metrics::Metrics;
 use super::probe::Prober;
 use super::status::{self, Observed};
@@ -176,46 +176,29 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
         return Ok(Action::await_change());
     }
     let ns = isvc.namespace().ok_or(Error::NoNamespace)?;
-    let client = ctx.client.clone();
     let children = match render::build_children(isvc, &ctx.settings) {
         Ok(children) => children,
         Err(e @ RenderError::Invalid { .. }) => {
             // A spec the schema let through but that cannot run: tell the user, do not retry
             // until the spec changes.
-            write_invalid_status(isvc, ctx, &e).await?;
+            write_refusal_status(isvc, ctx, "InvalidSpec", &e.to_string()).await?;
             return Ok(Action::await_change());
         }
         Err(e) => return Err(e.into()),
     };
 
-    let (outcome, _) = apply::apply(
-        &Api::<ConfigMap>::namespaced(client.clone(), &ns),
-        &children.config_map,
-    )
-    .await?;
-    ctx.count(outcome);
     // The Deployment as stored (read or written just now) gives the status its replica counts.
-    let (outcome, deployment) = apply::apply(
-        &Api::<Deployment>::namespaced(client.clone(), &ns),
-        &children.deployment,
-    )
-    .await?;
-    ctx.count(outcome);
-    let (outcome, _) = apply::apply(
-        &Api::<Service>::namespaced(client.clone(), &ns),
-        &children.service,
-    )
-    .await?;
-    ctx.count(outcome);
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns);
-    let outcome = match &children.pdb {
-        Some(pdb) => apply::apply(&pdbs, pdb).await?.0,
-        None => {
-            let uid = isvc.uid().unwrap_or_default();
-            apply::delete_owned(&pdbs, &isvc.name_any(), &uid).await?
+    let deployment = match apply_children(isvc, ctx, &ns, &children).await {
+        Ok(deployment) => deployment,
+        Err(e @ ApplyError::NotControlled { .. }) => {
+            // Someone else's object under a child's name: never taken over. Looked at again
+            // later, in case its owner removes or renames it.
+            write_refusal_status(isvc, ctx, "Conflict", &e.to_string()).await?;
+            return Ok(Action::requeue(ctx.requeue_not_ready));
         }
+        Err(ApplyError::Kube(e)) => return Err(e.into()),
     };
-    ctx.count(outcome);
+    let client = ctx.client.clone();
 
     let pods = Api::<Pod>::namespaced(client.clone(), &ns)
         .list(&ListParams::default().labels(&render::selector_string(isvc)))
@@ -245,6 +228,45 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
             ctx.requeue_not_ready
         },
     ))
+}
+
+/// Applies the ConfigMap, the Deployment, the Service and the PodDisruptionBudget (or deletes
+/// ours when the spec wants none); returns the Deployment as stored.
+async fn apply_children(
+    isvc: &InferenceService,
+    ctx: &Context,
+    ns: &str,
+    children: &render::Children,
+) -> Result<Deployment, ApplyError> {
+    let client = ctx.client.clone();
+    let (outcome, _) = apply::apply(
+        &Api::<ConfigMap>::namespaced(client.clone(), ns),
+        &children.config_map,
+    )
+    .await?;
+    ctx.count(outcome);
+    let (outcome, deployment) = apply::apply(
+        &Api::<Deployment>::namespaced(client.clone(), ns),
+        &children.deployment,
+    )
+    .await?;
+    ctx.count(outcome);
+    let (outcome, _) = apply::apply(
+        &Api::<Service>::namespaced(client.clone(), ns),
+        &children.service,
+    )
+    .await?;
+    ctx.count(outcome);
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client, ns);
+    let outcome = match &children.pdb {
+        Some(pdb) => apply::apply(&pdbs, pdb).await?.0,
+        None => {
+            let uid = isvc.uid().unwrap_or_default();
+            apply::delete_owned(&pdbs, &isvc.name_any(), &uid).await?
+        }
+    };
+    ctx.count(outcome);
+    Ok(deployment)
 }
 
 /// The clock at the precision the API server keeps for `metav1.Time` (whole seconds), so that a
@@ -280,10 +302,13 @@ async fn write_status(
     Ok(())
 }
 
-async fn write_invalid_status(
+/// A status that says why the children cannot be applied (`reason` on `Ready`, `message` its
+/// words), written and announced with a Warning Event of the same reason when it changes.
+async fn write_refusal_status(
     isvc: &InferenceService,
     ctx: &Context,
-    error: &RenderError,
+    reason: &str,
+    message: &str,
 ) -> Result<(), Error> {
     let observed = Observed {
         deployment: None,
@@ -292,11 +317,11 @@ async fn write_invalid_status(
     };
     let mut new = status::compute(isvc, &observed, isvc.status.as_ref());
     if let Some(ready) = new.conditions.iter_mut().find(|c| c.type_ == "Ready") {
-        if ready.reason != "InvalidSpec" {
+        if ready.reason != reason {
             ready.last_transition_time = observed.now.clone();
         }
-        ready.reason = "InvalidSpec".to_string();
-        ready.message = truncate(error.to_string(), 1000);
+        ready.reason = reason.to_string();
+        ready.message = truncate(message.to_string(), 1000);
     }
     let changed = isvc.status.as_ref() != Some(&new);
     write_status(isvc, ctx, &new).await?;
@@ -304,9 +329,9 @@ async fn write_invalid_status(
         ctx.event(
             isvc,
             EventType::Warning,
-            "InvalidSpec",
-            "Render",
-            truncate(error.to_string(), 1000),
+            reason,
+            "Reconcile",
+            truncate(message.to_string(), 1000),
         )
         .await;
     }
