@@ -130,31 +130,40 @@ def operator_token_kubeconfig(cluster, chart, workdir) -> Path:
     return cluster.token_kubeconfig(workdir / "operator.kubeconfig", token)
 
 
-@pytest.fixture(scope="session")
-def operator(cluster, chart, sidecar, operator_token_kubeconfig, workdir):
-    """The real `infergate-operator run`, as the chart's ServiceAccount."""
+def start_operator(name: str, kubeconfig: Path, sidecar_admin: str, log: Path,
+                   extra: list[str], env: dict | None = None) -> Process:
+    """`infergate-operator run` with the identity of `kubeconfig`, its prober pointed at the
+    sidecar on loopback; returned once ready, with `metrics`, its /metrics URL."""
     metrics = free_port()
-    env = {**os.environ, "KUBECONFIG": str(operator_token_kubeconfig), "POD_NAME": "local-operator",
-           "POD_NAMESPACE": RELEASE_NAMESPACE}
-    proc = Process("operator", [
+    proc = Process(name, [
         str(_env_path("INFERGATE_OPERATOR_BIN")), "run",
         f"--sidecar-image={SIDECAR_IMAGE}",
         "--kubernetes-version=1.34",
         f"--metrics-bind-address=127.0.0.1:{metrics}",
-        "--leader-elect", f"--lease-name={RELEASE}-leader",
         "--probe-timeout-ms=1000",
         "--requeue-seconds=2",
-        f"--probe-address-map=*:8003={sidecar['admin']}",
+        f"--probe-address-map=*:8003={sidecar_admin}",
         "--log-format=text", "--log-level=debug",
-    ], workdir / "operator.log", env=env)
+        *extra,
+    ], log, env={**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": name, **(env or {})})
 
     def ready():
         assert proc.alive(), proc.output()[-4000:]
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/readyz", timeout=2) as r:
             return r.status == 200
 
-    wait_for("the operator to become ready", ready, timeout=60)
+    wait_for(f"{name} to become ready", ready, timeout=60)
     proc.metrics = f"http://127.0.0.1:{metrics}/metrics"
+    return proc
+
+
+@pytest.fixture(scope="session")
+def operator(cluster, chart, sidecar, operator_token_kubeconfig, workdir):
+    """The real `infergate-operator run`, as the chart's ServiceAccount."""
+    proc = start_operator("local-operator", operator_token_kubeconfig, sidecar["admin"],
+                          workdir / "operator.log",
+                          ["--leader-elect", f"--lease-name={RELEASE}-leader"],
+                          env={"POD_NAMESPACE": RELEASE_NAMESPACE})
     yield proc
     proc.stop()
     log = proc.output()

@@ -8,15 +8,14 @@ what this proves is what the namespaced one can and cannot do, from its own log 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import urllib.request
 
 import pytest
 
-from conftest import REPO, SIDECAR_IMAGE, Process, _env_path
-from controlplane import free_port, wait_for
+from conftest import REPO, SIDECAR_IMAGE, start_operator
+from controlplane import wait_for
 from test_2_operator import apply, exists, load_example
 
 RELEASE = "scoped"
@@ -41,23 +40,8 @@ def scoped(cluster, helm, chart, sidecar, workdir):
     token = cluster.kubectl("create", "token", name, "-n", RELEASE_NAMESPACE,
                             "--duration=1h").stdout.strip()
     kubeconfig = cluster.token_kubeconfig(workdir / "scoped.kubeconfig", token)
-    metrics = free_port()
-    proc = Process("scoped-operator", [
-        str(_env_path("INFERGATE_OPERATOR_BIN")), "run",
-        f"--namespace={WATCHED}", f"--sidecar-image={SIDECAR_IMAGE}", "--kubernetes-version=1.34",
-        f"--metrics-bind-address=127.0.0.1:{metrics}", "--probe-timeout-ms=1000",
-        "--requeue-seconds=2", f"--probe-address-map=*:8003={sidecar['admin']}",
-        "--log-format=text", "--log-level=debug",
-    ], workdir / "scoped-operator.log",
-        env={**os.environ, "KUBECONFIG": str(kubeconfig), "POD_NAME": "scoped-operator"})
-
-    def ready():
-        assert proc.alive(), proc.output()[-4000:]
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/readyz", timeout=2) as r:
-            return r.status == 200
-
-    wait_for("the namespaced operator to become ready", ready, timeout=60)
-    proc.metrics = f"http://127.0.0.1:{metrics}/metrics"
+    proc = start_operator("scoped-operator", kubeconfig, sidecar["admin"],
+                          workdir / "scoped-operator.log", [f"--namespace={WATCHED}"])
     yield {"account": f"system:serviceaccount:{RELEASE_NAMESPACE}:{name}", "operator": proc}
     proc.stop()
     helm("uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait", check=False)
