@@ -101,8 +101,12 @@ def test_examples_own_client_runs_perf_analyzer_over_shared_memory(kube, served)
         log = kube.kubectl("logs", "-n", NS, pod, "-c", "client").stdout
         return log if re.search(r"Concurrency: 4, throughput: [0-9.]+ infer/sec", log) else None
 
-    log = kube.wait_until("a perf_analyzer report in the client's log", reported, timeout=300,
-                          interval=3)
+    try:
+        log = kube.wait_until("a perf_analyzer report in the client's log", reported,
+                              timeout=300, interval=3)
+    except TimeoutError as e:
+        tail = kube.kubectl("logs", "-n", NS, pod, "-c", "client").stdout[-3000:]
+        raise AssertionError(f"{e}; the client's log ends:\n{tail}") from None
     report = log[log.rindex("*** Measurement Settings ***"):]
     assert "error" not in report.lower(), report
     for concurrency in (1, 2, 3, 4):
