@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
@@ -141,10 +142,27 @@ pub struct InferenceServiceSpec {
     /// and extra containers (for example in-pod clients that use shared memory).
     #[serde(default)]
     pub pod: PodOverrides,
+    /// How a change of the pods rolls out.
+    #[serde(default)]
+    pub rollout: RolloutSpec,
 }
 
 fn default_replicas() -> i32 {
     1
+}
+
+impl ModelContainer {
+    /// Whether it asks for a GPU: a non-zero limit on an extended resource named for GPUs
+    /// (`nvidia.com/gpu`, `amd.com/gpu`, `gpu.intel.com/i915`, ...) or a MIG slice.
+    pub fn requests_gpu(&self) -> bool {
+        let Some(limits) = self.resources.as_ref().and_then(|r| r.limits.as_ref()) else {
+            return false;
+        };
+        limits.iter().any(|(name, quantity)| {
+            let gpu = name.contains("gpu") || name.starts_with("nvidia.com/mig-");
+            gpu && quantity.0.trim() != "0"
+        })
+    }
 }
 
 /// The model server container.
@@ -618,6 +636,82 @@ pub enum SequenceRouting {
     SingleReplica,
 }
 
+/// How a change of the pods rolls out (the Deployment's strategy).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.strategy == 'RollingUpdate' || (!has(self.maxSurge) && !has(self.maxUnavailable))")
+        .message("maxSurge and maxUnavailable apply to strategy RollingUpdate only"),
+)]
+pub struct RolloutSpec {
+    /// RollingUpdate replaces the pods a few at a time; Recreate stops them all, then starts the
+    /// new ones (a gap in service).
+    #[serde(default)]
+    pub strategy: RolloutStrategy,
+    /// Pods that may run above replicas during a rollout: a number or a percentage. Unset: 0
+    /// when the model requests a GPU (a rollout then needs no spare GPU), else 25%.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "int_or_percent")]
+    pub max_surge: Option<IntOrString>,
+    /// Pods that may be unavailable during a rollout: a number or a percentage. Unset: 1 when the
+    /// model requests a GPU (with one replica, the old pod stops before the new one starts),
+    /// else 25%. maxSurge and maxUnavailable may not both be 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "int_or_percent")]
+    pub max_unavailable: Option<IntOrString>,
+}
+
+impl RolloutSpec {
+    /// The rolling update's (maxSurge, maxUnavailable), `None` for Recreate. Unset ones follow
+    /// the model's resources: with a GPU, Kubernetes' default (25% each, so one extra pod for one
+    /// replica) would need a spare GPU for every rollout and wait for ever where there is none,
+    /// so the old pod goes first (surge 0, unavailable 1).
+    pub fn rolling_limits(&self, gpu: bool) -> Option<(IntOrString, IntOrString)> {
+        if self.strategy == RolloutStrategy::Recreate {
+            return None;
+        }
+        let default = |with_gpu: i32| {
+            if gpu {
+                IntOrString::Int(with_gpu)
+            } else {
+                IntOrString::String("25%".to_string())
+            }
+        };
+        Some((
+            self.max_surge.clone().unwrap_or_else(|| default(0)),
+            self.max_unavailable.clone().unwrap_or_else(|| default(1)),
+        ))
+    }
+}
+
+/// Whether a rollout limit is a count of at least 0 or a whole percentage ("25%").
+pub fn is_rollout_limit(limit: &IntOrString) -> bool {
+    match limit {
+        IntOrString::Int(n) => *n >= 0,
+        IntOrString::String(s) => s
+            .strip_suffix('%')
+            .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())),
+    }
+}
+
+/// Whether a rollout limit lets no pod through (0 or 0%).
+pub fn is_zero(limit: &IntOrString) -> bool {
+    match limit {
+        IntOrString::Int(n) => *n == 0,
+        IntOrString::String(s) => s.trim_end_matches('%').parse::<u64>() == Ok(0),
+    }
+}
+
+/// The Deployment strategy.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RolloutStrategy {
+    /// Replace pods a few at a time (maxSurge, maxUnavailable).
+    #[default]
+    RollingUpdate,
+    /// Stop every pod, then start the new ones.
+    Recreate,
+}
+
 /// The client Service.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -914,6 +1008,13 @@ fn named_objects_map(_: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["name"],
     })
+}
+
+/// A count of pods or a percentage of replicas, as a Deployment's rollingUpdate takes them. A
+/// structural schema cannot tell the two forms apart (no types inside anyOf), so which values
+/// are allowed is checked when the resource is rendered (`validate::spec`).
+fn int_or_percent(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"x-kubernetes-int-or-string": true})
 }
 
 /// ResourceRequirements with quantities as integers or strings. Dynamic resource claims are not

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use crate::crd::InferenceService;
@@ -48,6 +49,37 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
         problems.push(format!(
             "metadata.name {name:?} must be a DNS-1035 label of at most {MAX_NAME_LEN} characters"
         ));
+    }
+
+    // The Deployment's rolling-update limits, which the API server would refuse in it.
+    let rollout = &spec.rollout;
+    for (field, limit) in [
+        ("maxSurge", &rollout.max_surge),
+        ("maxUnavailable", &rollout.max_unavailable),
+    ] {
+        if let Some(limit) = limit
+            && !crate::crd::is_rollout_limit(limit)
+        {
+            let shown = match limit {
+                IntOrString::Int(n) => n.to_string(),
+                IntOrString::String(s) => format!("{s:?}"),
+            };
+            problems.push(format!(
+                "rollout.{field} {shown} must be a count of 0 or more or a percentage such as \"25%\""
+            ));
+        }
+    }
+    // A rolling update that may neither add nor remove a pod never progresses (and the API
+    // server refuses such a Deployment).
+    if let Some((surge, unavailable)) = rollout.rolling_limits(spec.model.requests_gpu())
+        && crate::crd::is_zero(&surge)
+        && crate::crd::is_zero(&unavailable)
+    {
+        problems.push(
+            "rollout: maxSurge and maxUnavailable are both 0, so no pod could ever be replaced; \
+             raise maxUnavailable, or maxSurge where there is room (a spare GPU) for an extra pod"
+                .to_string(),
+        );
     }
 
     // Ports: a number or a name used twice in the pod makes the Service's named target ports

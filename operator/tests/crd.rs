@@ -260,7 +260,7 @@ fn cel_rules_compile_within_the_cost_budget() {
     let compiled = compile_schema(&schema());
     let mut rules = Vec::new();
     compiled_rules(&compiled, &mut rules);
-    assert_eq!(rules.len(), 10, "rules found: {rules:#?}");
+    assert_eq!(rules.len(), 11, "rules found: {rules:#?}");
     for (rule, warnings) in rules {
         assert!(warnings.is_empty(), "{rule}: {warnings:?}");
     }
@@ -418,6 +418,14 @@ fn invalid_specs_are_rejected() {
                 ("/spec/model/resources", json!({"limits": {"cpu": "2"}})),
             ],
             "cudaSharedMemory needs a GPU",
+        ),
+        (
+            "rolling limits with Recreate",
+            vec![(
+                "/spec/rollout",
+                json!({"strategy": "Recreate", "maxUnavailable": 1}),
+            )],
+            "maxSurge and maxUnavailable apply to strategy RollingUpdate only",
         ),
         (
             "system shared memory without a size",

@@ -709,3 +709,87 @@ fn every_example_renders() {
         }
     }
 }
+
+/// The Deployment's strategy: (type, maxSurge, maxUnavailable).
+fn rollout_of(spec: &str) -> (String, Option<IntOrString>, Option<IntOrString>) {
+    let children = build(&with_spec("roll", spec));
+    let strategy = children.deployment.spec.unwrap().strategy.unwrap();
+    let rolling = strategy.rolling_update.unwrap_or_default();
+    (
+        strategy.type_.unwrap(),
+        rolling.max_surge,
+        rolling.max_unavailable,
+    )
+}
+
+#[test]
+fn a_gpu_model_rolls_without_needing_a_spare_gpu() {
+    let pct = |s: &str| Some(IntOrString::String(s.into()));
+    // No GPU: Kubernetes' own default, an extra pod first.
+    assert_eq!(
+        rollout_of(MINIMAL),
+        ("RollingUpdate".into(), pct("25%"), pct("25%"))
+    );
+    // A GPU (or a MIG slice): the old pod goes first.
+    for resource in ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu"] {
+        let spec = format!("{MINIMAL}    resources:\n      limits: {{{resource}: 1}}\n");
+        assert_eq!(
+            rollout_of(&spec),
+            (
+                "RollingUpdate".into(),
+                Some(IntOrString::Int(0)),
+                Some(IntOrString::Int(1))
+            ),
+            "{resource}"
+        );
+    }
+    // What the user sets wins; Recreate has no rolling limits.
+    let gpu = format!("{MINIMAL}    resources:\n      limits: {{nvidia.com/gpu: 1}}\n");
+    let spec = format!("{gpu}  rollout:\n    maxSurge: 1\n    maxUnavailable: 0\n");
+    assert_eq!(
+        rollout_of(&spec),
+        (
+            "RollingUpdate".into(),
+            Some(IntOrString::Int(1)),
+            Some(IntOrString::Int(0))
+        )
+    );
+    let spec = format!("{MINIMAL}  rollout:\n    strategy: Recreate\n");
+    assert_eq!(rollout_of(&spec), ("Recreate".into(), None, None));
+}
+
+#[test]
+fn a_rollout_that_could_never_replace_a_pod_is_refused() {
+    let gpu = format!("{MINIMAL}    resources:\n      limits: {{nvidia.com/gpu: 1}}\n");
+    // With a GPU, maxSurge defaults to 0: maxUnavailable 0 as well leaves nothing to move.
+    let never = "maxSurge and maxUnavailable are both 0";
+    // Neither a count nor a percentage: the schema cannot tell (int-or-string), the render does.
+    let malformed = "must be a count of 0 or more or a percentage";
+    for (spec, problem) in [
+        (format!("{gpu}  rollout:\n    maxUnavailable: 0\n"), never),
+        (
+            format!("{MINIMAL}  rollout:\n    maxSurge: 0%\n    maxUnavailable: 0\n"),
+            never,
+        ),
+        (
+            format!("{MINIMAL}  rollout:\n    maxSurge: half\n"),
+            malformed,
+        ),
+        (
+            format!("{MINIMAL}  rollout:\n    maxUnavailable: -1\n"),
+            malformed,
+        ),
+        (
+            format!("{MINIMAL}  rollout:\n    maxUnavailable: '%'\n"),
+            malformed,
+        ),
+    ] {
+        let isvc = with_spec("roll", &spec);
+        match render::build_children(&isvc, &OperatorSettings::default()) {
+            Err(RenderError::Invalid { problems, .. }) => {
+                assert!(problems.iter().any(|p| p.contains(problem)), "{problems:?}")
+            }
+            other => panic!("{spec}: {other:?}"),
+        }
+    }
+}

@@ -39,7 +39,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
     HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, PodSpec, PodTemplateSpec, Probe,
@@ -134,6 +136,7 @@ pub(super) fn deployment(
         metadata: child_meta(isvc, isvc.name_any(), owner),
         spec: Some(DeploymentSpec {
             replicas: Some(spec.replicas),
+            strategy: Some(strategy(isvc)),
             selector: LabelSelector {
                 match_labels: Some(selector_labels(isvc)),
                 ..LabelSelector::default()
@@ -149,6 +152,24 @@ pub(super) fn deployment(
             ..DeploymentSpec::default()
         }),
         ..Deployment::default()
+    }
+}
+
+/// The Deployment's strategy from `spec.rollout` (see `RolloutSpec::rolling_limits`).
+fn strategy(isvc: &InferenceService) -> DeploymentStrategy {
+    let spec = &isvc.spec;
+    match spec.rollout.rolling_limits(spec.model.requests_gpu()) {
+        None => DeploymentStrategy {
+            type_: Some("Recreate".to_string()),
+            rolling_update: None,
+        },
+        Some((max_surge, max_unavailable)) => DeploymentStrategy {
+            type_: Some("RollingUpdate".to_string()),
+            rolling_update: Some(RollingUpdateDeployment {
+                max_surge: Some(max_surge),
+                max_unavailable: Some(max_unavailable),
+            }),
+        },
     }
 }
 
