@@ -392,6 +392,36 @@ async fn api_errors_fail_the_reconcile_and_back_off() {
 }
 
 #[tokio::test]
+async fn backoff_state_goes_with_a_deleted_resource() {
+    use kube::runtime::{reflector, watcher};
+
+    let (client, _server) = mock::serve(Vec::new()); // no API call is made here
+    let mut ctx = Context::new(
+        client,
+        OperatorSettings::default(),
+        Prober::new(Duration::from_millis(200), HashMap::new()),
+        Arc::new(Metrics::default()),
+        None,
+    );
+    let (store, mut writer) = reflector::store::<InferenceService>();
+    let kept = service(1);
+    let mut deleted = service(1);
+    deleted.metadata.name = Some("gone".into());
+    writer.apply_watcher_event(&watcher::Event::Apply(kept.clone()));
+    writer.apply_watcher_event(&watcher::Event::Apply(deleted.clone()));
+    ctx.known = Some(store);
+    let ctx = Arc::new(ctx);
+    let error = reconcile::Error::NoNamespace;
+    reconcile::error_policy(Arc::new(deleted.clone()), &error, ctx.clone());
+    reconcile::error_policy(Arc::new(kept.clone()), &error, ctx.clone());
+    assert_eq!(ctx.failing(), 2);
+    // "gone" is deleted while failing: the next failure of another resource drops its count.
+    writer.apply_watcher_event(&watcher::Event::Delete(deleted));
+    reconcile::error_policy(Arc::new(kept), &error, ctx.clone());
+    assert_eq!(ctx.failing(), 1);
+}
+
+#[tokio::test]
 async fn conflicts_are_errors_too() {
     let isvc = service(1);
     let conflict = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",

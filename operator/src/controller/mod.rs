@@ -112,7 +112,6 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     );
     context.requeue_not_ready = config.requeue_not_ready;
     context.reconcile_timeout = config.reconcile_timeout;
-    let context = Arc::new(context);
 
     let (services, deployments, config_maps, pdbs) = match &config.namespace {
         Some(ns) => (
@@ -156,7 +155,10 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         concurrency = config.concurrency,
         "controller starting"
     );
-    Controller::new(services, watcher::Config::default())
+    let controller = Controller::new(services, watcher::Config::default());
+    context.known = Some(controller.store());
+    let context = Arc::new(context);
+    controller
         .owns(deployments, owned.clone())
         .owns(service_api, owned.clone())
         .owns(config_maps, owned.clone())

@@ -1,7 +1,7 @@
 //! One reconcile of one InferenceService: apply its children, probe its ready pods, write its
 //! status, and tell the user about transitions with Events.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -50,6 +51,9 @@ pub struct Context {
     pub recorder: Option<Recorder>,
     /// Consecutive failures per resource, for the backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// The InferenceServices the controller knows (its watch cache), when it has one: backoff
+    /// state of a resource deleted while failing is dropped with it.
+    pub known: Option<Store<InferenceService>>,
     /// Requeue interval while the service is not Ready (pods starting, probes pending).
     pub requeue_not_ready: Duration,
     /// Requeue interval once Ready (to notice changes that no watch event reports).
@@ -73,10 +77,34 @@ impl Context {
             metrics,
             recorder,
             failures: Mutex::new(HashMap::new()),
+            known: None,
             requeue_not_ready: Duration::from_secs(10),
             requeue_ready: Duration::from_secs(120),
             reconcile_timeout: Duration::from_secs(60),
         }
+    }
+
+    /// Consecutive failures of `key` after one more. Failure counts of resources that no longer
+    /// exist are dropped first: a resource deleted while failing is not reconciled again, so
+    /// nothing else would remove its entry.
+    fn record_failure(&self, key: String) -> u32 {
+        let mut failures = self.failures.lock();
+        if let Some(store) = &self.known {
+            let live: HashSet<String> = store
+                .state()
+                .iter()
+                .map(|isvc| status::object_name(isvc))
+                .collect();
+            failures.retain(|k, _| live.contains(k));
+        }
+        let n = failures.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// Resources with failures counted for backoff.
+    pub fn failing(&self) -> usize {
+        self.failures.lock().len()
     }
 
     fn count(&self, outcome: Outcome) {
@@ -130,12 +158,7 @@ pub async fn reconcile(isvc: Arc<InferenceService>, ctx: Arc<Context>) -> Result
 /// Backoff for failed reconciles: 1 s doubling per consecutive failure up to 5 minutes.
 pub fn error_policy(isvc: Arc<InferenceService>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = status::object_name(&isvc);
-    let failures = {
-        let mut map = ctx.failures.lock();
-        let n = map.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = ctx.record_failure(key.clone());
     let delay = backoff(failures);
     tracing::warn!(resource = %key, error = %error, failures, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
     let note = error.to_string();
