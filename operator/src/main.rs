@@ -71,8 +71,9 @@ struct RunArgs {
     /// Reconciles running at once.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     concurrency: u16,
-    /// Address of the metrics (/metrics) and health (/healthz, /readyz) endpoints.
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    /// Address of the metrics (/metrics) and health (/healthz, /readyz) endpoints. `[::]` is
+    /// both IPv6 and IPv4 (IPv4 alone where the system has no IPv6).
+    #[arg(long, value_name = "ADDR", default_value = "[::]:8080")]
     metrics_bind_address: std::net::SocketAddr,
     /// Elect a leader through a Lease so that only one replica reconciles. Needed when more than
     /// one replica runs.

@@ -112,10 +112,29 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(metrics);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = bind(addr).await?;
     tracing::info!(addr = %listener.local_addr()?, "metrics and health endpoints listening");
     axum::serve(listener, app).await?;
     Ok(())
+}
+
+/// Binds `addr`; the IPv6 wildcard falls back to the IPv4 one where the system has no IPv6, so
+/// that the same default serves every cluster (the kubelet probes the pod's address, whichever
+/// family it has).
+async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    use nix::errno::Errno;
+    match tokio::net::TcpListener::bind(addr).await {
+        Err(e)
+            if addr.ip() == std::net::Ipv6Addr::UNSPECIFIED
+                && e.raw_os_error().is_some_and(|code| {
+                    code == Errno::EAFNOSUPPORT as i32 || code == Errno::EADDRNOTAVAIL as i32
+                }) =>
+        {
+            tracing::warn!(error = %e, "no IPv6 here: listening on 0.0.0.0 instead of [::]");
+            tokio::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, addr.port())).await
+        }
+        bound => bound,
+    }
 }
 
 async fn metrics_text(
@@ -135,5 +154,18 @@ async fn readyz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
         (StatusCode::OK, "ok")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "starting")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_default_address_answers_over_ipv4_whatever_the_system_has() {
+        let listener = bind("[::]:0".parse().unwrap()).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connected = tokio::net::TcpStream::connect(("127.0.0.1", port)).await;
+        assert!(connected.is_ok(), "{connected:?}");
     }
 }
