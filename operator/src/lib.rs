@@ -7,6 +7,7 @@
 //! - [`admission`]: what the API server checks before storing a resource (defaults, schema, CEL
 //!   rules), done offline.
 //! - [`validate`]: what neither the schema nor CEL can check (free-form containers and volumes).
+//! - [`pod_names`]: the names the operator gives to the pod's parts.
 //! - [`render`]: the desired children of a resource.
 //! - [`input`]: manifest files to admitted resources.
 //! - [`reference`]: the field reference of `docs/operator.md`, generated from the schema.
@@ -18,6 +19,7 @@ pub mod admission;
 pub mod controller;
 pub mod crd;
 pub mod input;
+pub mod pod_names;
 pub mod reference;
 pub mod render;
 pub mod validate;

@@ -9,7 +9,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
 use crate::crd::InferenceService;
-use crate::render::{MODEL_CONTAINER, SIDECAR_CONTAINER};
+use crate::pod_names::{
+    MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME,
+    UPSTREAM_REST_PORT_NAME,
+};
 
 /// Largest name an InferenceService may have: it names the Service and is a label value.
 pub const MAX_NAME_LEN: usize = 63;
@@ -117,13 +120,13 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
     port(
         "upstream.grpcPort".to_string(),
         spec.upstream.grpc_port,
-        Some(crate::render::UPSTREAM_PORT_NAME),
+        Some(UPSTREAM_PORT_NAME),
     );
     if let Some(rest_port) = spec.upstream.rest_port {
         port(
             "upstream.restPort".to_string(),
             rest_port,
-            Some(crate::render::UPSTREAM_REST_PORT_NAME),
+            Some(UPSTREAM_REST_PORT_NAME),
         );
     }
     for (i, p) in spec.model.ports.iter().enumerate() {
@@ -152,11 +155,10 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
         }
     }
     for (i, v) in spec.pod.volumes.iter().enumerate() {
-        if v.name.starts_with(crate::render::RESERVED_VOLUME_PREFIX) {
+        if v.name.starts_with(RESERVED_VOLUME_PREFIX) {
             problems.push(format!(
                 "pod.volumes[{i}].name {:?}: names starting with {:?} are reserved",
-                v.name,
-                crate::render::RESERVED_VOLUME_PREFIX
+                v.name, RESERVED_VOLUME_PREFIX
             ));
         }
     }

@@ -57,22 +57,10 @@ use super::security::restricted_defaults;
 use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, selector_labels};
 use crate::crd::{InferenceService, SidecarMode};
 
-/// Name of the sidecar container.
-pub const SIDECAR_CONTAINER: &str = "infergate";
-/// Name of the model server container.
-pub const MODEL_CONTAINER: &str = "model";
-/// Name of the `/dev/shm` volume.
-pub const SHM_VOLUME: &str = "infergate-shm";
-/// Name of the volume holding the sidecar's configuration.
-pub const CONFIG_VOLUME: &str = "infergate-config";
-/// Prefix of the volumes holding label files (`infergate-labels-<index of the model>`).
-pub const LABELS_VOLUME_PREFIX: &str = "infergate-labels-";
-/// Prefix reserved for the operator's volumes.
-pub const RESERVED_VOLUME_PREFIX: &str = "infergate-";
-/// Name of the model server's gRPC port on its container.
-pub const UPSTREAM_PORT_NAME: &str = "upstream-grpc";
-/// The model server's REST port, where `upstream.restPort` names one.
-pub const UPSTREAM_REST_PORT_NAME: &str = "upstream-rest";
+pub use crate::pod_names::{
+    CONFIG_VOLUME, LABELS_VOLUME_PREFIX, MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME,
+    SIDECAR_CONTAINER, UPSTREAM_PORT_NAME, UPSTREAM_REST_PORT_NAME,
+};
 
 /// The Deployment `<name>`.
 pub(super) fn deployment(

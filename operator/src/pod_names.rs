@@ -1,0 +1,19 @@
+//! Names the operator gives to parts of the pod (containers, volumes, ports): shared by the render
+//! that creates them and the checks that keep users' additions from clashing with them.
+
+/// Name of the sidecar container.
+pub const SIDECAR_CONTAINER: &str = "infergate";
+/// Name of the model server container.
+pub const MODEL_CONTAINER: &str = "model";
+/// Name of the `/dev/shm` volume.
+pub const SHM_VOLUME: &str = "infergate-shm";
+/// Name of the volume holding the sidecar's configuration.
+pub const CONFIG_VOLUME: &str = "infergate-config";
+/// Prefix of the volumes holding label files (`infergate-labels-<index of the model>`).
+pub const LABELS_VOLUME_PREFIX: &str = "infergate-labels-";
+/// Prefix reserved for the operator's volumes.
+pub const RESERVED_VOLUME_PREFIX: &str = "infergate-";
+/// Name of the model server's gRPC port on its container.
+pub const UPSTREAM_PORT_NAME: &str = "upstream-grpc";
+/// The model server's REST port, where `upstream.restPort` names one.
+pub const UPSTREAM_REST_PORT_NAME: &str = "upstream-rest";
