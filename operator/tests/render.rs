@@ -722,6 +722,15 @@ fn rollout_of(spec: &str) -> (String, Option<IntOrString>, Option<IntOrString>) 
     )
 }
 
+/// A rolling update with these counts.
+fn rolling(surge: i32, unavailable: i32) -> (String, Option<IntOrString>, Option<IntOrString>) {
+    (
+        "RollingUpdate".into(),
+        Some(IntOrString::Int(surge)),
+        Some(IntOrString::Int(unavailable)),
+    )
+}
+
 #[test]
 fn a_gpu_model_rolls_without_needing_a_spare_gpu() {
     let pct = |s: &str| Some(IntOrString::String(s.into()));
@@ -733,27 +742,12 @@ fn a_gpu_model_rolls_without_needing_a_spare_gpu() {
     // A GPU (or a MIG slice): the old pod goes first.
     for resource in ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu"] {
         let spec = format!("{MINIMAL}    resources:\n      limits: {{{resource}: 1}}\n");
-        assert_eq!(
-            rollout_of(&spec),
-            (
-                "RollingUpdate".into(),
-                Some(IntOrString::Int(0)),
-                Some(IntOrString::Int(1))
-            ),
-            "{resource}"
-        );
+        assert_eq!(rollout_of(&spec), rolling(0, 1), "{resource}");
     }
     // What the user sets wins; Recreate has no rolling limits.
     let gpu = format!("{MINIMAL}    resources:\n      limits: {{nvidia.com/gpu: 1}}\n");
     let spec = format!("{gpu}  rollout:\n    maxSurge: 1\n    maxUnavailable: 0\n");
-    assert_eq!(
-        rollout_of(&spec),
-        (
-            "RollingUpdate".into(),
-            Some(IntOrString::Int(1)),
-            Some(IntOrString::Int(0))
-        )
-    );
+    assert_eq!(rollout_of(&spec), rolling(1, 0));
     let spec = format!("{MINIMAL}  rollout:\n    strategy: Recreate\n");
     assert_eq!(rollout_of(&spec), ("Recreate".into(), None, None));
 }
