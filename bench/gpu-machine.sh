@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The benchmark on a many-core machine with a GPU and no package registry, in one go, from a
-# folder made by bench/bundle.sh (docs/performance.md, "16 cores and a GPU"). Each phase has a
-# time limit, and what it measured is kept even when cut short:
+# folder made by bench/bundle.sh (docs/performance/archive.md, "16 cores and a GPU"). Each phase
+# has a time limit, and what it measured is kept even when cut short:
 #   0. the machine: CPU, cores, GPU, and the GPU's copy bandwidth (the harness adds memcpy and
 #      loopback TCP to each phase's machine.json)
 #   1. CUDA shared memory (perf_analyzer --shared-memory cuda, gRPC): Triton alone, the sidecar in

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Latency of one V2 binary request sent again and again by a plain keep-alive HTTP/1.1 client
 (http.client), one at a time: the percentiles without perf_analyzer's own costs, whose worker
-thread spends most of its time having fresh pages zeroed at 1M elements (docs/performance.md,
-"The 1M p99 is perf_analyzer's").
+thread spends most of its time having fresh pages zeroed at 1M elements
+(docs/performance/archive.md, "The 1M p99 is perf_analyzer's").
 
     bench/plain-client.py HOST:PORT [--elements 1048576] [--requests 800]
 

@@ -5,8 +5,8 @@
 //! freed memory goes back to the kernel at once (the arena is trimmed above `trim_threshold`, or
 //! the block was a mapping of its own above `mmap_threshold`), so the next request faults every
 //! page in again and the kernel zeroes it: about a thousand page faults per 1M-element gRPC
-//! request, and ~30 % of the rate (docs/performance.md, "Allocator"). Raising both thresholds
-//! keeps that memory in the process for reuse.
+//! request, and ~30 % of the rate (docs/performance/archive.md, "Allocator"). Raising both
+//! thresholds keeps that memory in the process for reuse.
 //!
 //! glibc reads its tunables once, when the program starts, from `GLIBC_TUNABLES`; changing them
 //! later needs `mallopt`, a foreign call this crate keeps out of its non-memory modules. So the

@@ -1,5 +1,38 @@
 //! Infergate's sidecar: the Open Inference Protocol (KServe V2) with Triton's extensions over
 //! REST and gRPC, in front of built-in models or a model server.
+//!
+//! The process:
+//!
+//! - [`cli`]: command-line flags, each overriding a field of the configuration file.
+//! - [`server`]: builds the state, binds the four ports, serves until SIGTERM or SIGINT, drains.
+//! - [`allocator`]: glibc's malloc thresholds raised, by starting the binary once more with them.
+//! - [`telemetry`]: logging, text or JSON, with a level changeable at run time.
+//!
+//! The ports:
+//!
+//! - [`accept`]: the accept loop and graceful shutdown the HTTP and gRPC ports share.
+//! - [`http`]: the REST front end: every route, with Triton's status codes, errors and headers.
+//! - [`grpc`]: the gRPC front end: `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
+//! - [`admin`]: the admin port's `GET /status`, what is live per extension, read by the operator.
+//! - [`drain`]: `GET /drain?seconds=N` on the admin port, the pod's preStop hook.
+//! - [`metrics`]: Prometheus text on the metrics port, with Triton's `nv_inference_*` families.
+//! - [`host_metrics`]: the CPU and memory gauges Triton exports beside its inference metrics.
+//! - [`log_update`]: changing the log settings over REST and gRPC, as Triton does.
+//!
+//! Inference, whatever the wire protocol:
+//!
+//! - [`core`]: models and their registry, requests and responses, validation, sequences,
+//!   classification, statistics, and the pipeline that ties them together.
+//! - [`backend`]: where inference runs: the built-in models, or a model server upstream.
+//!
+//! Shared by all of the above:
+//!
+//! - [`json`]: the JSON dialect Triton's HTTP front end speaks, with rapidjson's number text.
+//! - [`tensor`]: tensors as a datatype, a shape and reference-counted little-endian bytes.
+//! - [`shm`]: client shared memory (system and CUDA) and the staging pool; the only `unsafe` code.
+//! - [`error`]: the protocol's error, mapped to HTTP and gRPC status codes as Triton maps them.
+//! - [`state`]: what every port shares: the model repository, the shared-memory registry, the
+//!   server's identity, limits, health, log settings and the upstream, if any.
 
 pub mod accept;
 pub mod admin;

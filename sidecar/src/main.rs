@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     // One worker (the default) runs as a current-thread runtime, as linkerd2-proxy does on one
     // core: the scheduler's cross-thread machinery (work stealing, a parked worker woken
     // through its own handle) buys nothing with one thread and costs on every wake-up
-    // (docs/performance.md, "One worker, one thread").
+    // (docs/performance/archive.md, "One worker, one thread").
     let mut builder = match config.server.worker_threads {
         1 => tokio::runtime::Builder::new_current_thread(),
         workers => {

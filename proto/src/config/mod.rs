@@ -51,8 +51,8 @@ pub struct ServerSettings {
     /// Threads that serve requests (the async runtime's workers); 0: one per CPU the process
     /// may use. One by default: a sidecar shares its cores with the model server, and for small
     /// tensors one worker answers sooner than two that hand connections to each other
-    /// (docs/performance.md, "One worker"); one worker runs as a current-thread runtime. Large
-    /// JSON tensors are parsed and written on extra threads either way.
+    /// (docs/performance/archive.md, "One worker"); one worker runs as a current-thread runtime.
+    /// Large JSON tensors are parsed and written on extra threads either way.
     pub worker_threads: u32,
 }
 
@@ -258,7 +258,7 @@ fn default_staging_min_bytes() -> u64 {
     64 << 10
 }
 /// 64 KiB: below it a REST call to Triton costs less than a gRPC one on loopback; at 4 MiB gRPC
-/// costs less (docs/performance.md, "gRPC or REST to the upstream").
+/// costs less (docs/performance/archive.md, "gRPC or REST to the upstream").
 fn default_rest_max_bytes() -> u64 {
     64 << 10
 }

@@ -3,8 +3,8 @@
 //! The port serves two services. tonic's `Routes` would put an axum router in front of them,
 //! which for every call stores the URL parameters and the matched path in the request and boxes
 //! its body and futures: thirteen allocations a call, for a choice between two prefixes
-//! (see docs/performance.md, "Allocations per request"). Calls to any other service are answered
-//! as `Routes` answers them: `UNIMPLEMENTED` with no message.
+//! (see docs/performance/archive.md, "Allocations per request"). Calls to any other service are
+//! answered as `Routes` answers them: `UNIMPLEMENTED` with no message.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};

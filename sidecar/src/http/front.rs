@@ -4,9 +4,9 @@
 //! The router (two nested routers, Triton's path rules and the rejection mapping around them)
 //! costs twenty-six to twenty-nine allocations a request: URL parameters, the matched path,
 //! boxed bodies and futures, for a route table that the inference calls, nearly all of the
-//! traffic, do not need (see docs/performance.md, "Allocations per request"). Only paths that
-//! need neither percent-decoding nor any of Triton's path rules take the short way; the router
-//! answers the others exactly as before.
+//! traffic, do not need (see docs/performance/archive.md, "Allocations per request"). Only
+//! paths that need neither percent-decoding nor any of Triton's path rules take the short way;
+//! the router answers the others exactly as before.
 
 use std::convert::Infallible;
 use std::task::{Context, Poll};

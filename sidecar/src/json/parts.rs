@@ -5,7 +5,8 @@
 //! messages are exactly those of a sequential read.
 //!
 //! A JSON round trip of a million FP32 values spends nearly all its time reading and writing
-//! numbers (docs/performance.md); with the cores otherwise idle, parts divide that time.
+//! numbers (docs/performance/archive.md, "JSON tensors: reading and writing numbers"); with the
+//! cores otherwise idle, parts divide that time.
 
 use std::num::NonZeroUsize;
 use std::sync::OnceLock;

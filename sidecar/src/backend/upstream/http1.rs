@@ -3,7 +3,8 @@
 //!
 //! A pooled client that gives each connection a task of its own (hyper's) hands every request to
 //! that task and the answer back: two task wake-ups per call, often across threads, which cost
-//! more than the rest of a small call (docs/performance.md, "A call without a connection task").
+//! more than the rest of a small call (docs/performance/archive.md, "A call without a connection
+//! task").
 //! Here the caller takes an idle connection, writes the request in one go, reads the answer, and
 //! puts the connection back. A call whose future is dropped drops its connection with it.
 //!

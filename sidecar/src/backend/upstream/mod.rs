@@ -79,8 +79,8 @@ pub struct CallCounters {
 
 /// A second way to the same model server, V2 REST, for calls with small tensors: on loopback
 /// Triton answers those sooner over HTTP/1.1 than over gRPC, while calls with large tensors do as
-/// well or better over gRPC, even when the tensors are in shared memory (docs/performance.md,
-/// "gRPC or REST to the upstream").
+/// well or better over gRPC, even when the tensors are in shared memory
+/// (docs/performance/archive.md, "gRPC or REST to the upstream").
 struct SmallCalls {
     client: RestClient,
     url: String,
