@@ -17,3 +17,7 @@ pub const RESERVED_VOLUME_PREFIX: &str = "infergate-";
 pub const UPSTREAM_PORT_NAME: &str = "upstream-grpc";
 /// The model server's REST port, where `upstream.restPort` names one.
 pub const UPSTREAM_REST_PORT_NAME: &str = "upstream-rest";
+/// Name of the init container that fetches the model from `model.storageUri`.
+pub const STORAGE_INIT_CONTAINER: &str = "storage-initializer";
+/// Name of the volume the model is fetched into.
+pub const MODEL_STORAGE_VOLUME: &str = "infergate-model-storage";

@@ -179,6 +179,8 @@ async fn healthy_degraded_and_silent_pods() {
         &isvc,
         &Observed {
             deployment: Some(&deployment),
+            pods: &[],
+            refusal: None,
             reports: &reports,
             now,
         },

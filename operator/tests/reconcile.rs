@@ -12,6 +12,7 @@ use std::time::Duration;
 use common::mock::{self, Seen, Step, not_found, server_error, step};
 use common::{MINIMAL, with_spec};
 use http::{Method, StatusCode};
+use infergate_operator::controller::apply;
 use infergate_operator::controller::metrics::Metrics;
 use infergate_operator::controller::probe::Prober;
 use infergate_operator::controller::rbac;
@@ -65,9 +66,10 @@ fn value<T: serde::Serialize>(object: &T) -> Value {
     serde_json::to_value(object).unwrap()
 }
 
-/// What the server would hold after storing `object`: a resourceVersion and defaults added.
+/// What the server would hold after the operator applied `object`: its hash annotation, a
+/// resourceVersion and a uid added.
 fn stored<T: serde::Serialize>(object: &T) -> Value {
-    let mut v = value(object);
+    let mut v = apply::as_applied(object).unwrap();
     v["metadata"]["resourceVersion"] = json!("7");
     v["metadata"]["uid"] = json!("0b9d2f8e-1111-2222-3333-444455556666");
     v
@@ -160,9 +162,14 @@ async fn create_applies_every_child_then_writes_status() {
         assert!(s.query.contains("fieldManager=infergate-operator"), "{s:?}");
         assert!(s.query.contains("force=true"), "{s:?}");
     }
-    // The applied bodies are exactly the rendered objects.
-    assert_eq!(seen[3].body, value(&want.deployment));
-    assert_eq!(seen[7].body, value(&pdb));
+    // The applied bodies are exactly the rendered objects, with the hash of what was applied.
+    let mut expected = value(&want.deployment);
+    let hash = seen[3].body["metadata"]["annotations"][apply::APPLIED_HASH_ANNOTATION].clone();
+    assert!(hash.as_str().is_some_and(|h| h.len() == 16), "{hash}");
+    expected["metadata"]["annotations"] = json!({apply::APPLIED_HASH_ANNOTATION: hash});
+    assert_eq!(seen[3].body, expected);
+    assert_eq!(seen[3].body, apply::as_applied(&want.deployment).unwrap());
+    assert_eq!(seen[7].body, apply::as_applied(&pdb).unwrap());
     let pods = &seen[8];
     assert!(
         pods.query
@@ -200,6 +207,8 @@ async fn unchanged_children_and_status_cause_no_write() {
         &isvc,
         &Observed {
             deployment: Some(&deployment),
+            pods: &[],
+            refusal: None,
             reports: &[],
             now,
         },
@@ -247,6 +256,40 @@ async fn drifted_child_is_applied_again() {
     let (result, seen, _) = run(isvc, steps).await;
     result.unwrap();
     assert_eq!(seen[2].body["spec"]["replicas"], 1);
+}
+
+#[tokio::test]
+async fn a_field_removed_from_the_spec_is_applied_again() {
+    // The Deployment as applied for a spec with a nodeSelector; the spec no longer has one. The
+    // stored object holds every desired field (and one more), yet it must be applied so that
+    // server-side apply drops the nodeSelector.
+    let before = with_spec(
+        "svc",
+        &format!("  replicas: 1\n{MINIMAL}  pod:\n    nodeSelector: {{pool: a}}\n"),
+    );
+    let isvc = service(1);
+    let want = children(&isvc);
+    let old = stored(&children(&before).deployment);
+    assert_eq!(old["spec"]["template"]["spec"]["nodeSelector"]["pool"], "a");
+    let steps = [
+        vec![
+            get(&cm_path(), stored(&want.config_map)),
+            get(&deploy_path(), old),
+            step(
+                Method::PATCH,
+                &deploy_path(),
+                StatusCode::OK,
+                stored(&want.deployment),
+            ),
+            get(&svc_path(), stored(&want.service)),
+            missing(&pdb_path()),
+        ],
+        observe(&isvc, true),
+    ]
+    .concat();
+    let (result, seen, _) = run(isvc, steps).await;
+    result.unwrap();
+    assert!(seen[2].body["spec"]["template"]["spec"]["nodeSelector"].is_null());
 }
 
 #[tokio::test]

@@ -31,6 +31,8 @@ fn status_of(
 ) -> InferenceServiceStatus {
     let observed = Observed {
         deployment,
+        pods: &[],
+        refusal: None,
         reports,
         now: at(now),
     };

@@ -44,6 +44,11 @@ def provide_volumes(cluster, namespace: str, doc: dict):
         ]
         cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
                                                                "items": objects}))
+        # Bound before the pods come, as a provisioned claim would be: a pod scheduled before
+        # the binding is refused once ("unbound immediate PersistentVolumeClaims"), which the
+        # status rightly reports as a failure.
+        cluster.kubectl("wait", f"pvc/{claim}", "-n", namespace,
+                        "--for=jsonpath={.status.phase}=Bound", "--timeout=60s")
 
 
 def apply(cluster, namespace: str, doc: dict):

@@ -12,6 +12,13 @@ use serde_json::Value;
 /// The one field manager of everything the operator writes.
 pub const FIELD_MANAGER: &str = "infergate-operator";
 
+/// Annotation on every child: a hash of what the operator last applied. Comparing the stored
+/// object with the desired one finds fields that differ or are missing, but not a field the
+/// operator set before and no longer wants (a nodeSelector removed from the spec): the stored
+/// object still has it, as server additions are kept. A changed hash says the desired object
+/// changed, so it is applied, and server-side apply removes the fields the manager dropped.
+pub const APPLIED_HASH_ANNOTATION: &str = "infergate.dev/applied-hash";
+
 /// What happened to one child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -41,6 +48,15 @@ pub enum ApplyError {
         name: String,
         holder: String,
     },
+    /// The API server refused the object itself (invalid, forbidden by admission or quota): no
+    /// retry can succeed until the spec, or the cluster's policy, changes.
+    #[error("the API server refused {kind} '{name}' ({code}): {message}")]
+    Rejected {
+        kind: String,
+        name: String,
+        code: u16,
+        message: String,
+    },
 }
 
 /// Whether `actual` holds every field of `desired` with the same value. Fields the server adds
@@ -60,6 +76,29 @@ pub fn contains(actual: Option<&Value>, desired: &Value) -> bool {
     }
 }
 
+/// `desired` as it is applied: with its hash in the `APPLIED_HASH_ANNOTATION` annotation.
+pub fn as_applied<K: Serialize>(desired: &K) -> serde_json::Result<Value> {
+    let mut value = serde_json::to_value(desired)?;
+    let digest = crate::render::config_hash(value.to_string().as_bytes());
+    if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(annotations) = annotations.as_object_mut() {
+            annotations.insert(APPLIED_HASH_ANNOTATION.to_string(), Value::String(digest));
+        }
+    }
+    Ok(value)
+}
+
+/// The `APPLIED_HASH_ANNOTATION` of an object, if it has one.
+fn applied_hash(object: &Value) -> Option<&str> {
+    object
+        .pointer("/metadata/annotations")?
+        .get(APPLIED_HASH_ANNOTATION)?
+        .as_str()
+}
+
 /// Applies `desired` unless the stored object already matches it; returns the object as the
 /// server now holds it (so the caller need not read it again). An object of the same name that
 /// the controller named in `desired`'s owner references does not control is never written.
@@ -69,7 +108,8 @@ where
     <K as Resource>::DynamicType: Default,
 {
     let name = desired.name_any();
-    let wanted = serde_json::to_value(desired).map_err(kube::Error::SerdeError)?;
+    let wanted = as_applied(desired).map_err(kube::Error::SerdeError)?;
+    let digest = applied_hash(&wanted);
     if let Some(current) = api.get_opt(&name).await? {
         if let Some(holder) = foreign_holder(&current, desired) {
             return Err(ApplyError::NotControlled {
@@ -79,13 +119,25 @@ where
             });
         }
         let stored = serde_json::to_value(&current).map_err(kube::Error::SerdeError)?;
-        if contains(Some(&stored), &wanted) {
+        if applied_hash(&stored) == digest && contains(Some(&stored), &wanted) {
             return Ok((Outcome::Unchanged, current));
         }
     }
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let written = api.patch(&name, &params, &Patch::Apply(&wanted)).await?;
-    Ok((Outcome::Written, written))
+    match api.patch(&name, &params, &Patch::Apply(&wanted)).await {
+        Ok(written) => Ok((Outcome::Written, written)),
+        // 400 Bad Request, 403 Forbidden (admission webhooks, quotas, policy) and 422 Invalid
+        // are answers about the object; anything else (timeouts, 5xx, conflicts) is retried.
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
+            Err(ApplyError::Rejected {
+                kind: K::kind(&Default::default()).to_string(),
+                name,
+                code: e.code,
+                message: e.message,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Who holds `current` when the controller that `desired` names does not: its controller, or

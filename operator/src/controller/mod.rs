@@ -5,13 +5,15 @@
 //! |---|---|
 //! | [`reconcile`] | one reconcile: apply children, probe pods, write status, events; backoff |
 //! | [`apply`] | server-side apply with one field manager, skipped when nothing changed |
-//! | [`status`] | pure: status and conditions from the Deployment and the probe results |
+//! | [`status`] | pure: status and conditions from the Deployment, the pods and the probe results |
+//! | [`failures`] | pure: failures the Deployment and the pods report, in plain words |
 //! | [`probe`] | `GET /status` on each ready pod's sidecar admin port, bounded in time |
 //! | [`leader`] | Lease-based leader election |
 //! | [`rbac`] | the permissions all of the above need |
 //! | [`metrics`] | the operator's metrics and health endpoints |
 
 pub mod apply;
+pub mod failures;
 pub mod leader;
 pub mod metrics;
 pub mod probe;

@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use super::apply::{self, ApplyError, FIELD_MANAGER, Outcome};
+use super::failures::Failure;
 use super::metrics::Metrics;
 use super::probe::Prober;
 use super::status::{self, Observed};
@@ -58,6 +59,8 @@ pub struct Context {
     pub requeue_not_ready: Duration,
     /// Requeue interval once Ready (to notice changes that no watch event reports).
     pub requeue_ready: Duration,
+    /// Requeue interval after the API server refused a child (a policy or quota may change).
+    pub requeue_rejected: Duration,
     /// Longest one reconcile may take, API calls and probes included.
     pub reconcile_timeout: Duration,
 }
@@ -80,6 +83,7 @@ impl Context {
             known: None,
             requeue_not_ready: Duration::from_secs(10),
             requeue_ready: Duration::from_secs(120),
+            requeue_rejected: Duration::from_secs(60),
             reconcile_timeout: Duration::from_secs(60),
         }
     }
@@ -204,7 +208,7 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
         Err(e @ RenderError::Invalid { .. }) => {
             // A spec the schema let through but that cannot run: tell the user, do not retry
             // until the spec changes.
-            write_refusal_status(isvc, ctx, "InvalidSpec", &e.to_string()).await?;
+            write_refusal_status(isvc, ctx, "InvalidSpec", &e.to_string(), None).await?;
             return Ok(Action::await_change());
         }
         Err(e) => return Err(e.into()),
@@ -216,8 +220,26 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
         Err(e @ ApplyError::NotControlled { .. }) => {
             // Someone else's object under a child's name: never taken over. Looked at again
             // later, in case its owner removes or renames it.
-            write_refusal_status(isvc, ctx, "Conflict", &e.to_string()).await?;
+            let location = match &e {
+                ApplyError::NotControlled { kind, name, .. } => Some(format!("{kind}/{name}")),
+                _ => None,
+            };
+            write_refusal_status(isvc, ctx, "Conflict", &e.to_string(), location).await?;
             return Ok(Action::requeue(ctx.requeue_not_ready));
+        }
+        Err(ApplyError::Rejected {
+            kind,
+            name,
+            code,
+            message,
+        }) => {
+            // The object as rendered is refused (a typo the CRD keeps, a policy, a quota):
+            // retrying at once cannot help, but a policy or quota may change, so it is tried
+            // again now and then.
+            let text = format!("the API server refused {kind} '{name}' ({code}): {message}");
+            let location = Some(format!("{kind}/{name}"));
+            write_refusal_status(isvc, ctx, "ChildRejected", &text, location).await?;
+            return Ok(Action::requeue(ctx.requeue_rejected));
         }
         Err(ApplyError::Kube(e)) => return Err(e.into()),
     };
@@ -237,7 +259,9 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
         .fetch_add(failed, Ordering::Relaxed);
     let observed = Observed {
         deployment: Some(&deployment),
+        pods: &pods,
         reports: &reports,
+        refusal: None,
         now: now(),
     };
     let new_status = status::compute(isvc, &observed, isvc.status.as_ref());
@@ -325,38 +349,35 @@ async fn write_status(
     Ok(())
 }
 
-/// A status that says why the children cannot be applied (`reason` on `Ready`, `message` its
-/// words), written and announced with a Warning Event of the same reason when it changes.
+/// A status that says why the children cannot be applied (`reason` on `Ready` and in
+/// `lastFailureInfo`, `message` its words), written and announced with a Warning Event of the
+/// same reason when it changes.
 async fn write_refusal_status(
     isvc: &InferenceService,
     ctx: &Context,
-    reason: &str,
+    reason: &'static str,
     message: &str,
+    location: Option<String>,
 ) -> Result<(), Error> {
+    let message = truncate(message.to_string(), 1000);
     let observed = Observed {
         deployment: None,
+        pods: &[],
         reports: &[],
+        refusal: Some(Failure {
+            reason,
+            message: message.clone(),
+            location,
+            exit_code: None,
+        }),
         now: now(),
     };
-    let mut new = status::compute(isvc, &observed, isvc.status.as_ref());
-    if let Some(ready) = new.conditions.iter_mut().find(|c| c.type_ == "Ready") {
-        if ready.reason != reason {
-            ready.last_transition_time = observed.now.clone();
-        }
-        ready.reason = reason.to_string();
-        ready.message = truncate(message.to_string(), 1000);
-    }
+    let new = status::compute(isvc, &observed, isvc.status.as_ref());
     let changed = isvc.status.as_ref() != Some(&new);
     write_status(isvc, ctx, &new).await?;
     if changed {
-        ctx.event(
-            isvc,
-            EventType::Warning,
-            reason,
-            "Reconcile",
-            truncate(message.to_string(), 1000),
-        )
-        .await;
+        ctx.event(isvc, EventType::Warning, reason, "Reconcile", message)
+            .await;
     }
     Ok(())
 }

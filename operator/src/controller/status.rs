@@ -5,12 +5,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use serde::Deserialize;
 
+use super::failures::{self, Failure};
 use crate::crd::{
-    ConditionType, ExtensionState, ExtensionStatus, Implementation, InferenceService,
+    ConditionType, ExtensionState, ExtensionStatus, FailureInfo, Implementation, InferenceService,
     InferenceServiceStatus, ModelStatus,
 };
 use crate::render;
@@ -63,8 +65,14 @@ pub struct PodReport {
 
 /// Everything the status is computed from.
 pub struct Observed<'a> {
+    /// The Deployment as stored; `None` when it was not applied.
     pub deployment: Option<&'a Deployment>,
+    /// The service's pods, all of them (ready or not, any generation).
+    pub pods: &'a [Pod],
+    /// The probes of the ready pods.
     pub reports: &'a [PodReport],
+    /// Why the children could not be applied, when they could not (the spec or a child refused).
+    pub refusal: Option<Failure>,
     pub now: Time,
 }
 
@@ -107,6 +115,15 @@ pub fn compute(
     let extensions = aggregate_extensions(&requested, &answered);
 
     let available = available_condition(isvc, observed.deployment);
+    let rolled_out = rolled_out_condition(observed.deployment);
+    // The cause before the symptom: a refused spec or child, pods the cluster will not create,
+    // then what the pods say, and only then a rollout past its deadline.
+    let failure = observed
+        .refusal
+        .clone()
+        .or_else(|| observed.deployment.and_then(failures::pods_rejected))
+        .or_else(|| failures::from_pods(observed.pods))
+        .or_else(|| observed.deployment.and_then(failures::stalled));
     let model_ready = model_ready_condition(observed.reports, &answered);
     let not_ready: Vec<&str> = extensions
         .iter()
@@ -133,7 +150,40 @@ pub fn compute(
         .filter(|e| e.requested && e.state == ExtensionState::Degraded)
         .map(|e| e.name.as_str())
         .collect();
-    let degraded = if !silent.is_empty() {
+    let ready_parts = [
+        (&available, ConditionType::Available),
+        (&rolled_out, ConditionType::RolledOut),
+        (&model_ready, ConditionType::ModelReady),
+        (&extensions_ready, ConditionType::ExtensionsReady),
+    ];
+    let failing: Vec<&str> = ready_parts
+        .iter()
+        .filter(|(c, _)| !c.0)
+        .map(|(_, kind)| kind.as_str())
+        .collect();
+    let ready = if failing.is_empty() {
+        (
+            true,
+            "Ready",
+            "the service is available with its models and extensions".to_string(),
+        )
+    } else if let Some(f) = &failure {
+        (false, f.reason, f.message.clone())
+    } else {
+        let first = ready_parts
+            .iter()
+            .find(|(c, _)| !c.0)
+            .map(|(c, _)| c.2.as_str())
+            .unwrap_or_default();
+        (
+            false,
+            "NotReady",
+            format!("not yet: {}; {first}", failing.join(", ")),
+        )
+    };
+    let degraded = if let Some(f) = failure.as_ref().filter(|_| ready.0) {
+        (true, f.reason, f.message.clone())
+    } else if !silent.is_empty() {
         let pods: Vec<&str> = silent.iter().map(|r| r.pod.as_str()).collect();
         (
             true,
@@ -149,33 +199,12 @@ pub fn compute(
     } else {
         (false, "AsExpected", "nothing is degraded".to_string())
     };
-    let ready = if available.0 && model_ready.0 && extensions_ready.0 {
-        (
-            true,
-            "Ready",
-            "the service is available with its models and extensions".to_string(),
-        )
-    } else {
-        let failing: Vec<&str> = [
-            (available.0, "Available"),
-            (model_ready.0, "ModelReady"),
-            (extensions_ready.0, "ExtensionsReady"),
-        ]
-        .iter()
-        .filter(|(ok, _)| !ok)
-        .map(|(_, name)| *name)
-        .collect();
-        (
-            false,
-            "NotReady",
-            format!("not yet: {}", failing.join(", ")),
-        )
-    };
 
     let models_ready = model_ready.0;
     let conditions = [
         (ConditionType::Ready, ready),
         (ConditionType::Available, available),
+        (ConditionType::RolledOut, rolled_out),
         (ConditionType::ModelReady, model_ready),
         (ConditionType::ExtensionsReady, extensions_ready),
         (ConditionType::Degraded, degraded),
@@ -210,7 +239,31 @@ pub fn compute(
         conditions,
         extensions_summary: Some(format!("{active}/{} active", requested.len())),
         extensions,
+        last_failure_info: last_failure_info(failure, generation, &observed.now, previous),
     }
+}
+
+/// The failure seen now, keeping the time of the same failure seen before; the previous one when
+/// nothing fails now.
+fn last_failure_info(
+    failure: Option<Failure>,
+    generation: Option<i64>,
+    now: &Time,
+    previous: Option<&InferenceServiceStatus>,
+) -> Option<FailureInfo> {
+    let before = previous.and_then(|p| p.last_failure_info.as_ref());
+    let Some(failure) = failure else {
+        return before.cloned();
+    };
+    let same = before.filter(|b| b.reason == failure.reason && b.location == failure.location);
+    Some(FailureInfo {
+        reason: failure.reason.to_string(),
+        message: failure.message,
+        location: failure.location,
+        exit_code: failure.exit_code,
+        generation: same.map_or(generation, |b| b.generation),
+        time: same.map_or_else(|| now.clone(), |b| b.time.clone()),
+    })
 }
 
 /// One entry per extension that is requested or that a pod reported, by name.
@@ -346,6 +399,70 @@ fn available_condition(
             "the Deployment reports no availability yet".to_string(),
         ),
     }
+}
+
+/// Whether every pod runs the current spec. A Deployment that is available can still be rolling
+/// out: the pods of the previous spec serve while the new ones start (or stay Pending), and the
+/// service must not be called Ready for a spec it does not run yet.
+fn rolled_out_condition(deployment: Option<&Deployment>) -> (bool, &'static str, String) {
+    let Some(deployment) = deployment else {
+        return (
+            false,
+            "DeploymentMissing",
+            "the Deployment does not exist yet".to_string(),
+        );
+    };
+    let status = deployment.status.clone().unwrap_or_default();
+    if let Some(generation) = deployment.metadata.generation
+        && status.observed_generation.unwrap_or(0) < generation
+    {
+        return (
+            false,
+            "RolloutPending",
+            "the Deployment controller has not yet acted on the current spec".to_string(),
+        );
+    }
+    if let Some(stalled) = status.conditions.iter().flatten().find(|c| {
+        c.type_ == "Progressing" && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+    }) {
+        return (
+            false,
+            "ProgressDeadlineExceeded",
+            stalled
+                .message
+                .clone()
+                .unwrap_or_else(|| "the rollout stopped progressing".to_string()),
+        );
+    }
+    let desired = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1);
+    let updated = status.updated_replicas.unwrap_or(0);
+    let running = status.replicas.unwrap_or(0);
+    if updated < desired {
+        return (
+            false,
+            "RolloutInProgress",
+            format!("{updated} of {desired} pods run the current spec"),
+        );
+    }
+    if running > updated {
+        return (
+            false,
+            "RolloutInProgress",
+            format!(
+                "{} pods of the previous spec are still running",
+                running - updated
+            ),
+        );
+    }
+    (
+        true,
+        "RolloutComplete",
+        format!("every pod ({updated}) runs the current spec"),
+    )
 }
 
 fn model_ready_condition(

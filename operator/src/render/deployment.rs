@@ -125,6 +125,7 @@ pub(super) fn deployment(
         spec: Some(DeploymentSpec {
             replicas: Some(spec.replicas),
             strategy: Some(strategy(isvc)),
+            progress_deadline_seconds: spec.rollout.progress_deadline_seconds,
             selector: LabelSelector {
                 match_labels: Some(selector_labels(isvc)),
                 ..LabelSelector::default()

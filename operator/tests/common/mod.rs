@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use infergate_operator::crd::InferenceService;
 use infergate_operator::input::{self, Document};
 use infergate_operator::render::Children;
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentCondition, DeploymentSpec, DeploymentStatus,
+};
 use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
 
 /// The uid test resources carry (a resource stored by an API server always has one).
@@ -96,12 +98,17 @@ pub fn volume<'a>(pod: &'a PodSpec, name: &str) -> &'a Volume {
         .unwrap_or_else(|| panic!("no volume {name}"))
 }
 
-/// A Deployment as the server reports it: `replicas` pods, `ready` of them ready, and its
-/// `Available` condition.
+/// A Deployment as the server reports it once rolled out: `replicas` pods of the current spec,
+/// `ready` of them ready, and its `Available` condition.
 pub fn deployment_with_status(available: bool, replicas: i32, ready: i32) -> Deployment {
     Deployment {
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            ..DeploymentSpec::default()
+        }),
         status: Some(DeploymentStatus {
             replicas: Some(replicas),
+            updated_replicas: Some(replicas),
             ready_replicas: Some(ready),
             conditions: Some(vec![DeploymentCondition {
                 type_: "Available".into(),

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
     PodSecurityContext, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
@@ -659,6 +659,12 @@ pub struct RolloutSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "int_or_percent")]
     pub max_unavailable: Option<IntOrString>,
+    /// Seconds a rollout may go without progress before the Deployment reports
+    /// ProgressDeadlineExceeded, which status shows in RolledOut and lastFailureInfo. Unset: the
+    /// Deployment's default, 600. Pods that pull large images or load large models need more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub progress_deadline_seconds: Option<i32>,
 }
 
 impl RolloutSpec {
@@ -848,7 +854,7 @@ pub struct InferenceServiceStatus {
     /// The model served (the first one when there are several).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelStatus>,
-    /// Conditions: Ready, Available, ModelReady, ExtensionsReady and Degraded.
+    /// Conditions: Ready, Available, RolledOut, ModelReady, ExtensionsReady and Degraded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -859,6 +865,36 @@ pub struct InferenceServiceStatus {
     /// Requested extensions that are active, e.g. "3/4 active" (the Extensions column).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extensions_summary: Option<String>,
+    /// The most recent failure seen, in plain words: a refused spec or child object, pods the
+    /// cluster will not start, a model that could not be fetched, a container that keeps
+    /// crashing. It stays after the service recovers (the conditions say what holds now) and is
+    /// replaced by the next failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure_info: Option<FailureInfo>,
+}
+
+/// A failure the operator saw, with its cause.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureInfo {
+    /// The kind of failure: InvalidSpec, Conflict, ChildRejected, PodsRejected,
+    /// ProgressDeadlineExceeded, Unschedulable, ImagePullFailed, ContainerConfigError,
+    /// ModelFetchFailed, InitContainerFailed or ContainerCrashing.
+    pub reason: String,
+    /// What went wrong, in words, with the cluster's own message.
+    pub message: String,
+    /// Where: the object, or the pod and container, e.g. "Deployment/resnet" or
+    /// "Pod/resnet-7d9c-x2k4p, container storage-initializer".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Exit code of the container that failed, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The InferenceService's generation when the failure was first seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// When the failure was first seen.
+    pub time: Time,
 }
 
 /// Addresses of the service.
@@ -888,10 +924,12 @@ pub struct ModelStatus {
 /// Condition types of an InferenceService.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ConditionType {
-    /// Available, ModelReady, and every requested extension active.
+    /// Available, RolledOut, ModelReady, and every requested extension active.
     Ready,
     /// The Deployment has its minimum of available pods.
     Available,
+    /// Every pod runs the current spec: no pod of an earlier generation is left.
+    RolledOut,
     /// The sidecars report the models ready.
     ModelReady,
     /// Every requested extension is active.
@@ -902,9 +940,10 @@ pub enum ConditionType {
 
 impl ConditionType {
     /// Every condition type, in the order status lists them.
-    pub const ALL: [ConditionType; 5] = [
+    pub const ALL: [ConditionType; 6] = [
         ConditionType::Ready,
         ConditionType::Available,
+        ConditionType::RolledOut,
         ConditionType::ModelReady,
         ConditionType::ExtensionsReady,
         ConditionType::Degraded,
@@ -915,6 +954,7 @@ impl ConditionType {
         match self {
             ConditionType::Ready => "Ready",
             ConditionType::Available => "Available",
+            ConditionType::RolledOut => "RolledOut",
             ConditionType::ModelReady => "ModelReady",
             ConditionType::ExtensionsReady => "ExtensionsReady",
             ConditionType::Degraded => "Degraded",
