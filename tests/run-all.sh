@@ -66,6 +66,17 @@ tests/manifests/validate.sh
 step "Helm chart (real helm: lint, template per values file, kubernetes-validate, RBAC, schema)"
 INFERGATE_OPERATOR_BIN="$PWD/target/debug/infergate-operator" tests/helm/test-chart.sh
 
+step "the storage initializer against a real S3 server and HTTP (tests/storage/run)"
+set +e
+tests/storage/run
+storage=$?
+set -e
+if [ "$storage" -eq 2 ]; then
+  echo "SKIPPED: tests/storage/run needs Go (the S3 server is built from its Go module)"
+elif [ "$storage" -ne 0 ]; then
+  exit "$storage"
+fi
+
 step "operator, chart and examples against a real control plane (tests/cluster/run)"
 if command -v go >/dev/null 2>&1; then
   INFERGATE_OPERATOR_BIN="$PWD/target/debug/infergate-operator" tests/cluster/run

@@ -8,6 +8,7 @@
 //!   rules), done offline.
 //! - [`validate`]: what neither the schema nor CEL can check (free-form containers and volumes).
 //! - [`pod_names`]: the names the operator gives to the pod's parts.
+//! - [`storage_uri`]: `spec.model.storageUri`, parsed for the checks and the render.
 //! - [`render`]: the desired children of a resource.
 //! - [`input`]: manifest files to admitted resources.
 //! - [`reference`]: the field reference of `docs/operator.md`, generated from the schema.
@@ -22,5 +23,6 @@ pub mod input;
 pub mod pod_names;
 pub mod reference;
 pub mod render;
+pub mod storage_uri;
 pub mod validate;
 pub mod yaml;

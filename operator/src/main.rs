@@ -9,7 +9,8 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use infergate_operator::input::{self, Document};
 use infergate_operator::render::{
-    self, DEFAULT_SIDECAR_IMAGE, KubernetesVersion, OperatorSettings,
+    self, DEFAULT_SIDECAR_IMAGE, DEFAULT_STORAGE_INITIALIZER_IMAGE, KubernetesVersion,
+    OperatorSettings,
 };
 use infergate_operator::{controller, crd, yaml};
 
@@ -39,6 +40,10 @@ enum Command {
         /// Sidecar image for resources that do not set spec.sidecar.image.
         #[arg(long, value_name = "IMAGE", env = "INFERGATE_SIDECAR_IMAGE", default_value = DEFAULT_SIDECAR_IMAGE)]
         sidecar_image: String,
+        /// Image of the init container that fetches spec.model.storageUri, for resources that
+        /// do not set spec.model.storage.initializerImage.
+        #[arg(long, value_name = "IMAGE", env = "INFERGATE_STORAGE_INITIALIZER_IMAGE", default_value = DEFAULT_STORAGE_INITIALIZER_IMAGE)]
+        storage_initializer_image: String,
         /// Kubernetes version of the target cluster (e.g. 1.29): features it lacks are left out.
         #[arg(long, value_name = "VERSION", default_value = "1.33", value_parser = KubernetesVersion::parse)]
         kubernetes_version: KubernetesVersion,
@@ -62,6 +67,10 @@ struct RunArgs {
     /// Sidecar image for resources that do not set spec.sidecar.image.
     #[arg(long, value_name = "IMAGE", env = "INFERGATE_SIDECAR_IMAGE", default_value = DEFAULT_SIDECAR_IMAGE)]
     sidecar_image: String,
+    /// Image of the init container that fetches spec.model.storageUri, for resources that do not
+    /// set spec.model.storage.initializerImage.
+    #[arg(long, value_name = "IMAGE", env = "INFERGATE_STORAGE_INITIALIZER_IMAGE", default_value = DEFAULT_STORAGE_INITIALIZER_IMAGE)]
+    storage_initializer_image: String,
     /// Kubernetes version of the cluster (features it lacks are left out of the pods).
     #[arg(long, value_name = "VERSION", env = "INFERGATE_KUBERNETES_VERSION", default_value = "1.33", value_parser = KubernetesVersion::parse)]
     kubernetes_version: KubernetesVersion,
@@ -128,6 +137,7 @@ fn run_controller(args: RunArgs) -> anyhow::Result<()> {
     let config = controller::RunConfig {
         settings: OperatorSettings {
             sidecar_image: args.sidecar_image,
+            storage_initializer_image: args.storage_initializer_image,
             kubernetes_version: args.kubernetes_version,
         },
         namespace: args.namespace,
@@ -177,11 +187,13 @@ fn main() -> ExitCode {
         Command::Render {
             file,
             sidecar_image,
+            storage_initializer_image,
             kubernetes_version,
             uid,
         } => {
             let settings = OperatorSettings {
                 sidecar_image,
+                storage_initializer_image,
                 kubernetes_version,
             };
             render_file(&file, &settings, uid).map(|text| print!("{text}"))

@@ -21,3 +21,5 @@ pub const UPSTREAM_REST_PORT_NAME: &str = "upstream-rest";
 pub const STORAGE_INIT_CONTAINER: &str = "storage-initializer";
 /// Name of the volume the model is fetched into.
 pub const MODEL_STORAGE_VOLUME: &str = "infergate-model-storage";
+/// Name of the volume holding the storage credentials (`model.storage.secretName`).
+pub const STORAGE_SECRET_VOLUME: &str = "infergate-storage-secret";

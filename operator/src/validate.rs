@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use crate::crd::InferenceService;
+use crate::crd::{InferenceService, ModelStorage};
 use crate::pod_names::{
-    MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME,
-    UPSTREAM_REST_PORT_NAME,
+    MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SIDECAR_CONTAINER, STORAGE_INIT_CONTAINER,
+    UPSTREAM_PORT_NAME, UPSTREAM_REST_PORT_NAME,
 };
+use crate::storage_uri;
 
 /// Largest name an InferenceService may have: it names the Service and is a label value.
 pub const MAX_NAME_LEN: usize = 63;
@@ -146,14 +147,54 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
         }
     }
 
-    for (i, c) in spec.pod.containers.iter().enumerate() {
-        if c.name == MODEL_CONTAINER || c.name == SIDECAR_CONTAINER {
+    let reserved = [MODEL_CONTAINER, SIDECAR_CONTAINER, STORAGE_INIT_CONTAINER];
+    let mut container_names: BTreeMap<&str, String> = BTreeMap::new();
+    let users = spec
+        .pod
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("pod.containers[{i}]"), c))
+        .chain(
+            spec.pod
+                .init_containers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (format!("pod.initContainers[{i}]"), c)),
+        );
+    for (at, c) in users {
+        if reserved.contains(&c.name.as_str()) {
             problems.push(format!(
-                "pod.containers[{i}].name {:?} is reserved (the operator's own containers are {MODEL_CONTAINER} and {SIDECAR_CONTAINER})",
-                c.name
+                "{at}.name {:?} is reserved (the operator's own containers are {})",
+                c.name,
+                reserved.join(", ")
             ));
+        } else if let Some(first) = container_names.insert(c.name.as_str(), at.clone()) {
+            problems.push(format!("{at}.name {:?} is already used by {first}", c.name));
         }
     }
+
+    // The model from storage.
+    if let Some(uri) = &spec.model.storage_uri {
+        if let Err(e) = storage_uri::parse(uri) {
+            problems.push(format!("model.storageUri: {e}"));
+        }
+        let storage = &spec.model.storage;
+        let target = storage.mount_path.trim_end_matches('/');
+        for (i, m) in spec.model.volume_mounts.iter().enumerate() {
+            if m.mount_path.trim_end_matches('/') == target {
+                problems.push(format!(
+                    "model.volumeMounts[{i}] mounts {target}, where the model from model.storageUri is mounted (model.storage.mountPath)"
+                ));
+            }
+        }
+    } else if spec.model.storage != ModelStorage::default() {
+        problems.push(
+            "model.storage is set but model.storageUri is not: name the model's location"
+                .to_string(),
+        );
+    }
+
     for (i, v) in spec.pod.volumes.iter().enumerate() {
         if v.name.starts_with(RESERVED_VOLUME_PREFIX) {
             problems.push(format!(

@@ -260,7 +260,7 @@ fn cel_rules_compile_within_the_cost_budget() {
     let compiled = compile_schema(&schema());
     let mut rules = Vec::new();
     compiled_rules(&compiled, &mut rules);
-    assert_eq!(rules.len(), 11, "rules found: {rules:#?}");
+    assert_eq!(rules.len(), 12, "rules found: {rules:#?}");
     for (rule, warnings) in rules {
         assert!(warnings.is_empty(), "{rule}: {warnings:?}");
     }
@@ -426,6 +426,16 @@ fn invalid_specs_are_rejected() {
                 json!({"strategy": "Recreate", "maxUnavailable": 1}),
             )],
             "maxSurge and maxUnavailable apply to strategy RollingUpdate only",
+        ),
+        (
+            "a relative storage mount path",
+            vec![("/spec/model/storage", json!({"mountPath": "models"}))],
+            "storage.mountPath must be an absolute path below /, without '..'",
+        ),
+        (
+            "a storage mount path that climbs",
+            vec![("/spec/model/storage", json!({"mountPath": "/mnt/../etc"}))],
+            "storage.mountPath must be an absolute path below /, without '..'",
         ),
         (
             "system shared memory without a size",

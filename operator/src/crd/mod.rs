@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, EnvFromSource, EnvVar, LocalObjectReference,
-    PodSecurityContext, ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
+    PodSecurityContext, ResourceRequirements, SecurityContext, Toleration,
+    TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -19,6 +20,10 @@ use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+
+mod storage;
+
+pub use storage::ModelStorage;
 
 /// API group of the custom resource.
 pub const GROUP: &str = "infergate.dev";
@@ -214,6 +219,18 @@ pub struct ModelContainer {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_object")]
     pub security_context: Option<SecurityContext>,
+    /// Where the model is fetched from before the model server starts, instead of (or besides)
+    /// the image or a volume: s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, https://HOST/PATH (one
+    /// file; .tar, .tar.gz, .tgz and .zip are unpacked), http://..., or pvc://CLAIM/PATH (the
+    /// claim mounted read-only, no copy). The model container finds it at storage.mountPath
+    /// (/mnt/models): point the model server there, e.g. tritonserver
+    /// --model-repository=/mnt/models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub storage_uri: Option<String>,
+    /// How the model in storageUri is fetched and mounted.
+    #[serde(default)]
+    pub storage: ModelStorage,
     /// Probes of the model server. The pod's readiness comes from the sidecar, which is ready
     /// when the model server is; these probes give the model its start-up budget and restart it
     /// when it stops listening.
@@ -806,6 +823,19 @@ pub struct PodOverrides {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "named_objects_map")]
     pub containers: Vec<Container>,
+    /// Init containers (Kubernetes Container objects) that run after the model is fetched from
+    /// model.storageUri and before the sidecar and the model server start, e.g. to convert or
+    /// warm a model. They get the same security defaults as the model server. The names model,
+    /// infergate and storage-initializer are taken; the fetched model is the volume
+    /// infergate-model-storage.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "named_objects_map")]
+    pub init_containers: Vec<Container>,
+    /// How the pods spread over zones and nodes (Kubernetes TopologySpreadConstraint objects).
+    /// Their labelSelector usually names the pods' app.kubernetes.io/instance label.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "objects_list")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
 }
 
 impl Default for PodOverrides {
@@ -824,6 +854,8 @@ impl Default for PodOverrides {
             termination_grace_period_seconds: default_grace(),
             volumes: Vec::new(),
             containers: Vec::new(),
+            init_containers: Vec::new(),
+            topology_spread_constraints: Vec::new(),
         }
     }
 }

@@ -54,6 +54,7 @@ use kube::ResourceExt;
 
 use super::config::{CONFIG_DIR, CONFIG_FILE, config_map_name, labels_dir};
 use super::security::restricted_defaults;
+use super::storage;
 use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, selector_labels};
 use crate::crd::{InferenceService, SidecarMode};
 
@@ -71,27 +72,31 @@ pub(super) fn deployment(
 ) -> Deployment {
     let spec = &isvc.spec;
     let sidecar = sidecar_container(isvc, settings);
-    let mut init_containers = Vec::new();
-    let mut containers = vec![model_container(isvc)];
+    let storage = storage::parts(isvc, settings);
+    // Init containers in the order they run: the model's fetch, the user's, then the native
+    // sidecar (which keeps running).
+    let mut init_containers: Vec<Container> = storage
+        .as_ref()
+        .and_then(|s| s.init_container.clone())
+        .into_iter()
+        .collect();
+    init_containers.extend(
+        spec.pod
+            .init_containers
+            .iter()
+            .map(|c| users_container(isvc, c)),
+    );
+    let mut containers = vec![model_container(
+        isvc,
+        storage.as_ref().map(|s| &s.model_mount),
+    )];
     match spec.sidecar.mode {
         SidecarMode::Native => init_containers.push(sidecar),
         SidecarMode::Regular => containers.push(sidecar),
     }
-    for extra in &spec.pod.containers {
-        let mut extra = extra.clone();
-        extra.security_context = Some(restricted_defaults(
-            extra.security_context.as_ref(),
-            spec.pod.security_context.as_ref(),
-            spec.sidecar.run_as_user,
-        ));
-        if spec.extensions.system_shared_memory.enabled {
-            extra
-                .volume_mounts
-                .get_or_insert_with(Vec::new)
-                .push(shm_mount());
-        }
-        containers.push(extra);
-    }
+    containers.extend(spec.pod.containers.iter().map(|c| users_container(isvc, c)));
+    let mut volumes = volumes(isvc);
+    volumes.extend(storage.into_iter().flat_map(|s| s.volumes));
 
     let pod = &spec.pod;
     let mut template_labels = pod.labels.clone();
@@ -106,10 +111,11 @@ pub(super) fn deployment(
     let pod_spec = PodSpec {
         init_containers: (!init_containers.is_empty()).then_some(init_containers),
         containers,
-        volumes: Some(volumes(isvc)),
+        volumes: Some(volumes),
         share_process_namespace: spec.extensions.cuda_shared_memory.enabled.then_some(true),
         node_selector: non_empty_map(&pod.node_selector),
         tolerations: non_empty(&pod.tolerations),
+        topology_spread_constraints: non_empty(&pod.topology_spread_constraints),
         affinity: pod.affinity.clone(),
         priority_class_name: pod.priority_class_name.clone(),
         runtime_class_name: pod.runtime_class_name.clone(),
@@ -142,6 +148,25 @@ pub(super) fn deployment(
         }),
         ..Deployment::default()
     }
+}
+
+/// A container the user describes in `pod.containers` or `pod.initContainers`: the restricted
+/// profile's defaults for what its securityContext leaves unset, and the shared `/dev/shm`.
+fn users_container(isvc: &InferenceService, container: &Container) -> Container {
+    let spec = &isvc.spec;
+    let mut container = container.clone();
+    container.security_context = Some(restricted_defaults(
+        container.security_context.as_ref(),
+        spec.pod.security_context.as_ref(),
+        spec.sidecar.run_as_user,
+    ));
+    if spec.extensions.system_shared_memory.enabled {
+        container
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(shm_mount());
+    }
+    container
 }
 
 /// The Deployment's strategy from `spec.rollout` (see `RolloutSpec::rolling_limits`).
@@ -353,7 +378,7 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
 }
 
 /// The model server container.
-fn model_container(isvc: &InferenceService) -> Container {
+fn model_container(isvc: &InferenceService, model_storage: Option<&VolumeMount>) -> Container {
     let spec = &isvc.spec;
     let m = &spec.model;
     let mut ports = vec![tcp_port(UPSTREAM_PORT_NAME, spec.upstream.grpc_port)];
@@ -362,6 +387,7 @@ fn model_container(isvc: &InferenceService) -> Container {
     }
     ports.extend(m.ports.iter().cloned());
     let mut mounts = m.volume_mounts.clone();
+    mounts.extend(model_storage.cloned());
     if spec.extensions.system_shared_memory.enabled {
         mounts.push(shm_mount());
     }

@@ -17,6 +17,7 @@ mod config;
 mod deployment;
 mod security;
 mod service;
+mod storage;
 
 use std::collections::BTreeMap;
 
@@ -49,11 +50,20 @@ pub const DEFAULT_SIDECAR_IMAGE: &str = concat!(
     env!("CARGO_PKG_VERSION")
 );
 
+/// Image of the init container that fetches `spec.model.storageUri`, when neither the resource
+/// nor the operator names one (docker/storage-initializer.Dockerfile).
+pub const DEFAULT_STORAGE_INITIALIZER_IMAGE: &str = concat!(
+    "ghcr.io/infergate/infergate-storage-initializer:",
+    env!("CARGO_PKG_VERSION")
+);
+
 /// The operator's own settings that shape what it renders.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OperatorSettings {
     /// Sidecar image used when `spec.sidecar.image` is unset.
     pub sidecar_image: String,
+    /// Storage-initializer image used when `spec.model.storage.initializerImage` is unset.
+    pub storage_initializer_image: String,
     /// Version of the cluster the objects are for: features newer than it are left out.
     pub kubernetes_version: KubernetesVersion,
 }
@@ -62,6 +72,7 @@ impl Default for OperatorSettings {
     fn default() -> Self {
         OperatorSettings {
             sidecar_image: DEFAULT_SIDECAR_IMAGE.to_string(),
+            storage_initializer_image: DEFAULT_STORAGE_INITIALIZER_IMAGE.to_string(),
             kubernetes_version: KubernetesVersion::DEFAULT,
         }
     }
