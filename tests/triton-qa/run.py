@@ -1,0 +1,624 @@
+#!/usr/bin/env python3
+"""Run Triton's own QA test modules (server repo, branch r24.10 = Triton 2.51) against one
+server at a time on localhost:8000/8001 (the addresses the tests hard-code), and count what
+passes. Called by run.sh, which prepares everything named below; nothing is fetched here.
+
+Nothing of Triton's test code is kept in this project: the tests are read from QA_ROOT (a copy
+extracted from Triton's git repositories into a temporary directory by run.sh) and run as they
+are. Where a test names a model the catalog lacks and a catalog model has the same contract for
+what the test checks, the copy that runs gets the catalog's name (MAPPED below; the mapped copy
+is written beside the original in QA_ROOT). Every other difference from Triton's test.sh is in
+the `note` of its step.
+
+Environment (run.sh sets it):
+  QA_ROOT         the extracted tree (QA_ROOT/qa/L0_http, …, QA_ROOT/qa/clients)
+  QA_PY           the Python that runs the tests (tritonclient[all]==2.71.0, psutil, requests)
+  QA_TARGETS      sidecar,triton (either or both; one server runs at a time)
+  QA_MODULES      optional filter: L0_http,L0_grpc,… (default: all)
+  QA_OUT          where logs and results.json go
+  SIDECAR_BIN     the sidecar binary
+  TRITON_BIN, TRITON_BACKENDS, TRITON_PATH, TRITON_LD_PATH, TRITON_REPO
+                  tritonserver, its backends, PATH and LD_LIBRARY_PATH for the python backend,
+                  and the repository written by tests/upstream/make_triton_repo.py
+  HEALTH_PROBE    optional grpc-health-probe binary (L0_grpc's health-probe check)
+
+Also usable as the unittest runner: run.py --unittest FILE RESULT_JSON [TEST_NAME...]
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+HTTP, GRPC, METRICS, NGINX = 8000, 8001, 8002, 8004
+SELF = Path(__file__).resolve()
+
+# The seven models of Triton's docs repository that L0_http / L0_grpc serve and that the catalog
+# has (densenet_onnx and inception_graphdef are image models, not in the catalog).
+DOCS_MODELS = [
+    "simple",
+    "simple_int8",
+    "simple_string",
+    "simple_identity",
+    "simple_sequence",
+    "simple_dyna_sequence",
+    "simple_string_dyna_sequence",
+]
+
+# QA model name -> catalog model with the same contract for what the test checks.
+MAPPED = {
+    '"onnx_zero_1_float32"': '"identity_fp32"',  # FP32 [-1] identity
+    '"onnx_zero_1_object"': '"identity_bytes"',  # BYTES [-1] identity
+}
+
+
+# --------------------------------------------------------------------------- unittest runner
+def unittest_main(argv) -> int:
+    """Run the tests of one Triton QA file; write {test id: [status, first line of message]}."""
+    import importlib.util
+    import unittest
+
+    path, out, names = argv[0], argv[1], argv[2:]
+    sys.argv = [path]
+    spec = importlib.util.spec_from_file_location("qa_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    loader = unittest.TestLoader()
+    suite = loader.loadTestsFromNames(names, module) if names else loader.loadTestsFromModule(module)
+    results: dict = {}
+
+    def short(err_text: str) -> str:
+        lines = [l for l in err_text.strip().splitlines() if l.strip()]
+        return lines[-1][:400] if lines else ""
+
+    class Result(unittest.TextTestResult):
+        def _id(self, test):
+            return test.id().replace("qa_module.", "")
+
+        def addSuccess(self, test):
+            super().addSuccess(test)
+            results.setdefault(self._id(test), ["pass", ""])
+
+        def addFailure(self, test, err):
+            super().addFailure(test, err)
+            results[self._id(test)] = ["fail", short(self._exc_info_to_string(err, test))]
+
+        def addError(self, test, err):
+            super().addError(test, err)
+            results[self._id(test)] = ["fail", short(self._exc_info_to_string(err, test))]
+
+        def addSkip(self, test, reason):
+            super().addSkip(test, reason)
+            results[self._id(test)] = ["skip", reason]
+
+        def addSubTest(self, test, subtest, err):
+            super().addSubTest(test, subtest, err)
+            if err is not None:
+                results[self._id(test)] = ["fail", short(self._exc_info_to_string(err, test))]
+
+    runner = unittest.TextTestRunner(verbosity=2, resultclass=Result, stream=sys.stderr)
+    runner.run(suite)
+    Path(out).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+# --------------------------------------------------------------------------- helpers
+def log(msg: str) -> None:
+    print(f"[triton-qa] {msg}", file=sys.stderr, flush=True)
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def wait_ports_free(ports, timeout=60) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if all(port_free(p) for p in ports):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"ports {ports} still busy")
+
+
+def http(method: str, path: str, body: bytes | None = None, port: int = HTTP):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def load_with_config(model: str, config: dict) -> None:
+    body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
+    code, text = http("POST", f"/v2/repository/models/{model}/load", body)
+    if code != 200:
+        raise RuntimeError(f"load {model} with config: {code} {text!r}")
+
+
+class Server:
+    """One server on 8000/8001/8002, started for a step and stopped after it."""
+
+    count = 0
+
+    def __init__(self, target, out: Path, models, mode="none", env=None,
+                 triton_args=(), triton_override=None, sidecar_setup=None):
+        self.target, self.out, self.models, self.mode = target, out, models, mode
+        self.env = env or {}
+        self.triton_args, self.triton_override = list(triton_args), triton_override or {}
+        self.sidecar_setup = sidecar_setup
+        self.proc = None
+
+    def start(self) -> None:
+        Server.count += 1
+        n = Server.count
+        wait_ports_free([HTTP, GRPC, METRICS])
+        env = dict(os.environ, **self.env)
+        if self.target == "sidecar":
+            cfg = self.out / f"sidecar-{n}.yaml"
+            cfg.write_text("backend:\n  kind: builtin\n  models: [" + ", ".join(self.models) + "]\n")
+            cmd = [os.environ["SIDECAR_BIN"], "--config", str(cfg), "--host", "127.0.0.1",
+                   "--http-port", str(HTTP), "--grpc-port", str(GRPC),
+                   "--metrics-port", str(METRICS), "--admin-port", "0",
+                   "--model-control-mode", self.mode,
+                   # Triton 2.51 has no such switch: client shared memory is always on there.
+                   "--allow-client-shm"]
+        else:
+            repo = self.out / f"repo-{n}"
+            repo.mkdir()
+            for m in self.models:
+                src = self.triton_override.get(m, Path(os.environ["TRITON_REPO"]) / m)
+                shutil.copytree(src, repo / m)
+            cmd = [os.environ["TRITON_BIN"], f"--model-repository={repo}",
+                   f"--backend-directory={os.environ['TRITON_BACKENDS']}",
+                   "--http-address=127.0.0.1", f"--http-port={HTTP}",
+                   "--grpc-address=127.0.0.1", f"--grpc-port={GRPC}",
+                   "--metrics-address=127.0.0.1", f"--metrics-port={METRICS}",
+                   "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
+                   "--exit-timeout-secs=5"]
+            if self.mode != "none":
+                cmd += [f"--model-control-mode={self.mode}", "--load-model=*"]
+            cmd += self.triton_args
+            env["PATH"] = os.environ["TRITON_PATH"]
+            env["LD_LIBRARY_PATH"] = os.environ["TRITON_LD_PATH"]
+        self.log_path = self.out / f"{self.target}-{n}.log"
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log_path, "wb"),
+                                     stderr=subprocess.STDOUT, env=env, cwd=self.out,
+                                     start_new_session=True)
+        end = time.time() + 240
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.target} exited; see {self.log_path}")
+            try:
+                if http("GET", "/v2/health/ready")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > end:
+                raise RuntimeError(f"{self.target} not ready; see {self.log_path}")
+            time.sleep(0.3)
+        if self.target == "sidecar" and self.sidecar_setup:
+            self.sidecar_setup()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# --------------------------------------------------------------------------- cases
+class Ctx:
+    def __init__(self, target: str, out: Path):
+        self.target, self.out = target, out
+        self.qa = Path(os.environ["QA_ROOT"]) / "qa"
+        self.py = os.environ["QA_PY"]
+        self.n = 0
+
+    def run(self, cmd, cwd, env=None, timeout=900):
+        self.n += 1
+        logfile = self.out / f"client-{self.n}.log"
+        full_env = dict(os.environ, **(env or {}))
+        try:
+            p = subprocess.run(cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=timeout)
+            text, rc = p.stdout.decode(errors="replace"), p.returncode
+        except subprocess.TimeoutExpired as e:
+            text, rc = (e.stdout or b"").decode(errors="replace") + "\nTIMEOUT", -1
+        logfile.write_text(f"$ {' '.join(map(str, cmd))}\n{text}")
+        return rc, text
+
+    def unittest(self, module: str, file: str, names=(), env=None):
+        """[(test id, status, message)] of one unittest process."""
+        result = self.out / f"unittest-{self.n + 1}.json"
+        rc, text = self.run([self.py, str(SELF), "--unittest", file, str(result), *names],
+                            self.qa / module, env)
+        if not result.exists():
+            last = text.strip().splitlines()[-1:] or [""]
+            return [(f"{file}:{','.join(names) or '*'}", "fail", f"did not run: {last[0]}")]
+        return [(k, *v) for k, v in json.loads(result.read_text()).items()]
+
+    def script(self, name: str, args, env=None, check=None):
+        """One example client: passes when it exits 0 (and `check` accepts its output)."""
+        rc, text = self.run([self.py, str(self.qa / "clients" / name), *args], self.qa / "clients", env)
+        label = " ".join([name, *args])
+        if check is not None:
+            ok, why = check(rc, text)
+        else:
+            ok, why = rc == 0, ""
+        if ok:
+            return [(label, "pass", "")]
+        tail = [l for l in text.strip().splitlines() if l.strip()][-1:] or [""]
+        return [(label, "fail", why or tail[0][:400])]
+
+
+def one_pass(rc, text):
+    n = sum(1 for l in text.splitlines() if "PASS" in l)
+    if rc != 0:
+        tail = [l for l in text.strip().splitlines() if l.strip()][-1:] or [""]
+        return False, tail[0][:400]
+    return (n == 1, "" if n == 1 else f"{n} PASS lines, test.sh wants 1")
+
+
+def mapped_copy(src: Path, mapping: dict, suffix: str) -> str:
+    text = src.read_text()
+    for a, b in mapping.items():
+        text = text.replace(a, b)
+    dst = src.with_name(src.stem + suffix + ".py")
+    dst.write_text(text)
+    return dst.name
+
+
+def decoupled_repeat_only(src: Path) -> str:
+    """decoupled_test.py with its trials cut to repeat_int32 (the other five trial models are
+    ensembles, in neither server's repository)."""
+    text = src.read_text()
+    text, n = re.subn(r"self\.trials_ = \[.*?\n        \]", 'self.trials_ = [("repeat_int32", None)]',
+                      text, count=1, flags=re.S)
+    if n != 1:
+        raise RuntimeError("decoupled_test.py: trials_ list not found")
+    dst = src.with_name("decoupled_test_repeat_int32.py")
+    dst.write_text(text)
+    return dst.name
+
+
+def curl_blocks(test_sh: Path):
+    """L0_http's curl checks of binary/JSON combinations: the blocks of test.sh between its
+    'Test combinations of binary and JSON data' server start and the next kill, each starting
+    at `rm -f ./curl.out`, run as they are (each sets RET=1 on a failed check)."""
+    text = test_sh.read_text()
+    start = text.index("# Test combinations of binary and JSON data")
+    section = text[start:text.index("kill $SERVER_PID", start)]
+    section = section[section.index("rm -f ./curl.out"):]
+    blocks = ["rm -f ./curl.out" + b for b in section.split("rm -f ./curl.out") if b.strip()]
+    return blocks
+
+
+def nginx(out: Path, grpc: bool):
+    """nginx with basic auth on 8004 in front of 8000 (REST) or 8001 (gRPC), as L0_http and
+    L0_grpc start it (their nginx.conf names paths under /opt/tritonserver, so the same settings
+    are written here with paths under `out`)."""
+    pw = subprocess.run(["openssl", "passwd", "-apr1", "password"], capture_output=True,
+                        text=True, check=True).stdout.strip()
+    (out / "pswd").write_text(f"username:{pw}\n")
+    tmp = out / "nginx-tmp"
+    tmp.mkdir(exist_ok=True)
+    if grpc:
+        server = f"listen {NGINX} http2;\n location / {{ grpc_pass grpc://127.0.0.1:{GRPC}; }}"
+    else:
+        server = (f"listen {NGINX};\n location / {{ proxy_pass http://127.0.0.1:{HTTP};"
+                  " proxy_set_header Host $host; }")
+    conf = out / ("nginx-grpc.conf" if grpc else "nginx-http.conf")
+    conf.write_text(f"""worker_processes 1;
+pid {out}/nginx.pid;
+error_log {out}/nginx-error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log {out}/nginx-access.log;
+  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
+  auth_basic "Restricted Content";
+  auth_basic_user_file {out}/pswd;
+  server {{ {server} }}
+}}
+""")
+    wait_ports_free([NGINX])
+    proc = subprocess.Popen(["nginx", "-c", str(conf), "-g", "daemon off;"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    for _ in range(50):
+        if not port_free(NGINX):
+            break
+        time.sleep(0.1)
+    return proc
+
+
+# --------------------------------------------------------------------------- steps
+def skipped(label, why):
+    return [(label, "skip", why)]
+
+
+def l0_http(c: Ctx, rows):
+    mod = "L0_http"
+    http_test = mapped_copy(c.qa / mod / "http_test.py", MAPPED, "_catalog_names")
+    with Server(c.target, c.out, ["identity_fp32", "identity_bytes", "simple"]):
+        rows["L0_http http_test.py"] += c.unittest(mod, http_test)
+    with Server(c.target, c.out, DOCS_MODELS):
+        rows["L0_http python_http_aio_test.py"] += c.unittest(mod, "python_http_aio_test.py")
+
+    ex = "L0_http example clients (Python)"
+    with Server(c.target, c.out, DOCS_MODELS):
+        for name in ["simple_http_health_metadata.py", "simple_http_aio_infer_client.py",
+                     "simple_http_infer_client.py", "simple_http_async_infer_client.py",
+                     "simple_http_shm_string_client.py", "simple_http_shm_client.py",
+                     "simple_http_cudashm_client.py", "simple_http_string_infer_client.py",
+                     "simple_http_sequence_sync_infer_client.py",
+                     "reuse_infer_objects_client.py"]:
+            rows[ex] += c.script(name, ["-v"])
+        rows[ex] += skipped("image_client.py -m inception_graphdef",
+                            "model inception_graphdef and images not in the catalog")
+
+        def base_path(rc, text):
+            seen = "POST /base_path/v2/models/simple/infer" in text
+            return rc != 0 and seen, f"rc={rc}, request line seen={seen} (test.sh wants rc!=0 and the line)"
+
+        rows[ex] += c.script("simple_http_infer_client.py", ["-u", "localhost:8000/base_path", "-v"],
+                             check=base_path)
+        blocks = curl_blocks(c.qa / mod / "test.sh")
+        for i, block in enumerate(blocks, 1):
+            rc, _ = c.run(["bash", "-c", "RET=0\n" + block + "\nexit $RET"], c.out)
+            answer = c.out / "curl.out"
+            why = answer.read_text()[:300] if rc != 0 and answer.exists() else ""
+            rows["L0_http curl binary/JSON checks (test.sh)"].append(
+                (f"curl block {i}", "pass" if rc == 0 else "fail", why))
+        nx = nginx(c.out, grpc=False)
+        try:
+            rows["L0_http http_basic_auth_test.py (nginx)"] += c.unittest(mod, "http_basic_auth_test.py")
+        finally:
+            nx.terminate()
+            nx.wait()
+    with Server(c.target, c.out, DOCS_MODELS, mode="explicit"):
+        rows[ex] += c.script("simple_http_model_control.py", ["-v"], check=one_pass)
+    with Server(c.target, c.out, DOCS_MODELS):
+        rows[ex] += c.script("simple_http_sequence_sync_infer_client.py", ["-v", "-d"])
+    restricted = ["--http-restricted-api=model-repository:admin-key=admin-value",
+                  "--http-restricted-api=inference,metadata:infer-key=infer-value"]
+    with Server(c.target, c.out, DOCS_MODELS, triton_args=restricted):
+        rows["L0_http http_restricted_api_test.py"] += c.unittest(
+            mod, "http_restricted_api_test.py", ["RestrictedAPITest"])
+
+
+def l0_shared_memory(c: Ctx, rows):
+    mod = "L0_shared_memory"
+    tests = ["test_invalid_create_shm", "test_valid_create_set_register",
+             "test_unregister_before_register", "test_unregister_after_register",
+             "test_reregister_after_register", "test_unregister_after_inference",
+             "test_register_after_inference", "test_too_big_shm", "test_mixed_raw_shm",
+             "test_unregisterall", "test_infer_offset_out_of_bound",
+             "test_infer_byte_size_out_of_bound", "test_register_out_of_bound",
+             "test_python_client_leak"]
+    row = "L0_shared_memory shared_memory_test.py"
+    for t in tests:
+        for proto in ["http", "grpc"]:
+            with Server(c.target, c.out, ["simple"]):
+                got = c.unittest(mod, "shared_memory_test.py", [f"SharedMemoryTest.{t}"],
+                                 env={"CLIENT_TYPE": proto})
+                rows[row] += [(f"{i} [{proto}]", s, m) for i, s, m in got]
+    # test.sh serves qa/python_models/execute_delayed_model (15 s per request) as "simple".
+    delayed = c.out / "execute_delayed_simple"
+    if not delayed.exists():
+        (delayed / "1").mkdir(parents=True)
+        src = c.qa / "python_models" / "execute_delayed_model"
+        shutil.copy(src / "config.pbtxt", delayed / "config.pbtxt")
+        shutil.copy(src / "model.py", delayed / "1" / "model.py")
+    for proto in ["http", "grpc"]:
+        with Server(c.target, c.out, ["simple"], triton_override={"simple": delayed}):
+            rows[row] += c.unittest(
+                mod, "shared_memory_test.py",
+                [f"TestSharedMemoryUnregister.test_unregister_shm_during_inference_{proto}"],
+                env={"CLIENT_TYPE": proto})
+
+
+def l0_grpc(c: Ctx, rows):
+    mod = "L0_grpc"
+    ex = "L0_grpc example clients (Python)"
+    with Server(c.target, c.out, DOCS_MODELS):
+        rows[ex] += c.script("simple_grpc_health_metadata.py", ["-v"])
+        for name in ["simple_grpc_aio_infer_client.py",
+                     "simple_grpc_aio_sequence_stream_infer_client.py",
+                     "simple_grpc_infer_client.py", "simple_grpc_async_infer_client.py",
+                     "simple_grpc_string_infer_client.py",
+                     "simple_grpc_sequence_stream_infer_client.py",
+                     "simple_grpc_sequence_sync_infer_client.py",
+                     "simple_grpc_shm_string_client.py", "simple_grpc_shm_client.py",
+                     "simple_grpc_cudashm_client.py", "simple_grpc_keepalive_client.py",
+                     "simple_grpc_custom_args_client.py", "grpc_explicit_byte_content_client.py",
+                     "grpc_explicit_int_content_client.py",
+                     "grpc_explicit_int8_content_client.py"]:
+            rows[ex] += c.script(name, ["-v"], check=one_pass)
+        for name in ["image_client.py", "grpc_image_client.py"]:
+            rows[ex] += skipped(f"{name} -m inception_graphdef",
+                                "model inception_graphdef and images not in the catalog")
+        rows[ex] += skipped("grpc_client.py", "model densenet_onnx not in the catalog")
+        rows[ex] += c.script("reuse_infer_objects_client.py", ["-v", "-i", "grpc", "-u", "localhost:8001"])
+        nx = nginx(c.out, grpc=True)
+        try:
+            rows["L0_grpc grpc_basic_auth_test.py (nginx)"] += c.unittest(mod, "grpc_basic_auth_test.py")
+        finally:
+            nx.terminate()
+            nx.wait()
+        probe = os.environ.get("HEALTH_PROBE")
+        if probe:
+            rc, text = c.run([probe, f"-addr=localhost:{GRPC}"], c.out)
+            ok = "status: SERVING" in text
+            rows["L0_grpc grpc-health-probe"].append(
+                ("grpc-health-probe (online)", "pass" if ok else "fail", "" if ok else text.strip()[:300]))
+    with Server(c.target, c.out, DOCS_MODELS,
+                triton_args=["--grpc-infer-response-compression-level=high"]):
+        trace = {"GRPC_TRACE": "compression,channel", "GRPC_VERBOSITY": "DEBUG"}
+
+        def deflate(rc, text):
+            ok = rc == 0 and "Compressed[deflate]" in text
+            return ok, f"rc={rc}, 'Compressed[deflate]' in trace={'Compressed[deflate]' in text}"
+
+        rows[ex] += c.script("simple_grpc_infer_client.py", ["-v", "-C", "deflate"], env=trace,
+                             check=deflate)
+    with Server(c.target, c.out, DOCS_MODELS, mode="explicit"):
+        rows[ex] += c.script("simple_grpc_model_control.py", ["-v"], check=one_pass)
+    with Server(c.target, c.out, DOCS_MODELS):
+        for name in ["simple_grpc_sequence_stream_infer_client.py",
+                     "simple_grpc_sequence_sync_infer_client.py"]:
+            rows[ex] += c.script(name, ["-v", "-d"])
+        rows["L0_grpc python_grpc_aio_test.py"] += c.unittest(mod, "python_grpc_aio_test.py")
+    restricted = ["--grpc-restricted-protocol=model-repository:admin-key=admin-value",
+                  "--grpc-restricted-protocol=inference,health:infer-key=infer-value"]
+    with Server(c.target, c.out, DOCS_MODELS, triton_args=restricted):
+        rows["L0_grpc python_unit_test.py (restricted protocol)"] += c.unittest(
+            mod, "python_unit_test.py", ["RestrictedProtocolTest"])
+
+
+def delayed_identity(out: Path) -> Path:
+    """custom_identity_int32 with L0_client_timeout's execute_delay_ms 3000 (Triton side)."""
+    d = out / "custom_identity_int32_3000"
+    if not d.exists():
+        shutil.copytree(Path(os.environ["TRITON_REPO"]) / "custom_identity_int32", d)
+        cfg = d / "config.pbtxt"
+        cfg.write_text(cfg.read_text().replace('string_value: "0"', 'string_value: "3000"'))
+    return d
+
+
+def set_delay_3000():
+    """Sidecar side: the same delay, through a load with a configuration (explicit mode)."""
+    load_with_config("custom_identity_int32",
+                     {"parameters": {"execute_delay_ms": {"string_value": "3000"}}})
+
+
+def l0_client_timeout(c: Ctx, rows):
+    mod = "L0_client_timeout"
+    model = ["custom_identity_int32"]
+    over = {"custom_identity_int32": delayed_identity(c.out)} if c.target == "triton" else {}
+    # test.sh's server for these runs in mode none; the sidecar needs explicit for the load.
+    mode = "explicit" if c.target == "sidecar" else "none"
+    with Server(c.target, c.out, model, mode=mode, triton_override=over,
+                sidecar_setup=set_delay_3000):
+        for t in ["test_grpc_infer", "test_grpc_async_infer", "test_grpc_stream_infer",
+                  "test_http_infer", "test_http_async_infer"]:
+            rows["L0_client_timeout client_infer_timeout_test.py"] += c.unittest(
+                mod, "client_infer_timeout_test.py", [f"ClientInferTimeoutTest.{t}"])
+    with Server(c.target, c.out, model, mode="explicit", triton_override=over,
+                env={"TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC": "2"},
+                sidecar_setup=set_delay_3000):
+        rows["L0_client_timeout client_non_infer_timeout_test.py"] += c.unittest(
+            mod, "client_non_infer_timeout_test.py")
+
+
+def l0_decoupled(c: Ctx, rows):
+    mod = "L0_decoupled"
+    test = decoupled_repeat_only(c.qa / mod / "decoupled_test.py")
+    row = "L0_decoupled decoupled_test.py"
+    with Server(c.target, c.out, ["repeat_int32"]):
+        for t in ["test_one_to_none", "test_one_to_one", "test_one_to_many",
+                  "test_no_streaming", "test_response_order", "test_wrong_shape"]:
+            rows[row] += c.unittest(mod, test, [f"DecoupledTest.{t}"])
+        rows[row] += c.unittest(mod, test, ["DecoupledTest.test_one_to_multi_many"],
+                                env={"TRITONSERVER_DELAY_GRPC_RESPONSE": "2000"})
+    # NonDecoupledTest: repeat_int32 with `decoupled: False` (test.sh edits its config).
+    nd = c.out / "repeat_int32_non_decoupled"
+    if c.target == "triton":
+        shutil.copytree(Path(os.environ["TRITON_REPO"]) / "repeat_int32", nd)
+        cfg = nd / "config.pbtxt"
+        cfg.write_text(cfg.read_text().replace("decoupled: true", "decoupled: false"))
+    mode = "explicit" if c.target == "sidecar" else "none"
+    with Server(c.target, c.out, ["repeat_int32"], mode=mode, triton_override={"repeat_int32": nd},
+                sidecar_setup=lambda: load_with_config(
+                    "repeat_int32", {"model_transaction_policy": {"decoupled": False}})):
+        rows[row] += c.unittest(mod, test, ["NonDecoupledTest"])
+
+
+MODULES = {
+    "L0_http": l0_http,
+    "L0_shared_memory": l0_shared_memory,
+    "L0_grpc": l0_grpc,
+    "L0_client_timeout": l0_client_timeout,
+    "L0_decoupled": l0_decoupled,
+}
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--unittest":
+        return unittest_main(sys.argv[2:])
+    out_root = Path(os.environ["QA_OUT"])
+    targets = os.environ.get("QA_TARGETS", "sidecar,triton").split(",")
+    wanted = [m for m in os.environ.get("QA_MODULES", ",".join(MODULES)).split(",") if m]
+    results_path = out_root / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else {}
+    for target in targets:
+        for module in wanted:
+            out = out_root / target / module
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            rows: dict = collections.defaultdict(list)
+            log(f"{target}: {module}")
+            t0 = time.time()
+            try:
+                MODULES[module](Ctx(target, out), rows)
+            except Exception as e:  # a server that did not start, nginx missing, …
+                rows[f"{module} (harness)"].append(("harness", "fail", repr(e)[:400]))
+            for row, cases in rows.items():
+                results.setdefault(row, {})[target] = cases
+            log(f"{target}: {module} done in {time.time() - t0:.0f} s")
+            results_path.write_text(json.dumps(results, indent=1))
+    print_table(results)
+    return 0
+
+
+def print_table(results: dict) -> None:
+    targets = sorted({t for r in results.values() for t in r})
+    print("| module / test | " + " | ".join(f"{t}: run / pass / fail / skip" for t in targets) + " |")
+    print("|---|" + "---|" * len(targets))
+    for row, by_target in results.items():
+        cells = []
+        for t in targets:
+            cases = by_target.get(t)
+            if cases is None:
+                cells.append("—")
+                continue
+            n = {s: sum(1 for _, st, _ in cases if st == s) for s in ("pass", "fail", "skip")}
+            cells.append(f"{n['pass'] + n['fail']} / {n['pass']} / {n['fail']} / {n['skip']}")
+        print(f"| {row} | " + " | ".join(cells) + " |")
+    print()
+    for row, by_target in results.items():
+        for t in targets:
+            for case, status, msg in by_target.get(t, []):
+                if status != "pass":
+                    print(f"{t} {status}: {row}: {case}: {msg}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
