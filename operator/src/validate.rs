@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use crate::crd::{InferenceService, ModelStorage};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+
+use crate::crd::{AutoscalingMetric, InferenceService, ModelStorage};
 use crate::pod_names::{
     MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SIDECAR_CONTAINER, STORAGE_INIT_CONTAINER,
     UPSTREAM_PORT_NAME, UPSTREAM_REST_PORT_NAME,
@@ -171,6 +173,38 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
             ));
         } else if let Some(first) = container_names.insert(c.name.as_str(), at.clone()) {
             problems.push(format!("{at}.name {:?} is already used by {first}", c.name));
+        }
+    }
+
+    // CPU utilization is measured against requests: the autoscaler cannot compute it for a pod
+    // with a container that requests no CPU, and would never scale.
+    if spec
+        .autoscaling
+        .as_ref()
+        .is_some_and(|a| a.metric == AutoscalingMetric::CPU)
+    {
+        let requests_cpu = |r: Option<&ResourceRequirements>| {
+            r.and_then(|r| r.requests.as_ref())
+                .is_some_and(|q| q.contains_key("cpu"))
+        };
+        if !requests_cpu(spec.model.resources.as_ref()) {
+            problems.push(
+                "autoscaling on CPU needs model.resources.requests.cpu (utilization is measured against requests)"
+                    .to_string(),
+            );
+        }
+        if spec.sidecar.resources.is_some() && !requests_cpu(spec.sidecar.resources.as_ref()) {
+            problems.push(
+                "autoscaling on CPU needs sidecar.resources.requests.cpu (utilization is measured against requests)"
+                    .to_string(),
+            );
+        }
+        for (i, c) in spec.pod.containers.iter().enumerate() {
+            if !requests_cpu(c.resources.as_ref()) {
+                problems.push(format!(
+                    "autoscaling on CPU needs pod.containers[{i}].resources.requests.cpu (utilization is measured against requests)"
+                ));
+            }
         }
     }
 

@@ -260,7 +260,7 @@ fn cel_rules_compile_within_the_cost_budget() {
     let compiled = compile_schema(&schema());
     let mut rules = Vec::new();
     compiled_rules(&compiled, &mut rules);
-    assert_eq!(rules.len(), 12, "rules found: {rules:#?}");
+    assert_eq!(rules.len(), 16, "rules found: {rules:#?}");
     for (rule, warnings) in rules {
         assert!(warnings.is_empty(), "{rule}: {warnings:?}");
     }
@@ -426,6 +426,38 @@ fn invalid_specs_are_rejected() {
                 json!({"strategy": "Recreate", "maxUnavailable": 1}),
             )],
             "maxSurge and maxUnavailable apply to strategy RollingUpdate only",
+        ),
+        (
+            "autoscaling with min above max",
+            vec![(
+                "/spec/autoscaling",
+                json!({"minReplicas": 3, "maxReplicas": 2}),
+            )],
+            "autoscaling.minReplicas must not exceed maxReplicas",
+        ),
+        (
+            "scale to zero with an HPA",
+            vec![(
+                "/spec/autoscaling",
+                json!({"minReplicas": 0, "maxReplicas": 2}),
+            )],
+            "autoscaling.minReplicas 0 (scale to zero) needs engine KEDA",
+        ),
+        (
+            "KEDA triggers on an HPA",
+            vec![(
+                "/spec/autoscaling",
+                json!({"maxReplicas": 2, "extraTriggers": [{"type": "cron"}]}),
+            )],
+            "autoscaling.extraTriggers are KEDA triggers: they need engine KEDA",
+        ),
+        (
+            "KEDA on pending requests without Prometheus",
+            vec![(
+                "/spec/autoscaling",
+                json!({"maxReplicas": 2, "engine": "KEDA", "metric": "PendingRequests"}),
+            )],
+            "autoscaling with KEDA on a sidecar metric needs prometheusAddress",
         ),
         (
             "a relative storage mount path",

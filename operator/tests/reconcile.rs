@@ -137,6 +137,20 @@ fn missing(path: &str) -> Step {
     step(Method::GET, path, StatusCode::NOT_FOUND, not_found())
 }
 
+/// The reads that find no HorizontalPodAutoscaler, ScaledObject or PodMonitor (a spec without
+/// autoscaling or monitoring still looks, so that one dropped from the spec is deleted).
+fn no_autoscaler_or_monitor() -> Vec<Step> {
+    vec![
+        missing(&format!(
+            "/apis/autoscaling/v2{NS}/horizontalpodautoscalers/svc"
+        )),
+        missing(&format!("/apis/keda.sh/v1alpha1{NS}/scaledobjects/svc")),
+        missing(&format!(
+            "/apis/monitoring.coreos.com/v1{NS}/podmonitors/svc"
+        )),
+    ]
+}
+
 #[tokio::test]
 async fn create_applies_every_child_then_writes_status() {
     let isvc = service(2);
@@ -153,6 +167,7 @@ async fn create_applies_every_child_then_writes_status() {
             missing(&pdb_path()),
             created(&pdb_path(), stored(&pdb)),
         ],
+        no_autoscaler_or_monitor(),
         observe(&isvc, true),
     ]
     .concat();
@@ -170,13 +185,13 @@ async fn create_applies_every_child_then_writes_status() {
     assert_eq!(seen[3].body, expected);
     assert_eq!(seen[3].body, apply::as_applied(&want.deployment).unwrap());
     assert_eq!(seen[7].body, apply::as_applied(&pdb).unwrap());
-    let pods = &seen[8];
+    let pods = &seen[11];
     assert!(
         pods.query
             .contains("labelSelector=app.kubernetes.io%2Finstance%3Dsvc"),
         "{pods:?}"
     );
-    let status = &seen[9].body;
+    let status = &seen[12].body;
     assert_eq!(status["apiVersion"], "infergate.dev/v1alpha1");
     assert_eq!(status["kind"], "InferenceService");
     assert_eq!(status["status"]["observedGeneration"], 1);
@@ -217,6 +232,7 @@ async fn unchanged_children_and_status_cause_no_write() {
     let steps = [
         unchanged_children(&want),
         vec![missing(&pdb_path())],
+        no_autoscaler_or_monitor(),
         observe(&isvc, false),
     ]
     .concat();
@@ -250,6 +266,7 @@ async fn drifted_child_is_applied_again() {
             get(&svc_path(), stored(&want.service)),
             missing(&pdb_path()),
         ],
+        no_autoscaler_or_monitor(),
         observe(&isvc, true),
     ]
     .concat();
@@ -284,6 +301,7 @@ async fn a_field_removed_from_the_spec_is_applied_again() {
             get(&svc_path(), stored(&want.service)),
             missing(&pdb_path()),
         ],
+        no_autoscaler_or_monitor(),
         observe(&isvc, true),
     ]
     .concat();
@@ -303,6 +321,7 @@ async fn scaling_below_two_deletes_our_pdb_only() {
             get(&pdb_path(), stored(&pdb)),
             step(Method::DELETE, &pdb_path(), StatusCode::OK, stored(&pdb)),
         ],
+        no_autoscaler_or_monitor(),
         observe(&isvc, true),
     ]
     .concat();
@@ -321,6 +340,7 @@ async fn scaling_below_two_deletes_our_pdb_only() {
     let steps = [
         unchanged_children(&want),
         vec![get(&pdb_path(), foreign)],
+        no_autoscaler_or_monitor(),
         observe(&isvc, true),
     ]
     .concat();

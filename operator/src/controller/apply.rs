@@ -107,13 +107,27 @@ where
     K: Resource + Clone + Debug + Serialize + DeserializeOwned,
     <K as Resource>::DynamicType: Default,
 {
+    apply_typed(api, desired, &Default::default()).await
+}
+
+/// [`apply`] for a resource whose type is known at run time (`dt`), such as a custom resource
+/// of another project (KEDA's ScaledObject, the Prometheus Operator's PodMonitor). A kind the
+/// cluster does not serve is refused (404) with a message that says so.
+pub async fn apply_typed<K>(
+    api: &Api<K>,
+    desired: &K,
+    dt: &K::DynamicType,
+) -> Result<(Outcome, K), ApplyError>
+where
+    K: Resource + Clone + Debug + Serialize + DeserializeOwned,
+{
     let name = desired.name_any();
     let wanted = as_applied(desired).map_err(kube::Error::SerdeError)?;
     let digest = applied_hash(&wanted);
-    if let Some(current) = api.get_opt(&name).await? {
+    if let Some(current) = read(api, &name).await? {
         if let Some(holder) = foreign_holder(&current, desired) {
             return Err(ApplyError::NotControlled {
-                kind: K::kind(&Default::default()).to_string(),
+                kind: K::kind(dt).to_string(),
                 name,
                 holder,
             });
@@ -130,13 +144,39 @@ where
         // are answers about the object; anything else (timeouts, 5xx, conflicts) is retried.
         Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 422) => {
             Err(ApplyError::Rejected {
-                kind: K::kind(&Default::default()).to_string(),
+                kind: K::kind(dt).to_string(),
                 name,
                 code: e.code,
                 message: e.message,
             })
         }
+        // The object was read as absent and its kind cannot be written: the cluster does not
+        // serve that API (a custom resource whose CRD is not installed).
+        Err(kube::Error::Api(e)) if e.code == 404 => Err(ApplyError::Rejected {
+            kind: K::kind(dt).to_string(),
+            name,
+            code: e.code,
+            message: format!(
+                "the cluster does not serve {} {} (is the project that defines it installed?): {}",
+                K::api_version(dt),
+                K::kind(dt),
+                e.message
+            ),
+        }),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The stored object, `None` when there is none. Any 404 counts: a kind the cluster does not
+/// serve answers a plain "404 page not found", not the API's NotFound status.
+async fn read<K>(api: &Api<K>, name: &str) -> Result<Option<K>, kube::Error>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+{
+    match api.get(name).await {
+        Ok(object) => Ok(Some(object)),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -182,9 +222,9 @@ pub async fn delete_owned<K>(
 ) -> Result<Outcome, kube::Error>
 where
     K: Resource + Clone + Debug + DeserializeOwned,
-    <K as Resource>::DynamicType: Default,
 {
-    let Some(current) = api.get_opt(name).await? else {
+    // A kind the cluster does not serve has nothing to delete (its read answers 404 too).
+    let Some(current) = read(api, name).await? else {
         return Ok(Outcome::Absent);
     };
     let ours = current

@@ -41,6 +41,21 @@ pub const CLUSTER_RULES: &[Rule] = &[
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     Rule {
+        api_groups: &["autoscaling"],
+        resources: &["horizontalpodautoscalers"],
+        verbs: &["get", "create", "patch", "delete"],
+    },
+    Rule {
+        api_groups: &["keda.sh"],
+        resources: &["scaledobjects"],
+        verbs: &["get", "create", "patch", "delete"],
+    },
+    Rule {
+        api_groups: &["monitoring.coreos.com"],
+        resources: &["podmonitors"],
+        verbs: &["get", "create", "patch", "delete"],
+    },
+    Rule {
         api_groups: &[""],
         resources: &["pods"],
         verbs: &["list"],

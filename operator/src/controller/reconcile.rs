@@ -7,11 +7,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
@@ -304,15 +305,34 @@ async fn apply_children(
     )
     .await?;
     ctx.count(outcome);
-    let pdbs = Api::<PodDisruptionBudget>::namespaced(client, ns);
+    let name = isvc.name_any();
+    let uid = isvc.uid().unwrap_or_default();
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns);
     let outcome = match &children.pdb {
         Some(pdb) => apply::apply(&pdbs, pdb).await?.0,
-        None => {
-            let uid = isvc.uid().unwrap_or_default();
-            apply::delete_owned(&pdbs, &isvc.name_any(), &uid).await?
-        }
+        None => apply::delete_owned(&pdbs, &name, &uid).await?,
     };
     ctx.count(outcome);
+    let hpas = Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), ns);
+    let outcome = match &children.hpa {
+        Some(hpa) => apply::apply(&hpas, hpa).await?.0,
+        None => apply::delete_owned(&hpas, &name, &uid).await?,
+    };
+    ctx.count(outcome);
+    // Other projects' kinds. One that is not wanted is still looked for, so that an autoscaler
+    // or monitor dropped from the spec goes too; where the cluster does not serve the kind, that
+    // read answers 404 and nothing more happens.
+    for (wanted, resource) in [
+        (&children.scaled_object, render::scaled_object_resource()),
+        (&children.pod_monitor, render::pod_monitor_resource()),
+    ] {
+        let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource);
+        let outcome = match wanted {
+            Some(object) => apply::apply_typed(&api, object, &resource).await?.0,
+            None => apply::delete_owned(&api, &name, &uid).await?,
+        };
+        ctx.count(outcome);
+    }
     Ok(deployment)
 }
 

@@ -363,8 +363,17 @@ fn available_condition(
     isvc: &InferenceService,
     deployment: Option<&Deployment>,
 ) -> (bool, &'static str, String) {
-    if isvc.spec.replicas == 0 {
+    if isvc.spec.autoscaling.is_none() && isvc.spec.replicas == 0 {
         return (false, "ScaledToZero", "spec.replicas is 0".to_string());
+    }
+    if isvc.spec.autoscaling.is_some()
+        && deployment.and_then(|d| d.spec.as_ref()?.replicas) == Some(0)
+    {
+        return (
+            false,
+            "ScaledToZero",
+            "the autoscaler scaled the service to zero pods".to_string(),
+        );
     }
     let Some(deployment) = deployment else {
         return (

@@ -21,8 +21,10 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+mod autoscaling;
 mod storage;
 
+pub use autoscaling::{AutoscalingEngine, AutoscalingMetric, AutoscalingSpec, MonitoringSpec};
 pub use storage::ModelStorage;
 
 /// API group of the custom resource.
@@ -150,6 +152,13 @@ pub struct InferenceServiceSpec {
     /// How a change of the pods rolls out.
     #[serde(default)]
     pub rollout: RolloutSpec,
+    /// Pods added and removed with the load, by a HorizontalPodAutoscaler or KEDA. Unset:
+    /// spec.replicas pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingSpec>,
+    /// How the sidecars' metrics are found: the metrics port on the Service, a PodMonitor.
+    #[serde(default)]
+    pub monitoring: MonitoringSpec,
 }
 
 fn default_replicas() -> i32 {

@@ -129,7 +129,8 @@ pub(super) fn deployment(
     Deployment {
         metadata: child_meta(isvc, isvc.name_any(), owner),
         spec: Some(DeploymentSpec {
-            replicas: Some(spec.replicas),
+            // The autoscaler owns the count when there is one; applying none leaves its value.
+            replicas: spec.autoscaling.is_none().then_some(spec.replicas),
             strategy: Some(strategy(isvc)),
             progress_deadline_seconds: spec.rollout.progress_deadline_seconds,
             selector: LabelSelector {

@@ -7,14 +7,19 @@
 //! | ConfigMap (the sidecar's configuration) | `<name>-sidecar` | always |
 //! | Deployment (model container + sidecar) | `<name>` | always |
 //! | Service (the sidecar's HTTP and gRPC ports only) | `<name>` | always |
-//! | PodDisruptionBudget (`maxUnavailable: 1`) | `<name>` | `replicas >= 2` |
+//! | PodDisruptionBudget (`maxUnavailable: 1`) | `<name>` | `replicas >= 2` (`autoscaling.minReplicas` with autoscaling) |
+//! | HorizontalPodAutoscaler (autoscaling/v2) | `<name>` | `autoscaling.engine: HPA` |
+//! | ScaledObject (keda.sh/v1alpha1) | `<name>` | `autoscaling.engine: KEDA` |
+//! | PodMonitor (monitoring.coreos.com/v1) | `<name>` | `monitoring.podMonitor` |
 //!
 //! Every object carries the owner reference of the InferenceService (controller, blocking owner
 //! deletion) and the labels of [`labels`]; selectors use only [`selector_labels`], which never
 //! change for the life of the resource.
 
+mod autoscaling;
 mod config;
 mod deployment;
+mod monitoring;
 mod security;
 mod service;
 mod storage;
@@ -22,19 +27,23 @@ mod storage;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
 use crate::crd::{InferenceService, ServiceUrls};
 use crate::validate;
 
+pub use autoscaling::{PENDING_METRIC, QUEUE_TIME_METRIC, scaled_object_resource};
 pub use config::{CONFIG_FILE, CONFIG_KEY, LABELS_DIR, sidecar_config};
 pub use deployment::{
     MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME,
     UPSTREAM_REST_PORT_NAME,
 };
+pub use monitoring::pod_monitor_resource;
 
 /// `app.kubernetes.io/name` of every object.
 pub const APP_NAME: &str = "infergate";
@@ -158,6 +167,12 @@ pub struct Children {
     pub service: Service,
     /// Present from two replicas up.
     pub pdb: Option<PodDisruptionBudget>,
+    /// Present with `autoscaling.engine: HPA`.
+    pub hpa: Option<HorizontalPodAutoscaler>,
+    /// Present with `autoscaling.engine: KEDA`.
+    pub scaled_object: Option<DynamicObject>,
+    /// Present with `monitoring.podMonitor`.
+    pub pod_monitor: Option<DynamicObject>,
 }
 
 impl Children {
@@ -179,6 +194,16 @@ impl Children {
                 "PodDisruptionBudget",
             ));
         }
+        if let Some(hpa) = &self.hpa {
+            out.push(with_type(
+                serde_json::to_value(hpa)?,
+                "autoscaling/v2",
+                "HorizontalPodAutoscaler",
+            ));
+        }
+        for object in self.scaled_object.iter().chain(&self.pod_monitor) {
+            out.push(serde_json::to_value(object)?);
+        }
         Ok(out)
     }
 
@@ -191,6 +216,12 @@ impl Children {
         ];
         if let Some(pdb) = &self.pdb {
             out.push(&pdb.metadata);
+        }
+        if let Some(hpa) = &self.hpa {
+            out.push(&hpa.metadata);
+        }
+        for object in self.scaled_object.iter().chain(&self.pod_monitor) {
+            out.push(&object.metadata);
         }
         out
     }
@@ -248,6 +279,9 @@ pub fn build_children(
         deployment,
         service,
         pdb,
+        hpa: autoscaling::hpa(isvc, &owner),
+        scaled_object: autoscaling::scaled_object(isvc, &owner),
+        pod_monitor: monitoring::pod_monitor(isvc, &owner),
     })
 }
 

@@ -11,12 +11,12 @@ use kube::ResourceExt;
 use super::{child_meta, selector_labels};
 use crate::crd::{InferenceService, SequenceRouting};
 
-/// The Service `<name>`: the sidecar's HTTP and gRPC ports, nothing else. The metrics and admin
-/// ports stay off it (metrics are scraped per pod; the admin status is for the operator only),
-/// and the model server's ports are never exposed: clients go through the sidecar.
+/// The Service `<name>`: the sidecar's HTTP and gRPC ports, and its metrics port when
+/// `monitoring.servicePort` asks for it. The admin port stays off it (the admin status is for the
+/// operator only), and the model server's ports are never exposed: clients go through the
+/// sidecar.
 pub(super) fn service(isvc: &InferenceService, owner: &OwnerReference) -> Service {
     let spec = &isvc.spec;
-    let ports = &spec.sidecar.ports;
     let mut metadata = child_meta(isvc, isvc.name_any(), owner);
     if !spec.service.annotations.is_empty() {
         metadata.annotations = Some(spec.service.annotations.clone());
@@ -28,25 +28,7 @@ pub(super) fn service(isvc: &InferenceService, owner: &OwnerReference) -> Servic
         spec: Some(ServiceSpec {
             type_: Some(spec.service.type_.as_str().to_string()),
             selector: Some(selector_labels(isvc)),
-            ports: Some(vec![
-                ServicePort {
-                    name: Some("http".to_string()),
-                    port: ports.http,
-                    target_port: Some(IntOrString::String("http".to_string())),
-                    protocol: Some("TCP".to_string()),
-                    app_protocol: Some("http".to_string()),
-                    ..ServicePort::default()
-                },
-                ServicePort {
-                    name: Some("grpc".to_string()),
-                    port: ports.grpc,
-                    target_port: Some(IntOrString::String("grpc".to_string())),
-                    protocol: Some("TCP".to_string()),
-                    // gRPC is HTTP/2 without TLS: the standard name for that.
-                    app_protocol: Some("kubernetes.io/h2c".to_string()),
-                    ..ServicePort::default()
-                },
-            ]),
+            ports: Some(service_ports(isvc)),
             session_affinity: client_ip.then(|| "ClientIP".to_string()),
             session_affinity_config: client_ip.then_some(SessionAffinityConfig {
                 client_ip: Some(ClientIPConfig {
@@ -59,12 +41,52 @@ pub(super) fn service(isvc: &InferenceService, owner: &OwnerReference) -> Servic
     }
 }
 
+/// HTTP and gRPC, and metrics when asked for.
+fn service_ports(isvc: &InferenceService) -> Vec<ServicePort> {
+    let ports = &isvc.spec.sidecar.ports;
+    let mut out = vec![
+        ServicePort {
+            name: Some("http".to_string()),
+            port: ports.http,
+            target_port: Some(IntOrString::String("http".to_string())),
+            protocol: Some("TCP".to_string()),
+            app_protocol: Some("http".to_string()),
+            ..ServicePort::default()
+        },
+        ServicePort {
+            name: Some("grpc".to_string()),
+            port: ports.grpc,
+            target_port: Some(IntOrString::String("grpc".to_string())),
+            protocol: Some("TCP".to_string()),
+            // gRPC is HTTP/2 without TLS: the standard name for that.
+            app_protocol: Some("kubernetes.io/h2c".to_string()),
+            ..ServicePort::default()
+        },
+    ];
+    if isvc.spec.monitoring.service_port {
+        out.push(ServicePort {
+            name: Some("metrics".to_string()),
+            port: ports.metrics,
+            target_port: Some(IntOrString::String("metrics".to_string())),
+            protocol: Some("TCP".to_string()),
+            app_protocol: Some("http".to_string()),
+            ..ServicePort::default()
+        });
+    }
+    out
+}
+
 /// The PodDisruptionBudget `<name>` from two replicas up: voluntary disruptions (node drains)
 /// take one pod at a time. Pods that are not ready may always be evicted, so a model that never
 /// loads cannot block a drain. With fewer replicas there is none: a budget on one pod would
 /// block every drain.
 pub(super) fn pdb(isvc: &InferenceService, owner: &OwnerReference) -> Option<PodDisruptionBudget> {
-    (isvc.spec.replicas >= 2).then(|| PodDisruptionBudget {
+    let fewest = isvc
+        .spec
+        .autoscaling
+        .as_ref()
+        .map_or(isvc.spec.replicas, |a| a.min_replicas);
+    (fewest >= 2).then(|| PodDisruptionBudget {
         metadata: child_meta(isvc, isvc.name_any(), owner),
         spec: Some(PodDisruptionBudgetSpec {
             max_unavailable: Some(IntOrString::Int(1)),
