@@ -44,6 +44,10 @@ enum Command {
         /// do not set spec.model.storage.initializerImage.
         #[arg(long, value_name = "IMAGE", env = "INFERGATE_STORAGE_INITIALIZER_IMAGE", default_value = DEFAULT_STORAGE_INITIALIZER_IMAGE)]
         storage_initializer_image: String,
+        /// Namespace of the operator, which a spec.networkPolicy admits to the admin port (default:
+        /// any namespace).
+        #[arg(long, value_name = "NAMESPACE")]
+        operator_namespace: Option<String>,
         /// Kubernetes version of the target cluster (e.g. 1.29): features it lacks are left out.
         #[arg(long, value_name = "VERSION", default_value = "1.33", value_parser = KubernetesVersion::parse)]
         kubernetes_version: KubernetesVersion,
@@ -138,6 +142,9 @@ fn run_controller(args: RunArgs) -> anyhow::Result<()> {
         settings: OperatorSettings {
             sidecar_image: args.sidecar_image,
             storage_initializer_image: args.storage_initializer_image,
+            operator_namespace: std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|ns| !ns.is_empty()),
             kubernetes_version: args.kubernetes_version,
         },
         namespace: args.namespace,
@@ -188,12 +195,14 @@ fn main() -> ExitCode {
             file,
             sidecar_image,
             storage_initializer_image,
+            operator_namespace,
             kubernetes_version,
             uid,
         } => {
             let settings = OperatorSettings {
                 sidecar_image,
                 storage_initializer_image,
+                operator_namespace,
                 kubernetes_version,
             };
             render_file(&file, &settings, uid).map(|text| print!("{text}"))

@@ -137,12 +137,15 @@ fn missing(path: &str) -> Step {
     step(Method::GET, path, StatusCode::NOT_FOUND, not_found())
 }
 
-/// The reads that find no HorizontalPodAutoscaler, ScaledObject or PodMonitor (a spec without
+/// The reads that find no HorizontalPodAutoscaler, NetworkPolicy, ScaledObject or PodMonitor (a spec without
 /// autoscaling or monitoring still looks, so that one dropped from the spec is deleted).
 fn no_autoscaler_or_monitor() -> Vec<Step> {
     vec![
         missing(&format!(
             "/apis/autoscaling/v2{NS}/horizontalpodautoscalers/svc"
+        )),
+        missing(&format!(
+            "/apis/networking.k8s.io/v1{NS}/networkpolicies/svc"
         )),
         missing(&format!("/apis/keda.sh/v1alpha1{NS}/scaledobjects/svc")),
         missing(&format!(
@@ -185,13 +188,13 @@ async fn create_applies_every_child_then_writes_status() {
     assert_eq!(seen[3].body, expected);
     assert_eq!(seen[3].body, apply::as_applied(&want.deployment).unwrap());
     assert_eq!(seen[7].body, apply::as_applied(&pdb).unwrap());
-    let pods = &seen[11];
+    let pods = &seen[12];
     assert!(
         pods.query
             .contains("labelSelector=app.kubernetes.io%2Finstance%3Dsvc"),
         "{pods:?}"
     );
-    let status = &seen[12].body;
+    let status = &seen[13].body;
     assert_eq!(status["apiVersion"], "infergate.dev/v1alpha1");
     assert_eq!(status["kind"], "InferenceService");
     assert_eq!(status["status"]["observedGeneration"], 1);

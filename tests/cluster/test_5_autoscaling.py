@@ -128,3 +128,28 @@ def test_keda_and_the_pod_monitor_pass_their_projects_schemas(cluster, operator,
     wait_for("the ScaledObject and PodMonitor to be deleted",
              lambda: not exists(cluster, namespace, "scaledobject", name)
              and not exists(cluster, namespace, "podmonitor", name), timeout=60)
+
+
+def test_a_network_policy_is_stored_and_follows_the_spec(cluster, operator, namespace):
+    doc = triton()
+    doc["spec"]["networkPolicy"] = {
+        "clients": [{"namespaceSelector": {"matchLabels": {"team": "a"}}}],
+        "metricsScrapers": [{"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": "monitoring"}}}]}
+    name = doc["metadata"]["name"]
+    apply(cluster, namespace, doc)
+    wait_for("the NetworkPolicy", lambda: exists(cluster, namespace, "networkpolicy", name),
+             timeout=60)
+    policy = cluster.get_json("networkpolicy", name, "-n", namespace)
+    rules = policy["spec"]["ingress"]
+    assert [sorted(p["port"] for p in r["ports"]) for r in rules] == [[8000, 8001], [8003], [8002]]
+    # The operator's own namespace (the operator runs with POD_NAMESPACE) reaches the admin port.
+    operator_peer = rules[1]["from"][0]
+    assert operator_peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] \
+        == "infergate-system"
+    assert policy["metadata"]["ownerReferences"][0]["kind"] == "InferenceService"
+
+    del doc["spec"]["networkPolicy"]
+    apply(cluster, namespace, doc)
+    wait_for("the NetworkPolicy to be deleted",
+             lambda: not exists(cluster, namespace, "networkpolicy", name), timeout=60)

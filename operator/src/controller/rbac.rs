@@ -46,6 +46,11 @@ pub const CLUSTER_RULES: &[Rule] = &[
         verbs: &["get", "create", "patch", "delete"],
     },
     Rule {
+        api_groups: &["networking.k8s.io"],
+        resources: &["networkpolicies"],
+        verbs: &["get", "create", "patch", "delete"],
+    },
+    Rule {
         api_groups: &["keda.sh"],
         resources: &["scaledobjects"],
         verbs: &["get", "create", "patch", "delete"],

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -317,6 +318,12 @@ async fn apply_children(
     let outcome = match &children.hpa {
         Some(hpa) => apply::apply(&hpas, hpa).await?.0,
         None => apply::delete_owned(&hpas, &name, &uid).await?,
+    };
+    ctx.count(outcome);
+    let policies = Api::<NetworkPolicy>::namespaced(client.clone(), ns);
+    let outcome = match &children.network_policy {
+        Some(policy) => apply::apply(&policies, policy).await?.0,
+        None => apply::delete_owned(&policies, &name, &uid).await?,
     };
     ctx.count(outcome);
     // Other projects' kinds. One that is not wanted is still looked for, so that an autoscaler

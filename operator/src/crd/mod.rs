@@ -22,9 +22,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 mod autoscaling;
+mod network;
 mod storage;
 
 pub use autoscaling::{AutoscalingEngine, AutoscalingMetric, AutoscalingSpec, MonitoringSpec};
+pub use network::NetworkPolicySpec;
 pub use storage::ModelStorage;
 
 /// API group of the custom resource.
@@ -159,6 +161,10 @@ pub struct InferenceServiceSpec {
     /// How the sidecars' metrics are found: the metrics port on the Service, a PodMonitor.
     #[serde(default)]
     pub monitoring: MonitoringSpec,
+    /// A NetworkPolicy admitting clients, the operator and scrapers to the pods, for namespaces
+    /// that deny ingress by default. Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<NetworkPolicySpec>,
 }
 
 fn default_replicas() -> i32 {

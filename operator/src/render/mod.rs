@@ -11,6 +11,7 @@
 //! | HorizontalPodAutoscaler (autoscaling/v2) | `<name>` | `autoscaling.engine: HPA` |
 //! | ScaledObject (keda.sh/v1alpha1) | `<name>` | `autoscaling.engine: KEDA` |
 //! | PodMonitor (monitoring.coreos.com/v1) | `<name>` | `monitoring.podMonitor` |
+//! | NetworkPolicy (ingress to the sidecar's ports) | `<name>` | `networkPolicy` |
 //!
 //! Every object carries the owner reference of the InferenceService (controller, blocking owner
 //! deletion) and the labels of [`labels`]; selectors use only [`selector_labels`], which never
@@ -20,6 +21,7 @@ mod autoscaling;
 mod config;
 mod deployment;
 mod monitoring;
+mod network;
 mod security;
 mod service;
 mod storage;
@@ -29,6 +31,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::DynamicObject;
@@ -73,6 +76,9 @@ pub struct OperatorSettings {
     pub sidecar_image: String,
     /// Storage-initializer image used when `spec.model.storage.initializerImage` is unset.
     pub storage_initializer_image: String,
+    /// The operator's own namespace, which rendered NetworkPolicies admit to the admin port;
+    /// `None` where it is not known (any namespace is admitted then).
+    pub operator_namespace: Option<String>,
     /// Version of the cluster the objects are for: features newer than it are left out.
     pub kubernetes_version: KubernetesVersion,
 }
@@ -82,6 +88,7 @@ impl Default for OperatorSettings {
         OperatorSettings {
             sidecar_image: DEFAULT_SIDECAR_IMAGE.to_string(),
             storage_initializer_image: DEFAULT_STORAGE_INITIALIZER_IMAGE.to_string(),
+            operator_namespace: None,
             kubernetes_version: KubernetesVersion::DEFAULT,
         }
     }
@@ -173,6 +180,8 @@ pub struct Children {
     pub scaled_object: Option<DynamicObject>,
     /// Present with `monitoring.podMonitor`.
     pub pod_monitor: Option<DynamicObject>,
+    /// Present with `networkPolicy`.
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 impl Children {
@@ -204,6 +213,13 @@ impl Children {
         for object in self.scaled_object.iter().chain(&self.pod_monitor) {
             out.push(serde_json::to_value(object)?);
         }
+        if let Some(policy) = &self.network_policy {
+            out.push(with_type(
+                serde_json::to_value(policy)?,
+                "networking.k8s.io/v1",
+                "NetworkPolicy",
+            ));
+        }
         Ok(out)
     }
 
@@ -222,6 +238,9 @@ impl Children {
         }
         for object in self.scaled_object.iter().chain(&self.pod_monitor) {
             out.push(&object.metadata);
+        }
+        if let Some(policy) = &self.network_policy {
+            out.push(&policy.metadata);
         }
         out
     }
@@ -282,6 +301,7 @@ pub fn build_children(
         hpa: autoscaling::hpa(isvc, &owner),
         scaled_object: autoscaling::scaled_object(isvc, &owner),
         pod_monitor: monitoring::pod_monitor(isvc, &owner),
+        network_policy: network::network_policy(isvc, settings, &owner),
     })
 }
 

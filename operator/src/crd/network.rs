@@ -1,0 +1,33 @@
+//! `spec.networkPolicy`: a NetworkPolicy that admits what the service needs, for namespaces that
+//! deny ingress by default.
+
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+use super::objects_list;
+
+/// A NetworkPolicy for the pods, for namespaces that deny ingress by default. It admits clients
+/// to the sidecar's HTTP and gRPC ports, the operator to the admin port (the status probe), and
+/// scrapers to the metrics port; nothing reaches the model server's ports. Egress is left alone:
+/// under a default-deny egress policy, allow DNS and the storage endpoint (model.storageUri) for
+/// the pods.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// Who may call the service (NetworkPolicyPeer objects: podSelector, namespaceSelector,
+    /// ipBlock). Empty: anyone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "objects_list")]
+    pub clients: Vec<NetworkPolicyPeer>,
+    /// Who may scrape the metrics port (e.g. the monitoring namespace). Empty: nobody.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "objects_list")]
+    pub metrics_scrapers: Vec<NetworkPolicyPeer>,
+    /// Who may reach the admin port: the operator's pods. Empty: pods labelled
+    /// app.kubernetes.io/name=infergate-operator in the operator's namespace (any namespace
+    /// when the operator does not know its own).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "objects_list")]
+    pub operator: Vec<NetworkPolicyPeer>,
+}
