@@ -10,7 +10,7 @@ use kube::ResourceExt;
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 
-use crate::crd::{AutoscalingMetric, InferenceService, ModelStorage};
+use crate::crd::{AutoscalingMetric, InferenceService, ModelStorage, UpstreamProtocol};
 use crate::pod_names::{
     MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SIDECAR_CONTAINER, STORAGE_INIT_CONTAINER,
     UPSTREAM_PORT_NAME, UPSTREAM_REST_PORT_NAME,
@@ -120,11 +120,14 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
     ] {
         port(format!("sidecar.ports.{n}"), p, Some(n));
     }
-    port(
-        "upstream.grpcPort".to_string(),
-        spec.upstream.grpc_port,
-        Some(UPSTREAM_PORT_NAME),
-    );
+    // A REST-only model server's gRPC port is neither declared nor used.
+    if spec.upstream.protocol != UpstreamProtocol::Rest {
+        port(
+            "upstream.grpcPort".to_string(),
+            spec.upstream.grpc_port,
+            Some(UPSTREAM_PORT_NAME),
+        );
+    }
     if let Some(rest_port) = spec.upstream.rest_port {
         port(
             "upstream.restPort".to_string(),

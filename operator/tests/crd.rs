@@ -351,11 +351,6 @@ fn invalid_specs_are_rejected() {
             ".spec.sidecar.typo: unknown field",
         ),
         (
-            "REST upstream",
-            vec![("/spec/upstream/protocol", json!("rest"))],
-            "only gRPC upstreams are supported",
-        ),
-        (
             "unknown protocol",
             vec![("/spec/upstream/protocol", json!("http"))],
             "is not one of",
@@ -428,6 +423,11 @@ fn invalid_specs_are_rejected() {
                 json!({"strategy": "Recreate", "maxUnavailable": 1}),
             )],
             "maxSurge and maxUnavailable apply to strategy RollingUpdate only",
+        ),
+        (
+            "a REST upstream without its port",
+            vec![("/spec/upstream/protocol", json!("rest"))],
+            "upstream.protocol rest needs upstream.restPort, the model server's V2 REST port",
         ),
         (
             "autoscaling with min above max",

@@ -787,3 +787,49 @@ fn a_rollout_that_could_never_replace_a_pod_is_refused() {
         }
     }
 }
+
+#[test]
+fn a_rest_only_upstream_is_reached_and_probed_over_rest() {
+    let isvc = with_spec(
+        "svc",
+        &format!("{MINIMAL}  upstream:\n    protocol: rest\n    restPort: 8080\n"),
+    );
+    let children = build(&isvc);
+    let config = sidecar_config(&children);
+    match &config.backend {
+        infergate_proto::config::BackendConfig::Upstream(u) => {
+            assert_eq!(u.url, "http://127.0.0.1:8080");
+            assert_eq!(u.rest_url, None);
+        }
+        other => panic!("not an upstream: {other:?}"),
+    }
+    let model = container(pod(&children), "model");
+    let names: Vec<_> = model
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.as_deref().unwrap(), p.container_port))
+        .collect();
+    assert_eq!(names, [("upstream-rest", 8080)]);
+    let probe = model
+        .startup_probe
+        .as_ref()
+        .unwrap()
+        .tcp_socket
+        .as_ref()
+        .unwrap();
+    assert_eq!(probe.port, IntOrString::String("upstream-rest".into()));
+
+    // gRPC with REST beside it keeps gRPC as the url.
+    let both = with_spec(
+        "svc",
+        &format!("{MINIMAL}  upstream:\n    restPort: 9000\n"),
+    );
+    match &sidecar_config(&build(&both)).backend {
+        infergate_proto::config::BackendConfig::Upstream(u) => {
+            assert_eq!(u.url, "grpc://127.0.0.1:9001");
+            assert_eq!(u.rest_url.as_deref(), Some("http://127.0.0.1:9000"));
+        }
+        other => panic!("not an upstream: {other:?}"),
+    }
+}

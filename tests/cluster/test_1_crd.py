@@ -86,7 +86,8 @@ def _invalid_cases():
 
     def rest_upstream(d):
         d["spec"]["upstream"]["protocol"] = "rest"
-        return "only gRPC upstreams are supported"
+        d["spec"]["upstream"].pop("restPort", None)
+        return "upstream.protocol rest needs upstream.restPort"
 
     def cuda_without_gpu(d):
         d["spec"].setdefault("extensions", {})["cudaSharedMemory"] = {"enabled": True}

@@ -335,12 +335,13 @@ fn default_liveness_failures() -> i32 {
 /// How the sidecar reaches the model server.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[x_kube(
-    validation = Rule::new("self.protocol == 'grpc'").message("only gRPC upstreams are supported for now (protocol: grpc)").field_path(".protocol")
+    validation = Rule::new("self.protocol != 'rest' || has(self.restPort)").message("upstream.protocol rest needs upstream.restPort, the model server's V2 REST port").field_path(".restPort")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct Upstream {
-    /// Protocol the model server speaks: grpc (V2 gRPC, inference.GRPCInferenceService). REST
-    /// upstreams (rest) are not supported yet.
+    /// Protocol the model server speaks: grpc (V2 gRPC, inference.GRPCInferenceService; REST as
+    /// well for small calls where restPort is set), or rest (V2 REST only, at restPort, for a
+    /// model server without gRPC: every call goes over HTTP/1.1, and grpcPort is not used).
     #[serde(default)]
     pub protocol: UpstreamProtocol,
     /// The model server's V2 gRPC port on loopback. It must differ from the sidecar's ports
@@ -379,7 +380,7 @@ pub enum UpstreamProtocol {
     /// V2 gRPC.
     #[default]
     Grpc,
-    /// V2 REST (not supported yet).
+    /// V2 REST only, at upstream.restPort.
     Rest,
 }
 

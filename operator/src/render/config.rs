@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
 use super::child_meta;
-use crate::crd::InferenceService;
+use crate::crd::{InferenceService, UpstreamProtocol};
 
 /// Key of the configuration in the ConfigMap.
 pub const CONFIG_KEY: &str = "config.yaml";
@@ -50,10 +50,14 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
         server.worker_threads = threads;
     }
 
-    let mut upstream = UpstreamConfig::new(format!(
-        "grpc://127.0.0.1:{}",
-        port(spec.upstream.grpc_port)
-    ));
+    let rest_only = spec.upstream.protocol == UpstreamProtocol::Rest;
+    let mut upstream = match (rest_only, spec.upstream.rest_port) {
+        (true, Some(rest)) => UpstreamConfig::new(format!("http://127.0.0.1:{}", port(rest))),
+        _ => UpstreamConfig::new(format!(
+            "grpc://127.0.0.1:{}",
+            port(spec.upstream.grpc_port)
+        )),
+    };
     upstream.models = spec
         .models
         .iter()
@@ -79,9 +83,11 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
         })
         .collect();
     upstream.staging_shm_bytes = staging_bytes(spec);
+    // Beside gRPC, REST carries the small calls; a REST-only upstream has it as its url.
     upstream.rest_url = spec
         .upstream
         .rest_port
+        .filter(|_| !rest_only)
         .map(|p| format!("http://127.0.0.1:{}", port(p)));
     config.backend = BackendConfig::Upstream(upstream);
     config

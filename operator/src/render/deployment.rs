@@ -56,7 +56,7 @@ use super::config::{CONFIG_DIR, CONFIG_FILE, config_map_name, labels_dir};
 use super::security::restricted_defaults;
 use super::storage;
 use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, selector_labels};
-use crate::crd::{InferenceService, SidecarMode};
+use crate::crd::{InferenceService, SidecarMode, UpstreamProtocol};
 
 pub use crate::pod_names::{
     CONFIG_VOLUME, LABELS_VOLUME_PREFIX, MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME,
@@ -382,10 +382,20 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
 fn model_container(isvc: &InferenceService, model_storage: Option<&VolumeMount>) -> Container {
     let spec = &isvc.spec;
     let m = &spec.model;
-    let mut ports = vec![tcp_port(UPSTREAM_PORT_NAME, spec.upstream.grpc_port)];
+    // A REST-only model server has no gRPC port to declare or probe: its REST port is probed.
+    let rest_only = spec.upstream.protocol == UpstreamProtocol::Rest;
+    let mut ports = Vec::new();
+    if !rest_only {
+        ports.push(tcp_port(UPSTREAM_PORT_NAME, spec.upstream.grpc_port));
+    }
     if let Some(rest_port) = spec.upstream.rest_port {
         ports.push(tcp_port(UPSTREAM_REST_PORT_NAME, rest_port));
     }
+    let probed = if rest_only {
+        UPSTREAM_REST_PORT_NAME
+    } else {
+        UPSTREAM_PORT_NAME
+    };
     ports.extend(m.ports.iter().cloned());
     let mut mounts = m.volume_mounts.clone();
     mounts.extend(model_storage.cloned());
@@ -394,7 +404,7 @@ fn model_container(isvc: &InferenceService, model_storage: Option<&VolumeMount>)
     }
     let tcp_probe = |failures: i32| Probe {
         tcp_socket: Some(TCPSocketAction {
-            port: IntOrString::String(UPSTREAM_PORT_NAME.to_string()),
+            port: IntOrString::String(probed.to_string()),
             ..TCPSocketAction::default()
         }),
         period_seconds: Some(m.probes.period_seconds),
