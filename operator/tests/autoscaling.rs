@@ -18,6 +18,16 @@ fn build(isvc: &InferenceService) -> Children {
         .unwrap_or_else(|e| panic!("render failed: {e}"))
 }
 
+/// The names of the Service's ports.
+fn service_ports(children: &Children) -> Vec<(String, i32)> {
+    let spec = children.service.spec.as_ref().unwrap();
+    spec.ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.clone().unwrap(), p.port))
+        .collect()
+}
+
 fn spec(extra: &str) -> InferenceService {
     with_spec("svc", &format!("{MINIMAL}{CPU}{extra}"))
 }
@@ -28,18 +38,10 @@ fn without_autoscaling_the_deployment_keeps_its_replicas_and_nothing_else_is_mad
     assert_eq!(children.deployment.spec.as_ref().unwrap().replicas, Some(3));
     assert!(children.hpa.is_none() && children.scaled_object.is_none());
     assert!(children.pod_monitor.is_none());
-    let ports: Vec<_> = children
-        .service
-        .spec
-        .as_ref()
-        .unwrap()
-        .ports
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|p| p.name.clone().unwrap())
-        .collect();
-    assert_eq!(ports, ["http", "grpc"]);
+    assert_eq!(
+        service_ports(&children),
+        [("http".to_string(), 8000), ("grpc".to_string(), 8001)]
+    );
 }
 
 #[test]
@@ -148,19 +150,7 @@ fn monitoring_adds_the_metrics_port_and_a_pod_monitor() {
     let children = build(&spec(
         "  monitoring:\n    servicePort: true\n    podMonitor: true\n    podMonitorLabels: {release: prometheus}\n    interval: 15s\n",
     ));
-    let ports = children
-        .service
-        .spec
-        .as_ref()
-        .unwrap()
-        .ports
-        .as_ref()
-        .unwrap();
-    let metrics = ports
-        .iter()
-        .find(|p| p.name.as_deref() == Some("metrics"))
-        .unwrap();
-    assert_eq!(metrics.port, 8002);
+    assert!(service_ports(&children).contains(&("metrics".to_string(), 8002)));
     let pm = serde_json::to_value(children.pod_monitor.as_ref().unwrap()).unwrap();
     assert_eq!(pm["apiVersion"], "monitoring.coreos.com/v1");
     assert_eq!(pm["kind"], "PodMonitor");

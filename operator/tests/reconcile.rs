@@ -256,10 +256,18 @@ async fn drifted_child_is_applied_again() {
     let want = children(&isvc);
     let mut drifted = stored(&want.deployment);
     drifted["spec"]["replicas"] = json!(5); // someone scaled the Deployment by hand
+    let seen = deployment_applied_again(&isvc, drifted).await;
+    assert_eq!(seen[2].body["spec"]["replicas"], 1);
+}
+
+/// A reconcile that finds the Deployment stored as `stored_deployment` (everything else as
+/// desired) and applies it again; the requests seen (the apply is the third).
+async fn deployment_applied_again(isvc: &InferenceService, stored_deployment: Value) -> Vec<Seen> {
+    let want = children(isvc);
     let steps = [
         vec![
             get(&cm_path(), stored(&want.config_map)),
-            get(&deploy_path(), drifted),
+            get(&deploy_path(), stored_deployment),
             step(
                 Method::PATCH,
                 &deploy_path(),
@@ -270,12 +278,12 @@ async fn drifted_child_is_applied_again() {
             missing(&pdb_path()),
         ],
         no_autoscaler_or_monitor(),
-        observe(&isvc, true),
+        observe(isvc, true),
     ]
     .concat();
-    let (result, seen, _) = run(isvc, steps).await;
+    let (result, seen, _) = run(isvc.clone(), steps).await;
     result.unwrap();
-    assert_eq!(seen[2].body["spec"]["replicas"], 1);
+    seen
 }
 
 #[tokio::test]
@@ -288,28 +296,9 @@ async fn a_field_removed_from_the_spec_is_applied_again() {
         &format!("  replicas: 1\n{MINIMAL}  pod:\n    nodeSelector: {{pool: a}}\n"),
     );
     let isvc = service(1);
-    let want = children(&isvc);
     let old = stored(&children(&before).deployment);
     assert_eq!(old["spec"]["template"]["spec"]["nodeSelector"]["pool"], "a");
-    let steps = [
-        vec![
-            get(&cm_path(), stored(&want.config_map)),
-            get(&deploy_path(), old),
-            step(
-                Method::PATCH,
-                &deploy_path(),
-                StatusCode::OK,
-                stored(&want.deployment),
-            ),
-            get(&svc_path(), stored(&want.service)),
-            missing(&pdb_path()),
-        ],
-        no_autoscaler_or_monitor(),
-        observe(&isvc, true),
-    ]
-    .concat();
-    let (result, seen, _) = run(isvc, steps).await;
-    result.unwrap();
+    let seen = deployment_applied_again(&isvc, old).await;
     assert!(seen[2].body["spec"]["template"]["spec"]["nodeSelector"].is_null());
 }
 
