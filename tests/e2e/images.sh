@@ -4,6 +4,7 @@
 #
 #   localhost/infergate/infergate-sidecar:e2e    docker/sidecar.Dockerfile
 #   localhost/infergate/infergate-operator:e2e   docker/operator.Dockerfile
+#   localhost/infergate/infergate-storage-initializer:e2e   docker/storage-initializer.Dockerfile
 #   localhost/infergate-e2e/triton:2.51          Triton 2.51 (nvidia-pytriton wheel), CPU only
 #   localhost/infergate-e2e/mlserver:1.7.1       MLServer with the project's test runtimes
 #   localhost/infergate-e2e/client:2.71.0        tritonclient, perf_analyzer, the test clients
@@ -32,6 +33,7 @@ mkdir -p "$archives"
 
 SIDECAR_IMAGE=localhost/infergate/infergate-sidecar:e2e
 OPERATOR_IMAGE=localhost/infergate/infergate-operator:e2e
+STORAGE_IMAGE=localhost/infergate/infergate-storage-initializer:e2e
 TRITON_IMAGE=localhost/infergate-e2e/triton:2.51
 MLSERVER_IMAGE=localhost/infergate-e2e/mlserver:1.7.1
 CLIENT_IMAGE=localhost/infergate-e2e/client:2.71.0
@@ -78,6 +80,8 @@ rust_version="$(rustc -V | cut -d' ' -f2)"
 BUILDER="$(base_image rust-builder "rust-$rust_version" gcc libc6-dev dash coreutils)"
 RUNTIME="$(base_image cc "" libc6 libgcc-s1 libstdc++6 --alone ca-certificates tzdata)"
 PYTHON="$(base_image python "" python3 libpython3.11 libstdc++6 libb64-0d dash bash coreutils --alone ca-certificates)"
+# The storage initializer's tools, so its Dockerfile finds them and installs nothing.
+STORAGE_BASE="$(base_image storage "" rclone dash coreutils tar gzip unzip grep sed findutils --alone ca-certificates)"
 
 # The pods' sandbox process: images/pause.c, linked statically.
 if ! pm image exists "$PAUSE_IMAGE" || [[ tests/e2e/images/pause.c -nt "$E2E_CACHE/pause.stamp" ]]; then
@@ -100,6 +104,10 @@ for which in sidecar operator; do
   pm build -q "${build_args[@]}" -f "docker/$which.Dockerfile" -t "$image" . >/dev/null
   log "built $image in $((SECONDS - started)) s"
 done
+
+log "building $STORAGE_IMAGE (docker/storage-initializer.Dockerfile)"
+pm build -q --build-arg "BASE_IMAGE=$STORAGE_BASE" -f docker/storage-initializer.Dockerfile \
+  -t "$STORAGE_IMAGE" . >/dev/null
 
 # ---------------------------------------------------------------- model servers and the client
 
@@ -136,7 +144,7 @@ rm -rf "$ctx"
 
 # ---------------------------------------------------------------- archives for containerd
 
-for image in "$PAUSE_IMAGE" "$SIDECAR_IMAGE" "$OPERATOR_IMAGE" "$TRITON_IMAGE" "$MLSERVER_IMAGE" "$CLIENT_IMAGE"; do
+for image in "$PAUSE_IMAGE" "$SIDECAR_IMAGE" "$OPERATOR_IMAGE" "$STORAGE_IMAGE" "$TRITON_IMAGE" "$MLSERVER_IMAGE" "$CLIENT_IMAGE"; do
   id="$(pm image inspect --format '{{.Id}}' "$image")"
   file="$archives/$(basename "${image%%:*}")-${id:0:12}.tar"
   if [[ ! -f "$file" ]]; then

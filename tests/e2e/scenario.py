@@ -32,6 +32,7 @@ RELEASE_NS = "infergate-system"
 NS = "e2e-examples"
 SIDECAR_IMAGE = "localhost/infergate/infergate-sidecar:e2e"
 OPERATOR_IMAGE = "localhost/infergate/infergate-operator:e2e"
+STORAGE_IMAGE = "localhost/infergate/infergate-storage-initializer:e2e"
 TRITON_IMAGE = "localhost/infergate-e2e/triton:2.51"
 MLSERVER_IMAGE = "localhost/infergate-e2e/mlserver:1.7.1"
 CLIENT_IMAGE = "localhost/infergate-e2e/client:2.71.0"
@@ -50,11 +51,14 @@ CLASSIFIER_LABELS = "classifier-labels"
 def install_chart(kube: Kube, replicas: int = 2):
     repo, tag = OPERATOR_IMAGE.rsplit(":", 1)
     side_repo, side_tag = SIDECAR_IMAGE.rsplit(":", 1)
+    storage_repo, storage_tag = STORAGE_IMAGE.rsplit(":", 1)
     kube.helm("install", RELEASE, str(REPO / "charts/infergate"), "--namespace", RELEASE_NS,
               "--create-namespace",
               "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
               "--set", "image.pullPolicy=Never",
               "--set", f"sidecarImage.repository={side_repo}", "--set", f"sidecarImage.tag={side_tag}",
+              "--set", f"storageInitializerImage.repository={storage_repo}",
+              "--set", f"storageInitializerImage.tag={storage_tag}",
               "--set", f"replicaCount={replicas}",
               "--set", "logFormat=text",
               "--wait", "--timeout=5m")
