@@ -1,6 +1,7 @@
 """Decoupled models: `repeat_int32` (Triton's repeat backend example), answered only on
 ModelStreamInfer, any number of responses per request, written as the model produces them."""
 
+import json
 import queue
 import time
 
@@ -8,10 +9,12 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from support import grpc_error
+from test_model_control import index_entry, load_http, local_models, unload_http
 from test_streaming import Stream, simple_request
 
 MODEL = "repeat_int32"
@@ -218,3 +221,65 @@ def test_client_library_rejects_nothing_else(grpc_client):
         grpc_client.infer(MODEL, inputs)
     assert "decoupled transaction policy" in info.value.message()
     assert grpc_client.is_model_ready(MODEL)
+
+
+@pytest.fixture
+def non_decoupled(raw_http):
+    """`repeat_int32` loaded with `decoupled: false`, as L0_decoupled's NonDecoupledTest serves it;
+    loaded from the repository again afterwards."""
+    policy = {"model_transaction_policy": {"decoupled": False}}
+    resp = load_http(raw_http, MODEL, {"parameters": {"config": json.dumps(policy)}})
+    assert resp.status == 200, resp
+    yield
+    assert unload_http(raw_http, MODEL).status == 200
+    index_entry(raw_http, MODEL)
+    assert load_http(raw_http, MODEL).status == 200
+
+
+def repeat_inputs(module, values, wait_ms=0):
+    inputs = [module.InferInput("IN", [len(values)], "INT32"),
+              module.InferInput("DELAY", [len(values)], "UINT32"),
+              module.InferInput("WAIT", [1], "UINT32")]
+    inputs[0].set_data_from_numpy(np.array(values, dtype=np.int32))
+    inputs[1].set_data_from_numpy(np.zeros(len(values), dtype=np.uint32))
+    inputs[2].set_data_from_numpy(np.array([wait_ms], dtype=np.uint32))
+    return inputs
+
+
+@local_models
+def test_loaded_non_decoupled_answers_its_one_response(non_decoupled, http_client, grpc_client):
+    """L0_decoupled NonDecoupledTest: IN [1] answers OUT [1], IDX [0] over HTTP and gRPC."""
+    assert http_client.get_model_config(MODEL)["model_transaction_policy"] == {"decoupled": False}
+    for module, client in [(httpclient, http_client), (grpcclient, grpc_client)]:
+        result = client.infer(MODEL, repeat_inputs(module, [1]))
+        assert result.as_numpy("OUT").tolist() == [1]
+        assert result.as_numpy("IDX").tolist() == [0]
+
+
+@local_models
+def test_loaded_non_decoupled_answers_once_on_a_stream(non_decoupled, grpc_stub):
+    """On a stream too, one response per request, in request order."""
+    stream = Stream(grpc_stub)
+    stream.send(repeat_request([7], [0], wait_ms=50, request_id="a"))
+    stream.send(repeat_request([8], [0], request_id="b"))
+    first, second = stream.recv(), stream.recv()
+    assert stream.close() == []
+    assert [first.infer_response.id, second.infer_response.id] == ["a", "b"]
+    out = outputs_of(first.infer_response)
+    assert np.frombuffer(out["OUT"][2], dtype=np.int32).tolist() == [7]
+    assert np.frombuffer(out["IDX"][2], dtype=np.uint32).tolist() == [0]
+
+
+@local_models
+@pytest.mark.parametrize("values", [[], [4, 5]], ids=["none", "two"])
+def test_loaded_non_decoupled_wants_exactly_one_response(non_decoupled, http_client, grpc_stub,
+                                                         values):
+    """The repeat backend sends a response per element all the same; Triton's front ends answer
+    INTERNAL `expected a single response, got N` when there were not exactly one."""
+    message = f"expected a single response, got {len(values)}"
+    with pytest.raises(InferenceServerException) as info:
+        http_client.infer(MODEL, repeat_inputs(httpclient, values))
+    assert (info.value.status(), info.value.message()) == ("500", message)
+    with pytest.raises(Exception) as info:
+        grpc_stub.ModelInfer(repeat_request(values, [0] * len(values)))
+    assert grpc_error(info.value) == ("INTERNAL", message)

@@ -135,10 +135,8 @@ impl Backend for Builtin {
             | Implementation::SequenceDyna
             | Implementation::Accumulate
             | Implementation::AccumulateStringId => self.sequence(execution.inputs),
-            // The pipeline sends requests to decoupled models only to `execute_decoupled`.
-            Implementation::Repeat => {
-                Err(Error::unsupported(crate::core::pipeline::DECOUPLED_UNARY))
-            }
+            // Requests reach `execute` only once a load made the model non-decoupled.
+            Implementation::Repeat => return repeat_as_one(execution.inputs).boxed(),
         };
         futures::future::ready(result).boxed()
     }
@@ -205,6 +203,30 @@ async fn repeat(inputs: &[Tensor], responses: mpsc::Sender<Produced>) -> Result<
     }
     sleep_while_listened(wait_ms, &responses).await;
     Ok(())
+}
+
+/// `repeat_int32` loaded with `decoupled: false`. Triton's repeat backend sends its responses all
+/// the same, and its front ends answer a non-decoupled request once the request is complete
+/// (after WAIT) with the one response it got, or, when it got none or several, INTERNAL
+/// `expected a single response, got N` (HTTP and gRPC `ModelInfer` alike).
+async fn repeat_as_one(inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let (tx, mut rx) = mpsc::channel(1);
+    let collect = async {
+        let first = rx.recv().await;
+        let mut count = usize::from(first.is_some());
+        while rx.recv().await.is_some() {
+            count += 1;
+        }
+        (first, count)
+    };
+    let (run, (first, count)) = tokio::join!(repeat(inputs, tx), collect);
+    run?;
+    match first {
+        Some(produced) if count == 1 => Ok(produced.tensors),
+        _ => Err(Error::internal(format!(
+            "expected a single response, got {count}"
+        ))),
+    }
 }
 
 /// Waits `ms` unless the receiver goes away first; whether it is still there.
@@ -425,6 +447,43 @@ mod tests {
         drop(rx); // the second response is an hour away
         let finished = tokio::time::timeout(std::time::Duration::from_secs(10), run).await;
         assert!(matches!(finished, Ok(Ok(Ok(())))), "{finished:?}");
+    }
+
+    fn repeat_inputs(values: &[u32], wait_ms: u32) -> [Tensor; 3] {
+        [
+            tensor("IN", DataType::Int32, &le32(values)),
+            tensor("DELAY", DataType::Uint32, &le32(&vec![0; values.len()])),
+            tensor("WAIT", DataType::Uint32, &le32(&[wait_ms])),
+        ]
+    }
+
+    #[tokio::test]
+    async fn non_decoupled_repeat_answers_its_one_response() {
+        let out = repeat_as_one(&repeat_inputs(&[1], 1)).await.unwrap();
+        assert_eq!(out[0].name, "OUT");
+        assert_eq!(out[0].data.as_ref(), 1i32.to_le_bytes());
+        assert_eq!(out[1].name, "IDX");
+        assert_eq!(out[1].data.as_ref(), 0u32.to_le_bytes());
+    }
+
+    #[tokio::test]
+    async fn non_decoupled_repeat_refuses_other_counts_as_triton() {
+        for (values, count) in [(&[][..], 0), (&[4, 5, 6][..], 3)] {
+            let err = repeat_as_one(&repeat_inputs(values, 0)).await.unwrap_err();
+            assert_eq!(err.code, crate::error::Code::Internal);
+            assert_eq!(
+                err.message,
+                format!("expected a single response, got {count}")
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn non_decoupled_repeat_keeps_the_model_errors() {
+        let mut inputs = repeat_inputs(&[1], 0);
+        inputs[1] = tensor("DELAY", DataType::Uint32, &le32(&[0, 0]));
+        let err = repeat_as_one(&inputs).await.unwrap_err();
+        assert_eq!(err.code, crate::error::Code::InvalidArg);
     }
 
     #[tokio::test]
