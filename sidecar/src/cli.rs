@@ -83,6 +83,17 @@ pub struct Args {
     /// Threads that serve requests (default 1; 0: one per CPU).
     #[arg(long, value_name = "N")]
     pub worker_threads: Option<u32>,
+    /// Triton's restricted HTTP APIs: `<api>[,<api>...]:<key>=<value>`, repeatable. A request to
+    /// one of the APIs without the header `<key>: <value>` is refused (403). APIs: health,
+    /// metadata, inference, shared-memory, model-config, model-repository, statistics, trace,
+    /// logging. Given, these replace server.http_restricted_api.
+    #[arg(long, value_name = "APIS:KEY=VALUE")]
+    pub http_restricted_api: Vec<String>,
+    /// Triton's restricted gRPC protocols, as --http-restricted-api (the same names); the
+    /// metadata key a call must carry is `triton-grpc-protocol-<key>`, and a refused call ends
+    /// with UNAVAILABLE. Given, these replace server.grpc_restricted_protocol.
+    #[arg(long, value_name = "PROTOCOLS:KEY=VALUE")]
+    pub grpc_restricted_protocol: Vec<String>,
 }
 
 impl Args {
@@ -145,6 +156,12 @@ impl Args {
         if let Some(v) = self.worker_threads {
             s.worker_threads = v;
         }
+        if !self.http_restricted_api.is_empty() {
+            s.http_restricted_api = self.http_restricted_api.clone();
+        }
+        if !self.grpc_restricted_protocol.is_empty() {
+            s.grpc_restricted_protocol = self.grpc_restricted_protocol.clone();
+        }
         if let Some(v) = self.max_http_body_bytes {
             config.limits.max_http_body_bytes = v;
         }
@@ -188,6 +205,36 @@ mod tests {
         assert_eq!(up.rest_url.as_deref(), Some("http://127.0.0.1:8000"));
         assert_eq!((up.rest_max_bytes, up.rest_idle_ms), (1024, 250));
         assert_eq!(up.staging_shm_bytes, 0);
+    }
+
+    #[test]
+    fn restriction_flags_repeat_and_replace_the_file_s_settings() {
+        let args = Args::try_parse_from([
+            "infergate-sidecar",
+            "--http-restricted-api=model-repository:admin-key=admin-value",
+            "--http-restricted-api",
+            "inference,metadata:infer-key=infer-value",
+            "--grpc-restricted-protocol=health:k=v",
+        ])
+        .unwrap();
+        let mut config = SidecarConfig::default();
+        config.server.http_restricted_api = vec!["logging:a=b".into()];
+        config.server.grpc_restricted_protocol = vec!["trace:a=b".into()];
+        args.apply(&mut config);
+        assert_eq!(
+            config.server.http_restricted_api,
+            [
+                "model-repository:admin-key=admin-value",
+                "inference,metadata:infer-key=infer-value"
+            ]
+        );
+        assert_eq!(config.server.grpc_restricted_protocol, ["health:k=v"]);
+        let mut kept = SidecarConfig::default();
+        kept.server.http_restricted_api = vec!["logging:a=b".into()];
+        Args::try_parse_from(["infergate-sidecar"])
+            .unwrap()
+            .apply(&mut kept);
+        assert_eq!(kept.server.http_restricted_api, ["logging:a=b"]);
     }
 
     #[test]

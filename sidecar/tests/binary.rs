@@ -178,6 +178,39 @@ fn unknown_configuration_field_is_an_error() {
     assert!(stderr.contains("http_prot"), "{stderr}");
 }
 
+/// The checks of Triton's L0_http `test.sh` that a bad `--http-restricted-api` stops the server.
+#[test]
+fn a_bad_restriction_stops_the_sidecar_with_triton_s_words() {
+    for (flags, message) in [
+        (
+            [
+                "--http-restricted-api=model-repository,health:k1=v1",
+                "--http-restricted-api=metadata,health:k2=v2",
+            ],
+            "server.http_restricted_api: restricted api 'health' can not be specified in multiple config groups",
+        ),
+        (
+            [
+                "--http-restricted-api=model-reposit,health:k1=v1",
+                "--http-restricted-api=metadata,health:k2=v2",
+            ],
+            "server.http_restricted_api: unknown restricted api 'model-reposit'",
+        ),
+        (
+            [
+                "--grpc-restricted-protocol=inference:key",
+                "--http-restricted-api=metadata:k=v",
+            ],
+            "server.grpc_restricted_protocol: --grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got inference:key",
+        ),
+    ] {
+        let out = Command::new(BIN).args(flags).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(message), "{message} missing from: {stderr}");
+    }
+}
+
 /// Sends one HTTP/1.1 POST and returns the whole answer.
 fn http_post(addr: &str, path: &str, headers: &str, body: &[u8]) -> String {
     let head = format!(

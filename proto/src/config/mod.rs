@@ -2,11 +2,13 @@
 //! a ConfigMap) and the sidecar (which reads it at start). Every field has a default, so an empty
 //! file is a valid configuration that serves the built-in catalog.
 
+pub mod restricted;
 mod validate;
 pub mod yaml;
 
 use serde::{Deserialize, Serialize};
 
+pub use restricted::{RestrictedCategory, RestrictedOption, Restriction, Restrictions};
 pub use validate::ConfigError;
 
 /// Default HTTP request body limit, after decompression: 64 MiB, Triton's `--http-max-input-size`.
@@ -54,9 +56,29 @@ pub struct ServerSettings {
     /// (docs/performance/archive.md, "One worker"); one worker runs as a current-thread runtime.
     /// Large JSON tensors are parsed and written on extra threads either way.
     pub worker_threads: u32,
+    /// Triton's `--http-restricted-api`: settings `<api>[,<api>...]:<key>=<value>`; a REST
+    /// request to one of the APIs (health, metadata, inference, shared-memory, model-config,
+    /// model-repository, statistics, trace, logging) without the header `<key>: <value>` is
+    /// refused with 403.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub http_restricted_api: Vec<String>,
+    /// Triton's `--grpc-restricted-protocol`: the same for gRPC, where the metadata key is
+    /// `triton-grpc-protocol-<key>` and a refused call ends with `UNAVAILABLE`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub grpc_restricted_protocol: Vec<String>,
 }
 
 impl ServerSettings {
+    /// The parsed `http_restricted_api`.
+    pub fn http_restrictions(&self) -> Result<Restrictions, String> {
+        Restrictions::parse(&self.http_restricted_api, RestrictedOption::Http)
+    }
+
+    /// The parsed `grpc_restricted_protocol`.
+    pub fn grpc_restrictions(&self) -> Result<Restrictions, String> {
+        Restrictions::parse(&self.grpc_restricted_protocol, RestrictedOption::Grpc)
+    }
+
     /// `host` as a socket API takes it: an IPv6 address without its URL brackets (`[::]`).
     pub fn bind_host(&self) -> &str {
         self.host
@@ -81,6 +103,8 @@ impl Default for ServerSettings {
             allow_client_shm: false,
             model_control_mode: ModelControlMode::None,
             worker_threads: 1,
+            http_restricted_api: Vec::new(),
+            grpc_restricted_protocol: Vec::new(),
         }
     }
 }

@@ -53,6 +53,12 @@ impl SidecarConfig {
         if s.worker_threads > 1024 {
             err("server.worker_threads", "must be at most 1024".into());
         }
+        if let Err(e) = s.http_restrictions() {
+            err("server.http_restricted_api", e);
+        }
+        if let Err(e) = s.grpc_restrictions() {
+            err("server.grpc_restricted_protocol", e);
+        }
         let ports = [
             ("server.http_port", s.http_port),
             ("server.grpc_port", s.grpc_port),
@@ -195,6 +201,8 @@ mod tests {
         let mut cfg = SidecarConfig::default();
         cfg.server.log_level = "loud".into();
         cfg.server.worker_threads = 1025;
+        cfg.server.http_restricted_api = vec!["health:k=v".into(), "health:k=v".into()];
+        cfg.server.grpc_restricted_protocol = vec!["inference".into()];
         cfg.server.grpc_port = cfg.server.http_port;
         cfg.limits.max_json_depth = 0;
         cfg.limits.http_header_timeout_seconds = 0;
@@ -209,6 +217,8 @@ mod tests {
             [
                 "server.log_level",
                 "server.worker_threads",
+                "server.http_restricted_api",
+                "server.grpc_restricted_protocol",
                 "server.grpc_port",
                 "limits.max_json_depth",
                 "limits.http_header_timeout_seconds",

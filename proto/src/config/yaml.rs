@@ -70,6 +70,20 @@ mod tests {
     }
 
     #[test]
+    fn restrictions_are_read_and_written_only_when_set() {
+        let text = "server:\n  http_restricted_api: ['inference,metadata:infer-key=infer-value']\n  grpc_restricted_protocol: ['health:k=v']\n";
+        let cfg = from_str(text).unwrap();
+        assert_eq!(
+            cfg.server.http_restricted_api,
+            ["inference,metadata:infer-key=infer-value"]
+        );
+        assert_eq!(cfg.server.grpc_restricted_protocol, ["health:k=v"]);
+        assert_eq!(from_str(&to_string(&cfg).unwrap()).unwrap(), cfg);
+        let plain = to_string(&SidecarConfig::default()).unwrap();
+        assert!(!plain.contains("restricted"), "{plain}");
+    }
+
+    #[test]
     fn unknown_fields_are_rejected() {
         let err = from_str("server:\n  http_prot: 1\n").unwrap_err();
         assert!(err.contains("http_prot"), "{err}");

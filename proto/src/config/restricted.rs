@@ -1,0 +1,269 @@
+//! Triton's restricted APIs and protocols: `--http-restricted-api` and
+//! `--grpc-restricted-protocol`, each given as `<categories>:<key>=<value>` (Triton's
+//! `ParseRestrictedFeatureOption`). A request to a restricted category is served only when it
+//! carries the header (gRPC: metadata) `<key>` with exactly `<value>`; on gRPC the key is
+//! prefixed with `triton-grpc-protocol-`, as Triton prefixes it.
+
+/// What can be restricted, with Triton's names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestrictedCategory {
+    Health,
+    Metadata,
+    Inference,
+    SharedMemory,
+    ModelConfig,
+    ModelRepository,
+    Statistics,
+    Trace,
+    Logging,
+}
+
+impl RestrictedCategory {
+    /// Every category, in Triton's order.
+    pub const ALL: [RestrictedCategory; 9] = [
+        RestrictedCategory::Health,
+        RestrictedCategory::Metadata,
+        RestrictedCategory::Inference,
+        RestrictedCategory::SharedMemory,
+        RestrictedCategory::ModelConfig,
+        RestrictedCategory::ModelRepository,
+        RestrictedCategory::Statistics,
+        RestrictedCategory::Trace,
+        RestrictedCategory::Logging,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestrictedCategory::Health => "health",
+            RestrictedCategory::Metadata => "metadata",
+            RestrictedCategory::Inference => "inference",
+            RestrictedCategory::SharedMemory => "shared-memory",
+            RestrictedCategory::ModelConfig => "model-config",
+            RestrictedCategory::ModelRepository => "model-repository",
+            RestrictedCategory::Statistics => "statistics",
+            RestrictedCategory::Trace => "trace",
+            RestrictedCategory::Logging => "logging",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The header (gRPC: metadata key) a restricted category wants, and its value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Restriction {
+    /// As configured (with the gRPC prefix where it applies); header names are matched without
+    /// regard to case.
+    pub header: String,
+    pub value: String,
+}
+
+/// The restriction of each category; none restricted by default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Restrictions {
+    by_category: [Option<Restriction>; 9],
+}
+
+/// Which option a setting belongs to: its name and wording in messages, and the key's prefix.
+#[derive(Clone, Copy, Debug)]
+pub enum RestrictedOption {
+    /// `--http-restricted-api`: `api`s, headers as given.
+    Http,
+    /// `--grpc-restricted-protocol`: `protocol`s, metadata keys prefixed.
+    Grpc,
+}
+
+/// Triton's prefix of a gRPC restriction's metadata key (`kRestrictedProtocolHeaderTemplate`).
+pub const GRPC_HEADER_PREFIX: &str = "triton-grpc-protocol-";
+
+impl RestrictedOption {
+    pub fn flag(self) -> &'static str {
+        match self {
+            RestrictedOption::Http => "http-restricted-api",
+            RestrictedOption::Grpc => "grpc-restricted-protocol",
+        }
+    }
+
+    fn feature(self) -> &'static str {
+        match self {
+            RestrictedOption::Http => "api",
+            RestrictedOption::Grpc => "protocol",
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            RestrictedOption::Http => "",
+            RestrictedOption::Grpc => GRPC_HEADER_PREFIX,
+        }
+    }
+}
+
+impl Restrictions {
+    /// Parses settings of one option, each `<category>[,<category>...]:<key>=<value>`, with
+    /// Triton's messages for the errors Triton refuses to start with. A category may appear in
+    /// one setting only. Beyond Triton, a key that cannot be a header name is refused too (no
+    /// client could send it).
+    pub fn parse(settings: &[String], option: RestrictedOption) -> Result<Self, String> {
+        let mut restrictions = Restrictions::default();
+        for setting in settings {
+            let format_error = || {
+                format!(
+                    "--{} option format is '<config name>:<setting>=<value>'. Got {setting}",
+                    option.flag()
+                )
+            };
+            let (categories, rest) = setting.split_once(':').ok_or_else(format_error)?;
+            let (key, value) = rest.split_once('=').ok_or_else(format_error)?;
+            if categories.is_empty() || key.is_empty() || value.is_empty() {
+                return Err(format_error());
+            }
+            if !key.bytes().all(is_token_byte) {
+                return Err(format!(
+                    "--{}: '{key}' is not a header name (letters, digits and !#$%&'*+-.^_`|~)",
+                    option.flag()
+                ));
+            }
+            for name in categories.split(',') {
+                let category = RestrictedCategory::ALL
+                    .into_iter()
+                    .find(|c| c.as_str() == name)
+                    .ok_or_else(|| format!("unknown restricted {} '{name}'", option.feature()))?;
+                let slot = &mut restrictions.by_category[category.index()];
+                if slot.is_some() {
+                    return Err(format!(
+                        "restricted {} '{name}' can not be specified in multiple config groups",
+                        option.feature()
+                    ));
+                }
+                *slot = Some(Restriction {
+                    header: format!("{}{key}", option.prefix()),
+                    value: value.to_string(),
+                });
+            }
+        }
+        Ok(restrictions)
+    }
+
+    pub fn get(&self, category: RestrictedCategory) -> Option<&Restriction> {
+        self.by_category[category.index()].as_ref()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_category.iter().all(Option::is_none)
+    }
+}
+
+/// A `tchar` of RFC 9110: what a header field name is made of.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(settings: &[&str], option: RestrictedOption) -> Result<Restrictions, String> {
+        let settings: Vec<String> = settings.iter().map(|s| s.to_string()).collect();
+        Restrictions::parse(&settings, option)
+    }
+
+    fn restriction(header: &str, value: &str) -> Option<Restriction> {
+        Some(Restriction {
+            header: header.into(),
+            value: value.into(),
+        })
+    }
+
+    #[test]
+    fn categories_of_a_setting_share_its_header() {
+        let r = parse(
+            &[
+                "model-repository:admin-key=admin-value",
+                "inference,metadata:infer-key=infer-value",
+            ],
+            RestrictedOption::Http,
+        )
+        .unwrap();
+        let get = |c| r.get(c).cloned();
+        assert_eq!(
+            get(RestrictedCategory::ModelRepository),
+            restriction("admin-key", "admin-value")
+        );
+        assert_eq!(
+            get(RestrictedCategory::Inference),
+            restriction("infer-key", "infer-value")
+        );
+        assert_eq!(
+            get(RestrictedCategory::Metadata),
+            restriction("infer-key", "infer-value")
+        );
+        for c in [
+            RestrictedCategory::Health,
+            RestrictedCategory::SharedMemory,
+            RestrictedCategory::ModelConfig,
+            RestrictedCategory::Statistics,
+            RestrictedCategory::Trace,
+            RestrictedCategory::Logging,
+        ] {
+            assert_eq!(r.get(c), None, "{c:?}");
+        }
+        assert!(!r.is_empty());
+        assert!(parse(&[], RestrictedOption::Http).unwrap().is_empty());
+    }
+
+    #[test]
+    fn every_category_has_triton_s_name() {
+        for c in RestrictedCategory::ALL {
+            let r = parse(&[&format!("{}:k=v", c.as_str())], RestrictedOption::Http).unwrap();
+            assert_eq!(r.get(c).cloned(), restriction("k", "v"));
+        }
+    }
+
+    #[test]
+    fn grpc_keys_get_triton_s_prefix() {
+        let r = parse(&["health:infer-key=a=b"], RestrictedOption::Grpc).unwrap();
+        assert_eq!(
+            r.get(RestrictedCategory::Health).cloned(),
+            restriction("triton-grpc-protocol-infer-key", "a=b")
+        );
+    }
+
+    #[test]
+    fn errors_have_triton_s_words() {
+        let err = |settings: &[&str], option| parse(settings, option).unwrap_err();
+        assert_eq!(
+            err(
+                &["model-repository,health:k1=v1", "metadata,health:k2=v2"],
+                RestrictedOption::Http
+            ),
+            "restricted api 'health' can not be specified in multiple config groups"
+        );
+        assert_eq!(
+            err(&["model-reposit,health:k1=v1"], RestrictedOption::Http),
+            "unknown restricted api 'model-reposit'"
+        );
+        assert_eq!(
+            err(&["inference,,health:k=v"], RestrictedOption::Grpc),
+            "unknown restricted protocol ''"
+        );
+        for bad in [
+            "inference",
+            "inference:k",
+            ":k=v",
+            "inference:=v",
+            "inference:k=",
+        ] {
+            assert_eq!(
+                err(&[bad], RestrictedOption::Grpc),
+                format!(
+                    "--grpc-restricted-protocol option format is \
+                     '<config name>:<setting>=<value>'. Got {bad}"
+                )
+            );
+        }
+        assert!(err(&["inference:a key=v"], RestrictedOption::Http).contains("not a header name"));
+    }
+}
