@@ -18,6 +18,8 @@
 //! - [`metrics`]: Prometheus text on the metrics port, with Triton's `nv_inference_*` families.
 //! - [`host_metrics`]: the CPU and memory gauges Triton exports beside its inference metrics.
 //! - [`log_update`]: changing the log settings over REST and gRPC, as Triton does.
+//! - [`restricted`]: the APIs and protocols restricted to requests with a header, as Triton's
+//!   `--http-restricted-api` and `--grpc-restricted-protocol` set them.
 //!
 //! Inference, whatever the wire protocol:
 //!
@@ -48,6 +50,7 @@ pub mod http;
 pub mod json;
 pub mod log_update;
 pub mod metrics;
+pub mod restricted;
 pub mod server;
 pub mod shm;
 pub mod state;

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use crate::backend::builtin::Catalog;
 use crate::backend::upstream::{Upstream, UpstreamLoader, run_discovery};
 use crate::core::repository::Repository;
+use crate::restricted::Guard;
 use crate::state::{AppState, SharedState, UpstreamHandle};
 use crate::telemetry::LogControl;
 
@@ -50,6 +51,16 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
             Repository::empty(loader)
         }
     };
+    let http_restricted = config
+        .server
+        .http_restrictions()
+        .and_then(|r| Guard::http(&r))
+        .map_err(|e| anyhow::anyhow!("--http-restricted-api: {e}"))?;
+    let grpc_restricted = config
+        .server
+        .grpc_restrictions()
+        .and_then(|r| Guard::grpc(&r))
+        .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?;
     let mut state = AppState::new(
         Arc::new(repository),
         config.server.name.clone(),
@@ -60,6 +71,8 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
     if let Some(state) = Arc::get_mut(&mut state) {
         state.upstream = upstream;
         state.model_control = config.server.model_control_mode;
+        state.http_restricted = http_restricted;
+        state.grpc_restricted = grpc_restricted;
     }
     Ok(state)
 }
@@ -126,9 +139,12 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         stop,
     )));
 
-    let grpc_services = crate::grpc::Services::new(
-        crate::grpc::inference_service(state.clone()),
-        crate::grpc::health_service(state.clone()),
+    let grpc_services = crate::grpc::Restricted::new(
+        state.clone(),
+        crate::grpc::Services::new(
+            crate::grpc::inference_service(state.clone()),
+            crate::grpc::health_service(state.clone()),
+        ),
     );
     let stop = signal(rx.clone());
     let drain = state.health.draining();

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use infergate_proto::config::{Limits, ModelControlMode};
 
 use crate::core::repository::Repository;
+use crate::restricted::Guard;
 use crate::telemetry::LogControl;
 
 /// The extensions this server implements, in Triton's order.
@@ -83,6 +84,10 @@ pub struct AppState {
     pub upstream: Option<UpstreamHandle>,
     /// Whether clients may load and unload models.
     pub model_control: ModelControlMode,
+    /// The REST APIs restricted to requests with a header (`--http-restricted-api`).
+    pub http_restricted: Guard,
+    /// The gRPC protocols restricted to calls with a metadata key (`--grpc-restricted-protocol`).
+    pub grpc_restricted: Guard,
 }
 
 impl AppState {
@@ -235,6 +240,8 @@ impl AppState {
             shm: crate::shm::Registry::new(allow_client_shm, shm_limits, cuda),
             upstream: None,
             model_control: ModelControlMode::None,
+            http_restricted: Guard::default(),
+            grpc_restricted: Guard::default(),
         })
     }
 }

@@ -200,3 +200,107 @@ async fn cuda_shared_memory_is_advertised_only_where_usable() {
         assert!(!status["gpu"]["devices"].as_array().unwrap().is_empty());
     }
 }
+
+/// `--http-restricted-api` as Triton's L0_http `test.sh` sets it, through the HTTP port's whole
+/// service (the restriction is checked before the router and the short way to inference).
+#[tokio::test]
+async fn restricted_apis_want_their_header() {
+    let mut config = SidecarConfig::default();
+    config.server.http_restricted_api = vec![
+        "model-repository:admin-key=admin-value".into(),
+        "inference,metadata:infer-key=infer-value".into(),
+    ];
+    let state = server::build_state(&config, LogControl::detached("info")).unwrap();
+    state.health.set_ready(true);
+    let front = rest::front(state);
+    let call = |method: &str, uri: &str, header: Option<(&str, &str)>, body: &str| {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some((k, v)) = header {
+            request = request.header(k, v);
+        }
+        let request = request.body(Body::from(body.to_string())).unwrap();
+        let front = front.clone();
+        async move {
+            let response = front.oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let infer_body = r#"{"inputs":[
+        {"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]},
+        {"name":"INPUT1","datatype":"INT32","shape":[1,16],"data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}"#;
+    let infer_refusal = r#"{"error":"This API is restricted, expecting header 'infer-key'"}"#;
+    let admin_refusal = r#"{"error":"This API is restricted, expecting header 'admin-key'"}"#;
+    let infer_key = Some(("infer-key", "infer-value"));
+
+    let refused = (StatusCode::FORBIDDEN, infer_refusal.to_string());
+    assert_eq!(
+        call("POST", "/v2/models/simple/infer", None, infer_body).await,
+        refused
+    );
+    assert_eq!(
+        call(
+            "POST",
+            "/v2/models/simple/infer",
+            Some(("infer-key", "x")),
+            infer_body
+        )
+        .await,
+        refused
+    );
+    assert_eq!(call("GET", "/v2", None, "").await, refused);
+    assert_eq!(
+        call("GET", "/v2/models/simple/versions/1", None, "").await,
+        refused
+    );
+    // Before the method: a GET to the infer path is refused, then 405 with the header.
+    assert_eq!(
+        call("GET", "/v2/models/simple/infer", None, "").await,
+        refused
+    );
+    assert_eq!(
+        call("GET", "/v2/models/simple/infer", infer_key, "")
+            .await
+            .0,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    let (status, body) = call("POST", "/v2/models/simple/infer", infer_key, infer_body).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(call("GET", "/v2", infer_key, "").await.0, StatusCode::OK);
+
+    assert_eq!(
+        call("POST", "/v2/repository/models/simple/unload", infer_key, "").await,
+        (StatusCode::FORBIDDEN, admin_refusal.to_string())
+    );
+    let (status, body) = call(
+        "POST",
+        "/v2/repository/models/simple/unload",
+        Some(("admin-key", "admin-value")),
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        body.contains("explicit model load / unload is not allowed"),
+        "{body}"
+    );
+
+    // Other APIs are not restricted.
+    assert_eq!(
+        call("GET", "/v2/models/simple/stats", None, "").await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call("GET", "/v2/health/ready", None, "").await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call("GET", "/v2/models/simple/config", None, "").await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call("GET", "/v2/nothing", None, "").await.0,
+        StatusCode::NOT_FOUND
+    );
+}

@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import pytest
 
@@ -255,7 +255,8 @@ def _wait_ready(http_addr: str, deadline: float, proc: Optional[subprocess.Popen
     return False
 
 
-def _start_sidecar(tmp_dir: Path, model_control: Optional[str] = "explicit") -> Server:
+def _start_sidecar(tmp_dir: Path, model_control: Optional[str] = "explicit",
+                   extra_args: Sequence[str] = ()) -> Server:
     binary = Path(os.environ.get("INFERGATE_SIDECAR_BIN", str(DEFAULT_SIDECAR_BIN)))
     if not binary.exists():
         pytest.exit(
@@ -275,6 +276,7 @@ def _start_sidecar(tmp_dir: Path, model_control: Optional[str] = "explicit") -> 
     # tests run so); the default, none, refuses them (test_model_control_mode.py).
     if model_control is not None:
         args += ["--model-control-mode", model_control]
+    args += list(extra_args)
     args += shlex.split(os.environ.get("INFERGATE_SIDECAR_ARGS", ""))
     timeout = float(os.environ.get("INFERGATE_STARTUP_TIMEOUT", "30"))
     log_path = tmp_dir / "sidecar.log"

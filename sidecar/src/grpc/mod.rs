@@ -5,6 +5,7 @@ mod deadline;
 mod dispatch;
 mod idle_resets;
 mod oversized;
+mod restricted;
 mod serve;
 mod service;
 mod stream;
@@ -13,6 +14,7 @@ pub use deadline::DeadlineLayer;
 pub use dispatch::Services;
 pub use idle_resets::IgnoreIdleResets;
 pub use oversized::as_resource_exhausted;
+pub use restricted::Restricted;
 pub use serve::serve;
 
 pub use service::{health_service, inference_service};

@@ -1,5 +1,5 @@
-//! The HTTP port's first stop: inference calls go straight to their handler, every other request
-//! to the axum router.
+//! The HTTP port's first stop: restricted APIs are refused (`restricted.rs`), inference calls go
+//! straight to their handler, every other request to the axum router.
 //!
 //! The router (two nested routers, Triton's path rules and the rejection mapping around them)
 //! costs twenty-six to twenty-nine allocations a request: URL parameters, the matched path,
@@ -18,7 +18,7 @@ use futures::future::{BoxFuture, Either};
 use http::{Method, Request};
 use tower::Service;
 
-use super::{is_decimal_version, routes};
+use super::{is_decimal_version, restricted, routes};
 use crate::state::SharedState;
 
 /// The HTTP port's service: `POST /v2/models/{m}[/versions/{v}]/infer` to the inference handler,
@@ -75,6 +75,13 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        // Triton refuses a restricted API before it looks at anything else.
+        let path = request.uri().path();
+        if let Some(refused) =
+            restricted::refusal(&self.state.http_restricted, path, request.headers())
+        {
+            return Either::Left(Box::pin(futures::future::ready(Ok(refused))));
+        }
         let target = (request.method() == Method::POST)
             .then(|| infer_target(request.uri().path()))
             .flatten()

@@ -7,6 +7,7 @@ mod front;
 pub(crate) mod infer;
 mod lenient_base64;
 mod params;
+pub mod restricted;
 mod routes;
 pub mod serve;
 

@@ -1,0 +1,212 @@
+"""Triton's restricted APIs and protocols: `--http-restricted-api=<apis>:<key>=<value>` and
+`--grpc-restricted-protocol=<protocols>:<key>=<value>`. A request to a restricted category
+without the header `<key>: <value>` is refused: REST 403 {"error":"This API is restricted,
+expecting header '<key>'"}, before the method is looked at; gRPC UNAVAILABLE "This protocol is
+restricted, expecting header 'triton-grpc-protocol-<key>'" (a stream ends with it at once). The
+settings are the ones Triton's L0_http and L0_grpc `test.sh` start Triton with, in its default
+model control mode (`none`), so an allowed unload gets Triton's polling answer. A bad setting stops
+the server with Triton's words. Sidecar-specific setup: the test starts its own sidecar, so it is
+skipped when the suite is pointed at a running server."""
+
+import os
+import queue
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+import conftest
+
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("INFERGATE_HTTP_URL")),
+    reason="starts sidecars of its own; the suite is pointed at a running server",
+)
+
+PREFIX = "triton-grpc-protocol-"
+FLAGS = [
+    "--http-restricted-api=model-repository:admin-key=admin-value",
+    "--http-restricted-api=inference,metadata:infer-key=infer-value",
+    "--grpc-restricted-protocol=model-repository:admin-key=admin-value",
+    "--grpc-restricted-protocol=inference,health:infer-key=infer-value",
+]
+POLLING = "explicit model load / unload is not allowed if polling is enabled"
+
+
+def api_refusal(key):
+    return {"error": f"This API is restricted, expecting header '{key}'"}
+
+
+def protocol_refusal(key):
+    return f"This protocol is restricted, expecting header '{PREFIX}{key}'"
+
+
+@pytest.fixture(scope="module")
+def restricted(tmp_path_factory):
+    server = conftest._start_sidecar(tmp_path_factory.mktemp("restricted"), model_control=None,
+                                     extra_args=FLAGS)
+    yield server
+    conftest._stop(server.process)
+
+
+def simple_inputs(module):
+    inputs = [module.InferInput("INPUT0", [1, 16], "INT32"),
+              module.InferInput("INPUT1", [1, 16], "INT32")]
+    for i in inputs:
+        i.set_data_from_numpy(np.ones(shape=(1, 16), dtype=np.int32))
+    return inputs
+
+
+# ----------------------------------------------------------------------------------------- REST
+
+def test_http_unrestricted_apis_are_served(restricted):
+    client = httpclient.InferenceServerClient(restricted.http)
+    client.get_inference_statistics("simple")
+    client.get_inference_statistics("simple", headers={"infer-key": "infer-value"})
+    assert client.is_server_live()
+    assert client.get_model_config("simple")["name"] == "simple"
+
+
+def test_http_metadata(restricted):
+    base = f"http://{restricted.http}"
+    for path in ["/v2", "/v2/models/simple", "/v2/models/simple/versions/1"]:
+        r = requests.get(base + path, timeout=10)
+        assert (r.status_code, r.json()) == (403, api_refusal("infer-key")), path
+        r = requests.get(base + path, headers={"infer-key": "infer-value"}, timeout=10)
+        assert r.status_code == 200, (path, r.text)
+    r = requests.get(base + "/v2", headers={"Infer-Key": "infer-value"}, timeout=10)
+    assert r.status_code == 200, "header names are matched without regard to case"
+    r = requests.get(base + "/v2", headers={"infer-key": "INFER-VALUE"}, timeout=10)
+    assert r.status_code == 403, "values are matched exactly"
+
+
+def test_http_infer(restricted):
+    client = httpclient.InferenceServerClient(restricted.http)
+    with pytest.raises(InferenceServerException, match="This API is restricted") as e:
+        client.infer("simple", simple_inputs(httpclient), headers={"test": "1"})
+    assert e.value.status() == "403"
+    result = client.infer("simple", simple_inputs(httpclient), headers={"infer-key": "infer-value"})
+    assert result.as_numpy("OUTPUT0").tolist() == [[2] * 16]
+
+
+def test_http_model_repository(restricted):
+    client = httpclient.InferenceServerClient(restricted.http)
+    with pytest.raises(InferenceServerException) as e:
+        client.unload_model("simple", headers={"infer-key": "infer-value"})
+    assert e.value.message() == api_refusal("admin-key")["error"]
+    with pytest.raises(InferenceServerException) as e:
+        client.unload_model("simple", headers={"admin-key": "admin-value"})
+    assert e.value.message() == POLLING
+    r = requests.post(f"http://{restricted.http}/v2/repository/index", timeout=10)
+    assert (r.status_code, r.json()) == (403, api_refusal("admin-key"))
+
+
+def test_http_restriction_comes_before_the_method(restricted):
+    url = f"http://{restricted.http}/v2/models/simple/infer"
+    r = requests.get(url, timeout=10)
+    assert (r.status_code, r.json()) == (403, api_refusal("infer-key"))
+    r = requests.get(url, headers={"infer-key": "infer-value"}, timeout=10)
+    assert (r.status_code, r.json()) == (405, {"error": "Method Not Allowed"})
+    r = requests.get(f"http://{restricted.http}/v2/models/simple/nothing", timeout=10)
+    assert (r.status_code, r.json()) == (404, {"error": "Not Found"})
+
+
+# ----------------------------------------------------------------------------------------- gRPC
+
+def test_grpc_unrestricted_protocols_are_served(restricted):
+    client = grpcclient.InferenceServerClient(restricted.grpc)
+    client.get_inference_statistics("simple")
+    client.get_inference_statistics("simple", headers={PREFIX + "infer-key": "infer-value"})
+    assert client.get_server_metadata().name == "triton"
+
+
+def test_grpc_health(restricted):
+    client = grpcclient.InferenceServerClient(restricted.grpc)
+    for call in [client.is_server_live, client.is_server_ready,
+                 lambda **kw: client.is_model_ready("simple", **kw)]:
+        with pytest.raises(InferenceServerException) as e:
+            call()
+        assert e.value.status() == "StatusCode.UNAVAILABLE"
+        assert e.value.message() == protocol_refusal("infer-key")
+        with pytest.raises(InferenceServerException):
+            call(headers={"infer-key": "infer-value"})  # the key without its prefix
+        assert call(headers={PREFIX + "infer-key": "infer-value"})
+
+
+def test_grpc_infer(restricted):
+    client = grpcclient.InferenceServerClient(restricted.grpc)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("simple", simple_inputs(grpcclient), headers={"test": "1"})
+    assert e.value.status() == "StatusCode.UNAVAILABLE"
+    assert e.value.message() == protocol_refusal("infer-key")
+    result = client.infer("simple", simple_inputs(grpcclient),
+                          headers={PREFIX + "infer-key": "infer-value"})
+    assert result.as_numpy("OUTPUT0").tolist() == [[2] * 16]
+
+
+def test_grpc_model_repository(restricted):
+    client = grpcclient.InferenceServerClient(restricted.grpc)
+    with pytest.raises(InferenceServerException) as e:
+        client.unload_model("simple", headers={PREFIX + "infer-key": "infer-value"})
+    assert e.value.message() == protocol_refusal("admin-key")
+    with pytest.raises(InferenceServerException) as e:
+        client.unload_model("simple", headers={PREFIX + "admin-key": "admin-value"})
+    assert e.value.message() == POLLING
+
+
+def test_grpc_stream_is_ended_at_once(restricted):
+    client = grpcclient.InferenceServerClient(restricted.grpc)
+    results = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)),
+                        headers={"test": "1"})
+    try:
+        first = results.get(timeout=10)  # before any request is sent
+        assert first[0] is None
+        assert first[1].status() == "StatusCode.UNAVAILABLE"
+        assert protocol_refusal("infer-key") in first[1].message()
+        time.sleep(0.2)
+        with pytest.raises(InferenceServerException, match="no longer in valid state"):
+            client.async_stream_infer("simple", simple_inputs(grpcclient))
+    finally:
+        client.stop_stream()
+    client.start_stream(callback=lambda result, error: results.put((result, error)),
+                        headers={PREFIX + "infer-key": "infer-value"})
+    try:
+        client.async_stream_infer("simple", simple_inputs(grpcclient))
+        result, error = results.get(timeout=10)
+        assert error is None
+        assert result.as_numpy("OUTPUT0").tolist() == [[2] * 16]
+    finally:
+        client.stop_stream()
+
+
+# ------------------------------------------------------------------------------------- settings
+
+def sidecar_exit(*flags):
+    binary = os.environ.get("INFERGATE_SIDECAR_BIN", str(conftest.DEFAULT_SIDECAR_BIN))
+    done = subprocess.run([binary, "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+                           "--admin-port", "0", *flags],
+                          capture_output=True, text=True, timeout=30)
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--http-restricted-api=model-repository,health:k1=v1",
+      "--http-restricted-api=metadata,health:k2=v2"],
+     "restricted api 'health' can not be specified in multiple config groups"),
+    (["--http-restricted-api=model-reposit,health:k1=v1",
+      "--http-restricted-api=metadata,health:k2=v2"],
+     "unknown restricted api 'model-reposit'"),
+    (["--grpc-restricted-protocol=inference:key"],
+     "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. "
+     "Got inference:key"),
+    (["--grpc-restricted-protocol=health,infer:k=v"], "unknown restricted protocol 'infer'"),
+], ids=["twice", "unknown-api", "format", "unknown-protocol"])
+def test_a_bad_setting_stops_the_server(flags, message):
+    code, stderr = sidecar_exit(*flags)
+    assert code == 2, stderr
+    assert message in stderr
