@@ -158,9 +158,11 @@ class Server:
     count = 0
 
     def __init__(self, target, out: Path, models, mode="none", env=None,
-                 triton_args=(), triton_override=None, sidecar_setup=None):
+                 triton_args=(), triton_override=None, sidecar_setup=None, both_args=()):
         self.target, self.out, self.models, self.mode = target, out, models, mode
         self.env = env or {}
+        # Flags both servers take with the same meaning (the restricted APIs and protocols).
+        self.both_args = list(both_args)
         self.triton_args, self.triton_override = list(triton_args), triton_override or {}
         self.sidecar_setup = sidecar_setup
         self.proc = None
@@ -178,7 +180,7 @@ class Server:
                    "--metrics-port", str(METRICS), "--admin-port", "0",
                    "--model-control-mode", self.mode,
                    # Triton 2.51 has no such switch: client shared memory is always on there.
-                   "--allow-client-shm"]
+                   "--allow-client-shm"] + self.both_args
         else:
             repo = self.out / f"repo-{n}"
             repo.mkdir()
@@ -194,7 +196,7 @@ class Server:
                    "--exit-timeout-secs=5"]
             if self.mode != "none":
                 cmd += [f"--model-control-mode={self.mode}", "--load-model=*"]
-            cmd += self.triton_args
+            cmd += self.triton_args + self.both_args
             env["PATH"] = os.environ["TRITON_PATH"]
             env["LD_LIBRARY_PATH"] = os.environ["TRITON_LD_PATH"]
         self.log_path = self.out / f"{self.target}-{n}.log"
@@ -409,7 +411,7 @@ def l0_http(c: Ctx, rows):
         rows[ex] += c.script("simple_http_sequence_sync_infer_client.py", ["-v", "-d"])
     restricted = ["--http-restricted-api=model-repository:admin-key=admin-value",
                   "--http-restricted-api=inference,metadata:infer-key=infer-value"]
-    with Server(c.target, c.out, DOCS_MODELS, triton_args=restricted):
+    with Server(c.target, c.out, DOCS_MODELS, both_args=restricted):
         rows["L0_http http_restricted_api_test.py"] += c.unittest(
             mod, "http_restricted_api_test.py", ["RestrictedAPITest"])
 
@@ -498,7 +500,7 @@ def l0_grpc(c: Ctx, rows):
         rows["L0_grpc python_grpc_aio_test.py"] += c.unittest(mod, "python_grpc_aio_test.py")
     restricted = ["--grpc-restricted-protocol=model-repository:admin-key=admin-value",
                   "--grpc-restricted-protocol=inference,health:infer-key=infer-value"]
-    with Server(c.target, c.out, DOCS_MODELS, triton_args=restricted):
+    with Server(c.target, c.out, DOCS_MODELS, both_args=restricted):
         rows["L0_grpc python_unit_test.py (restricted protocol)"] += c.unittest(
             mod, "python_unit_test.py", ["RestrictedProtocolTest"])
 
