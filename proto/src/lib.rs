@@ -5,6 +5,7 @@
 pub mod config;
 pub mod datatype;
 pub mod model_config;
+pub mod wire;
 
 /// The `inference` package: `GRPCInferenceService` and the model-configuration messages.
 pub mod inference {

@@ -18,7 +18,7 @@ use crate::shm::Registry;
 use crate::state::AppState;
 use crate::tensor::shape::element_count;
 
-pub const HEADER_LENGTH: &str = "inference-header-content-length";
+use infergate_proto::wire::HEADER_LENGTH;
 
 /// Decodes a request body into a protocol-independent request.
 pub fn decode(

@@ -475,7 +475,7 @@ fn parse_head(buffer: &[u8]) -> Result<Option<Head>, Error> {
                     head.keep_alive = true;
                 }
             }
-        } else if name.eq_ignore_ascii_case(crate::http::infer::HEADER_LENGTH) {
+        } else if name.eq_ignore_ascii_case(infergate_proto::wire::HEADER_LENGTH) {
             head.header_length = value.parse().ok();
         }
     }

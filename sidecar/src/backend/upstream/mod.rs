@@ -5,6 +5,7 @@
 //! by the sidecar's own front ends and pipeline, so it works whatever the upstream supports.
 //! Where the upstream offers it, classification is left to the upstream, which knows its labels.
 
+mod answer;
 mod discovery;
 mod h2_channel;
 mod http1;
@@ -38,7 +39,7 @@ use h2_channel::H2Channel;
 use passthrough::Passthrough;
 use rest::RestClient;
 use staging::{ClientWindow, Plan, Staging};
-use transport::Answer;
+use answer::Answer;
 pub use transport::Transport;
 
 use crate::core::model::{Backend, Execution, Produced};

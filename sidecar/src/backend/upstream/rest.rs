@@ -28,8 +28,8 @@ use serde_json::{Value as J, json};
 use tonic::Status;
 
 use super::http1::{self, Http1Client};
-use super::transport::Answer;
-use crate::http::infer::HEADER_LENGTH;
+use super::answer::Answer;
+use infergate_proto::wire::HEADER_LENGTH;
 use crate::json::{self, Value, Writer};
 use crate::tensor::shape::element_count;
 

@@ -15,11 +15,10 @@ use infergate_proto::inference::{
 };
 use infergate_proto::inference::{ServerMetadataRequest, ServerReadyRequest};
 
+use super::answer::Answer;
 use super::h2_channel::H2Channel;
 use super::rest::RestClient;
 
-/// The upstream's answer, or its error in gRPC terms.
-pub type Answer<T> = std::result::Result<T, tonic::Status>;
 
 /// A cheap-to-clone handle on the upstream connection.
 #[derive(Clone)]
