@@ -5,12 +5,14 @@
 //! straight into a typed little-endian buffer once the datatype is known.
 
 pub mod data;
+mod elements;
 mod grisu;
 mod number;
 mod parts;
 mod reader;
 mod writer;
 
+pub use data::parse_lazy_data;
 pub use number::write_f64;
-pub use reader::{JsonError, Number, Value, parse, parse_lazy_data};
+pub use reader::{JsonError, Number, Value, parse};
 pub use writer::Writer;

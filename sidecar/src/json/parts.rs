@@ -15,7 +15,7 @@ use std::thread;
 
 use infergate_proto::DataType;
 
-use super::data;
+use super::elements;
 use super::reader::Parser;
 use super::writer::Writer;
 
@@ -156,7 +156,7 @@ fn decode_part(span: &[u8], datatype: DataType, size: usize) -> Option<(Vec<u8>,
         if !matches!(p.peek(), Some(b'-' | b'0'..=b'9' | b'N' | b'I')) {
             return None;
         }
-        data::element(&mut p, datatype, &mut out).ok()?;
+        elements::element(&mut p, datatype, &mut out).ok()?;
         count += 1;
         p.skip_ws();
         match p.peek() {
@@ -199,13 +199,13 @@ fn encode_in(parts: usize, w: &mut Writer, datatype: DataType, data: &[u8]) -> b
             .map(|chunk| {
                 helper(scope, move || {
                     let mut part = Writer::with_capacity(0);
-                    data::write_elements(&mut part, datatype, chunk, false);
+                    elements::write_elements(&mut part, datatype, chunk, false);
                     part.buf
                 })
             })
             .collect();
         let mut first = Writer::with_capacity(0);
-        data::write_elements(&mut first, datatype, chunks[0], true);
+        elements::write_elements(&mut first, datatype, chunks[0], true);
         let mut all = vec![Some(first.buf)];
         all.extend(helpers.into_iter().map(|h| h.and_then(|h| h.join().ok())));
         all
@@ -227,7 +227,7 @@ mod tests {
 
     fn sequential(raw: &[u8], datatype: DataType, expected: u64) -> Option<Vec<u8>> {
         let mut p = Parser::new(raw, 100, false);
-        data::decode_at(&mut p, datatype, expected, 100).ok()
+        elements::decode_serial(&mut p, datatype, expected, 100, raw.len()).ok()
     }
 
     /// `[v0, v1, …]` with the numbers clients write: signs, fractions, exponents, NaN,
@@ -331,7 +331,7 @@ mod tests {
             DataType::Bool,
         ] {
             let mut one = Writer::default();
-            data::write_elements(&mut one, dt, &values, true);
+            elements::write_elements(&mut one, dt, &values, true);
             for parts in [2, 3, 7] {
                 let mut cut = Writer::default();
                 assert!(encode_in(parts, &mut cut, dt, &values));

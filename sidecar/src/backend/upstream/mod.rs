@@ -34,12 +34,12 @@ use infergate_proto::inference::{
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use answer::Answer;
 pub use discovery::{UpstreamLoader, run_discovery};
 use h2_channel::H2Channel;
 use passthrough::Passthrough;
 use rest::RestClient;
 use staging::{ClientWindow, Plan, Staging};
-use answer::Answer;
 pub use transport::Transport;
 
 use crate::core::model::{Backend, Execution, Produced};

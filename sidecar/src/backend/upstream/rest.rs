@@ -27,11 +27,11 @@ use infergate_proto::inference::{
 use serde_json::{Value as J, json};
 use tonic::Status;
 
-use super::http1::{self, Http1Client};
 use super::answer::Answer;
-use infergate_proto::wire::HEADER_LENGTH;
+use super::http1::{self, Http1Client};
 use crate::json::{self, Value, Writer};
 use crate::tensor::shape::element_count;
+use infergate_proto::wire::HEADER_LENGTH;
 
 /// Nesting allowed in an upstream's answer (its `data` arrays are a tensor's dimensions).
 const MAX_DEPTH: u32 = 100;

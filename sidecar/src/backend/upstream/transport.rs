@@ -19,7 +19,6 @@ use super::answer::Answer;
 use super::h2_channel::H2Channel;
 use super::rest::RestClient;
 
-
 /// A cheap-to-clone handle on the upstream connection.
 #[derive(Clone)]
 pub enum Transport {
