@@ -206,12 +206,7 @@ async fn create_applies_every_child_then_writes_status() {
         .find(|c| c["type"] == "Ready")
         .unwrap();
     assert_eq!(ready["status"], "False");
-    assert_eq!(
-        ctx.metrics
-            .writes
-            .load(std::sync::atomic::Ordering::Relaxed),
-        4
-    );
+    assert_eq!(ctx.metrics.writes.get(), 4);
 }
 
 #[tokio::test]
@@ -242,12 +237,7 @@ async fn unchanged_children_and_status_cause_no_write() {
     let (result, seen, ctx) = run(isvc, steps).await;
     result.unwrap();
     assert!(seen.iter().all(|s| s.method == Method::GET), "{seen:#?}");
-    assert_eq!(
-        ctx.metrics
-            .unchanged
-            .load(std::sync::atomic::Ordering::Relaxed),
-        3
-    );
+    assert_eq!(ctx.metrics.unchanged.get(), 3);
 }
 
 #[tokio::test]
@@ -319,12 +309,7 @@ async fn scaling_below_two_deletes_our_pdb_only() {
     .concat();
     let (result, _, ctx) = run(isvc.clone(), steps).await;
     result.unwrap();
-    assert_eq!(
-        ctx.metrics
-            .deletes
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(ctx.metrics.deletes.get(), 1);
 
     // A PDB of the same name that someone else owns is left alone.
     let mut foreign = stored(&pdb);
@@ -358,12 +343,7 @@ async fn refused_by(foreign: Value) -> Value {
         seen[..3].iter().all(|s| s.method == Method::GET),
         "{seen:?}"
     );
-    assert_eq!(
-        ctx.metrics
-            .writes
-            .load(std::sync::atomic::Ordering::Relaxed),
-        0
-    );
+    assert_eq!(ctx.metrics.writes.get(), 0);
     seen[3].body["status"]["conditions"]
         .as_array()
         .unwrap()
@@ -437,12 +417,7 @@ async fn api_errors_fail_the_reconcile_and_back_off() {
         reconcile::error_policy(isvc, &error, ctx.clone()),
         Action::requeue(Duration::from_secs(4))
     );
-    assert_eq!(
-        ctx.metrics
-            .reconcile_errors
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(ctx.metrics.reconcile_errors.get(), 1);
     assert_eq!(backoff(30), Duration::from_secs(300));
 }
 
@@ -524,12 +499,7 @@ async fn an_api_server_that_never_answers_times_out_and_backs_off() {
     assert!(matches!(error, reconcile::Error::Timeout(d) if d == Duration::from_secs(30)));
     assert_eq!(started.elapsed(), Duration::from_secs(30));
     assert!(error.to_string().contains("not answering"), "{error}");
-    assert_eq!(
-        ctx.metrics
-            .reconcile_errors
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(ctx.metrics.reconcile_errors.get(), 1);
     assert_eq!(
         reconcile::error_policy(isvc.clone(), &error, ctx.clone()),
         Action::requeue(Duration::from_secs(1))

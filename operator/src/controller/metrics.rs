@@ -1,105 +1,131 @@
 //! The operator's own metrics (Prometheus text) and health endpoints.
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
-/// Counters of the controller's work.
-#[derive(Default)]
+/// Upper bounds of the reconcile-duration buckets, in seconds: a settled resource reconciles in
+/// milliseconds (reads only), one with writes and probes in tens to hundreds, one whose API
+/// calls time out in tens of seconds (the reconcile's limit is 60 s).
+const RECONCILE_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0,
+];
+
+/// The controller's metrics, registered once in their own registry (names below are as
+/// exposed; counters get `_total`).
 pub struct Metrics {
-    pub reconciles: AtomicU64,
-    pub reconcile_errors: AtomicU64,
-    /// Sum of reconcile durations, in microseconds.
-    pub reconcile_micros: AtomicU64,
-    pub writes: AtomicU64,
-    pub unchanged: AtomicU64,
-    pub deletes: AtomicU64,
-    pub status_writes: AtomicU64,
-    pub probe_failures: AtomicU64,
-    pub leader: AtomicBool,
+    registry: Registry,
+    /// `infergate_operator_reconciles_total`.
+    pub reconciles: Counter,
+    /// `infergate_operator_reconcile_errors_total`.
+    pub reconcile_errors: Counter,
+    /// `infergate_operator_reconcile_duration_seconds` (histogram).
+    pub reconcile_duration: Histogram,
+    /// `infergate_operator_child_writes_total`.
+    pub writes: Counter,
+    /// `infergate_operator_child_unchanged_total`.
+    pub unchanged: Counter,
+    /// `infergate_operator_child_deletes_total`.
+    pub deletes: Counter,
+    /// `infergate_operator_status_writes_total`.
+    pub status_writes: Counter,
+    /// `infergate_operator_probe_failures_total`.
+    pub probe_failures: Counter,
+    /// `infergate_operator_leader` (1 leads, 0 waits).
+    leader_gauge: Gauge,
     /// Set once the controller runs (as leader, or as the only replica).
     pub started: AtomicBool,
 }
 
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("infergate_operator");
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            let c = Counter::default();
+            registry.register(name, help, c.clone());
+            c
+        };
+        let reconciles = counter(&mut registry, "reconciles", "Reconciles run");
+        let reconcile_errors = counter(
+            &mut registry,
+            "reconcile_errors",
+            "Reconciles that failed and were retried with backoff",
+        );
+        let reconcile_duration = Histogram::new(RECONCILE_BUCKETS);
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time one reconcile took, API calls and probes included",
+            reconcile_duration.clone(),
+        );
+        let writes = counter(
+            &mut registry,
+            "child_writes",
+            "Child objects created or changed (server-side apply)",
+        );
+        let unchanged = counter(
+            &mut registry,
+            "child_unchanged",
+            "Child objects found as desired (no write)",
+        );
+        let deletes = counter(&mut registry, "child_deletes", "Child objects deleted");
+        let status_writes = counter(&mut registry, "status_writes", "Status updates written");
+        let probe_failures = counter(
+            &mut registry,
+            "probe_failures",
+            "Sidecar admin probes that failed or timed out",
+        );
+        let leader_gauge = Gauge::default();
+        registry.register(
+            "leader",
+            "Whether this replica leads (1) or waits (0)",
+            leader_gauge.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            writes,
+            unchanged,
+            deletes,
+            status_writes,
+            probe_failures,
+            leader_gauge,
+            started: AtomicBool::new(false),
+        }
+    }
+}
+
 impl Metrics {
     pub fn observe_reconcile(&self, took: Duration, ok: bool) {
-        self.reconciles.fetch_add(1, Ordering::Relaxed);
+        self.reconciles.inc();
         if !ok {
-            self.reconcile_errors.fetch_add(1, Ordering::Relaxed);
+            self.reconcile_errors.inc();
         }
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        self.reconcile_micros.fetch_add(micros, Ordering::Relaxed);
+        self.reconcile_duration.observe(took.as_secs_f64());
     }
 
-    /// Prometheus text exposition.
+    /// This replica now leads (or runs alone).
+    pub fn set_leader(&self) {
+        self.leader_gauge.set(1);
+    }
+
+    /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
-            );
-        };
-        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        counter(
-            &mut out,
-            "infergate_operator_reconciles_total",
-            "Reconciles run.",
-            load(&self.reconciles),
-        );
-        counter(
-            &mut out,
-            "infergate_operator_reconcile_errors_total",
-            "Reconciles that failed and were retried with backoff.",
-            load(&self.reconcile_errors),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP infergate_operator_reconcile_seconds_total Time spent reconciling.\n# TYPE infergate_operator_reconcile_seconds_total counter\ninfergate_operator_reconcile_seconds_total {:.6}",
-            load(&self.reconcile_micros) as f64 / 1e6
-        );
-        counter(
-            &mut out,
-            "infergate_operator_child_writes_total",
-            "Child objects created or changed (server-side apply).",
-            load(&self.writes),
-        );
-        counter(
-            &mut out,
-            "infergate_operator_child_unchanged_total",
-            "Child objects found as desired (no write).",
-            load(&self.unchanged),
-        );
-        counter(
-            &mut out,
-            "infergate_operator_child_deletes_total",
-            "Child objects deleted.",
-            load(&self.deletes),
-        );
-        counter(
-            &mut out,
-            "infergate_operator_status_writes_total",
-            "Status updates written.",
-            load(&self.status_writes),
-        );
-        counter(
-            &mut out,
-            "infergate_operator_probe_failures_total",
-            "Sidecar admin probes that failed or timed out.",
-            load(&self.probe_failures),
-        );
-        let _ = writeln!(
-            out,
-            "# HELP infergate_operator_leader Whether this replica leads (1) or waits (0).\n# TYPE infergate_operator_leader gauge\ninfergate_operator_leader {}",
-            u8::from(self.leader.load(Ordering::Relaxed))
-        );
+        // Writing into a String cannot fail; an encoding error would leave what was written.
+        let _ = encode(&mut out, &self.registry);
         out
     }
 }
@@ -143,7 +169,7 @@ async fn metrics_text(
     (
         [(
             axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         m.render(),
     )
@@ -160,6 +186,33 @@ async fn readyz(State(m): State<Arc<Metrics>>) -> (StatusCode, &'static str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exposition_has_every_metric_and_a_real_histogram() {
+        let m = Metrics::default();
+        m.observe_reconcile(Duration::from_millis(30), true);
+        m.observe_reconcile(Duration::from_secs(2), false);
+        m.writes.inc_by(3);
+        m.set_leader();
+        let text = m.render();
+        for line in [
+            "infergate_operator_reconciles_total 2",
+            "infergate_operator_reconcile_errors_total 1",
+            "infergate_operator_child_writes_total 3",
+            "infergate_operator_child_unchanged_total 0",
+            "infergate_operator_child_deletes_total 0",
+            "infergate_operator_status_writes_total 0",
+            "infergate_operator_probe_failures_total 0",
+            "infergate_operator_leader 1",
+            "infergate_operator_reconcile_duration_seconds_count 2",
+            "infergate_operator_reconcile_duration_seconds_bucket{le=\"0.05\"} 1",
+            "infergate_operator_reconcile_duration_seconds_bucket{le=\"2.5\"} 2",
+            "# TYPE infergate_operator_reconcile_duration_seconds histogram",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
 
     #[tokio::test]
     async fn the_default_address_answers_over_ipv4_whatever_the_system_has() {

@@ -90,13 +90,13 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
             () = election.acquire(&leases) => {}
             () = shutdown_signal() => return Ok(()),
         }
-        metrics.leader.store(true, Ordering::Relaxed);
+        metrics.set_leader();
         let (holder, holder_leases) = (election.clone(), leases.clone());
         let handle = tokio::spawn(async move { holder.hold(&holder_leases).await });
         release = Some((election, leases, handle.abort_handle()));
         lost_leadership = Some(handle);
     } else {
-        metrics.leader.store(true, Ordering::Relaxed);
+        metrics.set_leader();
     }
 
     let reporter = Reporter {

@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -120,7 +119,7 @@ impl Context {
             Outcome::Deleted => &self.metrics.deletes,
             Outcome::Absent => return,
         };
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.inc();
     }
 
     async fn event(
@@ -256,9 +255,7 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
         .probe_ready_pods(&pods, isvc.spec.sidecar.ports.admin)
         .await;
     let failed = reports.iter().filter(|r| r.outcome.is_err()).count() as u64;
-    ctx.metrics
-        .probe_failures
-        .fetch_add(failed, Ordering::Relaxed);
+    ctx.metrics.probe_failures.inc_by(failed);
     let observed = Observed {
         deployment: Some(&deployment),
         pods: &pods,
@@ -372,7 +369,7 @@ async fn write_status(
         &Patch::Apply(&patch),
     )
     .await?;
-    ctx.metrics.status_writes.fetch_add(1, Ordering::Relaxed);
+    ctx.metrics.status_writes.inc();
     Ok(())
 }
 
