@@ -1,8 +1,6 @@
 //! The protocol's error: a Triton error code and a message, mapped to HTTP status codes and gRPC
 //! status codes exactly as Triton maps them.
 
-use std::fmt;
-
 use http::StatusCode;
 
 /// Triton's error codes (`TRITONSERVER_Error_Code`).
@@ -18,7 +16,9 @@ pub enum Code {
     Unknown,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A protocol error: its code (HTTP status and gRPC code follow from it) and Triton's message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct Error {
     pub code: Code,
     pub message: String,
@@ -84,14 +84,6 @@ impl From<Error> for tonic::Status {
         tonic::Status::new(err.grpc_code(), err.message)
     }
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The prefix Triton's core puts on request-validation messages.
 pub fn request_prefix(id: &str) -> String {

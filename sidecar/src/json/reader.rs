@@ -58,15 +58,18 @@ impl Number {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a JSON text does not parse, in rapidjson's words (what Triton's front end reports).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum JsonError {
+    /// The text breaks the grammar at `offset`.
+    #[error("{message} at {offset}")]
     Syntax {
         message: &'static str,
         offset: usize,
     },
-    TooDeep {
-        limit: u32,
-    },
+    /// Arrays and objects nest deeper than the limit.
+    #[error("JSON nesting depth exceeds maximum allowed limit ({limit})")]
+    TooDeep { limit: u32 },
 }
 
 impl JsonError {

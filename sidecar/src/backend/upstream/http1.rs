@@ -39,26 +39,17 @@ const MAX_IDLE_AGE: Duration = Duration::from_secs(1);
 const GATHER_BYTES: usize = 64 * 1024;
 
 /// Why a call failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// No connection could be made: nothing of the request reached the upstream.
+    #[error("cannot connect to the upstream: {0}")]
     Connect(String),
     /// The connection broke, or the answer was not HTTP/1.1.
+    #[error("{0}")]
     Broken(String),
     /// The answer's body is larger than the limit given.
+    #[error("the upstream's answer is larger than {0} bytes")]
     TooLarge(usize),
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Connect(e) => write!(f, "cannot connect to the upstream: {e}"),
-            Error::Broken(e) => f.write_str(e),
-            Error::TooLarge(limit) => {
-                write!(f, "the upstream's answer is larger than {limit} bytes")
-            }
-        }
-    }
 }
 
 /// An answer's status, the headers the REST client reads, and its whole body.

@@ -317,16 +317,9 @@ impl RestClient {
 
 /// The upstream could not be connected to, so nothing of the request reached it: the source of
 /// the `Status` such a call fails with, for a caller that has another way to send it.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 struct Unreachable(String);
-
-impl std::fmt::Display for Unreachable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unreachable {}
 
 /// Whether a call failed without reaching the upstream at all (the connection was refused or
 /// timed out), so that sending it another way cannot run the model twice.
