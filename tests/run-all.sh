@@ -11,6 +11,22 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# skippable REASON COMMAND...: runs a suite that exits 2 where it cannot run here (it says why);
+# that is reported as skipped, any other failure stops the run.
+skippable() {
+  local reason="$1" status
+  shift
+  set +e
+  "$@"
+  status=$?
+  set -e
+  if [ "$status" -eq 2 ]; then
+    echo "SKIPPED: $1 cannot run here: $reason"
+  elif [ "$status" -ne 0 ]; then
+    exit "$status"
+  fi
+}
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -67,15 +83,7 @@ step "Helm chart (real helm: lint, template per values file, kubernetes-validate
 INFERGATE_OPERATOR_BIN="$PWD/target/debug/infergate-operator" tests/helm/test-chart.sh
 
 step "the storage initializer against a real S3 server and HTTP (tests/storage/run)"
-set +e
-tests/storage/run
-storage=$?
-set -e
-if [ "$storage" -eq 2 ]; then
-  echo "SKIPPED: tests/storage/run needs Go (the S3 server is built from its Go module)"
-elif [ "$storage" -ne 0 ]; then
-  exit "$storage"
-fi
+skippable "it needs Go (the S3 server is built from its Go module)" tests/storage/run
 
 step "operator, chart and examples against a real control plane (tests/cluster/run)"
 if command -v go >/dev/null 2>&1; then
@@ -86,12 +94,4 @@ else
 fi
 
 step "the user's path on a real node: images, helm install, examples, calls, faults (tests/e2e/run)"
-set +e
-tests/e2e/run
-e2e=$?
-set -e
-if [ "$e2e" -eq 2 ]; then
-  echo "SKIPPED: tests/e2e/run cannot run here (it says why above: it needs Go and root)"
-elif [ "$e2e" -ne 0 ]; then
-  exit "$e2e"
-fi
+skippable "it needs Go and root (it says which above)" tests/e2e/run
