@@ -5,6 +5,7 @@
 pub mod classify;
 pub mod cxx_number;
 pub mod cxx_sort;
+pub mod grpc_message;
 pub mod input_order;
 pub mod model;
 pub mod params;

@@ -42,10 +42,10 @@ use rest::RestClient;
 use staging::{ClientWindow, Plan, Staging};
 pub use transport::Transport;
 
+use crate::core::grpc_message::{bool_parameter, typed_contents};
 use crate::core::model::{Backend, Execution, Produced};
 use crate::core::params::ParamValue;
 use crate::error::{Code, Error, Result};
-use crate::grpc::convert::bool_parameter;
 use crate::shm::registry::{Region, ShmTarget};
 use crate::tensor::Tensor;
 use crate::tensor::shape::fixed_byte_size as byte_size;
@@ -633,12 +633,9 @@ impl UpstreamModel {
                     self.upstream.staging.count_output(len);
                     data
                 }
-                (None, Some(contents)) => crate::grpc::convert::typed_contents(
-                    contents,
-                    &output.datatype,
-                    &output.name,
-                    &self.name,
-                )?,
+                (None, Some(contents)) => {
+                    typed_contents(contents, &output.datatype, &output.name, &self.name)?
+                }
                 (None, None) => raw_entry.unwrap_or_default(),
             };
             check_size(&output.name, datatype, &output.shape, &data)?;
