@@ -94,6 +94,13 @@ pub struct Args {
     /// with UNAVAILABLE. Given, these replace server.grpc_restricted_protocol.
     #[arg(long, value_name = "PROTOCOLS:KEY=VALUE")]
     pub grpc_restricted_protocol: Vec<String>,
+    /// Triton's trace settings, `[<mode>,]<name>=<value>`, repeatable: `mode=opentelemetry`,
+    /// `level=TIMESTAMPS`, `rate=N`, `count=N`, `opentelemetry,url=HOST:PORT/v1/traces`,
+    /// `opentelemetry,resource=KEY=VALUE`, `opentelemetry,bsp_schedule_delay=MS`, ... Sampled
+    /// requests become OpenTelemetry spans exported over OTLP/HTTP. Given, these replace
+    /// server.trace_config.
+    #[arg(long, value_name = "[MODE,]NAME=VALUE")]
+    pub trace_config: Vec<String>,
 }
 
 impl Args {
@@ -161,6 +168,9 @@ impl Args {
         }
         if !self.grpc_restricted_protocol.is_empty() {
             s.grpc_restricted_protocol = self.grpc_restricted_protocol.clone();
+        }
+        if !self.trace_config.is_empty() {
+            s.trace_config = self.trace_config.clone();
         }
         if let Some(v) = self.max_http_body_bytes {
             config.limits.max_http_body_bytes = v;

@@ -17,6 +17,8 @@
 //! - [`drain`]: `GET /drain?seconds=N` on the admin port, the pod's preStop hook.
 //! - [`metrics`]: Prometheus text on the metrics port, with Triton's `nv_inference_*` families.
 //! - [`host_metrics`]: the CPU and memory gauges Triton exports beside its inference metrics.
+//! - [`trace`]: the trace extension: its settings, and OpenTelemetry spans of sampled requests
+//!   exported over OTLP.
 //! - [`log_update`]: changing the log settings over REST and gRPC, as Triton does.
 //! - [`restricted`]: the APIs and protocols restricted to requests with a header, as Triton's
 //!   `--http-restricted-api` and `--grpc-restricted-protocol` set them.
@@ -56,3 +58,4 @@ pub mod shm;
 pub mod state;
 pub mod telemetry;
 pub mod tensor;
+pub mod trace;

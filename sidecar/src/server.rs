@@ -17,6 +17,7 @@ use crate::core::repository::Repository;
 use crate::restricted::Guard;
 use crate::state::{AppState, SharedState, UpstreamHandle};
 use crate::telemetry::LogControl;
+use crate::trace::Tracing;
 
 /// Addresses the server actually listens on (ports chosen when 0 was asked for).
 #[derive(Clone, Copy, Debug)]
@@ -61,6 +62,11 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         .grpc_restrictions()
         .and_then(|r| Guard::grpc(&r))
         .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?;
+    let tracing = config
+        .server
+        .trace()
+        .and_then(Tracing::new)
+        .map_err(|e| anyhow::anyhow!("--trace-config: {e}"))?;
     let mut state = AppState::new(
         Arc::new(repository),
         config.server.name.clone(),
@@ -73,6 +79,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         state.model_control = config.server.model_control_mode;
         state.http_restricted = http_restricted;
         state.grpc_restricted = grpc_restricted;
+        state.tracing = Arc::new(tracing);
     }
     Ok(state)
 }
@@ -219,6 +226,9 @@ impl Running {
             h.upstream.passthrough.release(&h.upstream).await;
             h.upstream.staging.release(&h.upstream).await;
         }
+        // The exporter's last batch: sent from a blocking thread, as its client blocks.
+        let tracing = self.state.tracing.clone();
+        let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
     }
 }
 

@@ -88,6 +88,8 @@ pub struct AppState {
     pub http_restricted: Guard,
     /// The gRPC protocols restricted to calls with a metadata key (`--grpc-restricted-protocol`).
     pub grpc_restricted: Guard,
+    /// The trace extension: its settings, and where sampled requests' spans go.
+    pub tracing: Arc<crate::trace::Tracing>,
 }
 
 impl AppState {
@@ -102,6 +104,16 @@ impl AppState {
                 ))
             }
         }
+    }
+}
+
+impl AppState {
+    /// A model whose trace settings are asked for: Triton answers one it does not serve this
+    /// way, on both protocols.
+    pub fn check_trace_model(&self, model: &str) -> crate::error::Result<()> {
+        self.repository.get(model, "").map(|_| ()).map_err(|_| {
+            crate::error::Error::invalid_arg(format!("Request for unknown model : {model}"))
+        })
     }
 }
 
@@ -242,6 +254,7 @@ impl AppState {
             model_control: ModelControlMode::None,
             http_restricted: Guard::default(),
             grpc_restricted: Guard::default(),
+            tracing: Arc::new(crate::trace::Tracing::off()),
         })
     }
 }

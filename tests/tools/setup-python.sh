@@ -4,7 +4,8 @@
 # what is missing.
 #
 # Creates a virtual environment with:
-#   tritonclient[all]==2.71.0, pytest, numpy, requests, nvidia-cuda-runtime-cu12
+#   tritonclient[all]==2.71.0, pytest, numpy, requests, nvidia-cuda-runtime-cu12, h2,
+#   opentelemetry-proto (the OTLP receiver of the trace tests, tests/tools/otlp_receiver.py)
 # and installs perf_analyzer 2.45.0 (the last build shipped inside the
 # tritonclient wheel that runs on glibc < 2.38) as <venv>/bin/perf_analyzer,
 # a wrapper that points LD_LIBRARY_PATH at libcudart.so.12 from the
@@ -66,7 +67,7 @@ want=()
 # The [all] extra brings grpcio/protobuf/aiohttp/etc.; check one of them so a
 # half-finished install is repaired.
 [ -n "$(dist_version grpcio)" ] || want+=("tritonclient[all]==$TRITONCLIENT_VERSION")
-for dist in pytest numpy requests nvidia-cuda-runtime-cu12 h2; do
+for dist in pytest numpy requests nvidia-cuda-runtime-cu12 h2 opentelemetry-proto; do
   [ -n "$(dist_version "$dist")" ] || want+=("$dist")
 done
 if [ ${#want[@]} -gt 0 ]; then

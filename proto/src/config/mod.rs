@@ -3,12 +3,14 @@
 //! file is a valid configuration that serves the built-in catalog.
 
 pub mod restricted;
+pub mod trace;
 mod validate;
 pub mod yaml;
 
 use serde::{Deserialize, Serialize};
 
 pub use restricted::{RestrictedCategory, RestrictedOption, Restriction, Restrictions};
+pub use trace::{TraceConfig, TraceLevel, TraceMode};
 pub use validate::ConfigError;
 
 /// Default HTTP request body limit, after decompression: 64 MiB, Triton's `--http-max-input-size`.
@@ -66,6 +68,11 @@ pub struct ServerSettings {
     /// `triton-grpc-protocol-<key>` and a refused call ends with `UNAVAILABLE`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub grpc_restricted_protocol: Vec<String>,
+    /// Triton's `--trace-config`: settings `[<mode>,]<name>=<value>` (`mode=opentelemetry`,
+    /// `level=TIMESTAMPS`, `rate=N`, `count=N`, `opentelemetry,url=HOST:PORT/v1/traces`, ...):
+    /// OpenTelemetry spans of sampled requests, exported over OTLP/HTTP.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trace_config: Vec<String>,
 }
 
 impl ServerSettings {
@@ -77,6 +84,11 @@ impl ServerSettings {
     /// The parsed `grpc_restricted_protocol`.
     pub fn grpc_restrictions(&self) -> Result<Restrictions, String> {
         Restrictions::parse(&self.grpc_restricted_protocol, RestrictedOption::Grpc)
+    }
+
+    /// The parsed `trace_config`.
+    pub fn trace(&self) -> Result<TraceConfig, String> {
+        TraceConfig::parse(&self.trace_config)
     }
 
     /// `host` as a socket API takes it: an IPv6 address without its URL brackets (`[::]`).
@@ -105,6 +117,7 @@ impl Default for ServerSettings {
             worker_threads: 1,
             http_restricted_api: Vec::new(),
             grpc_restricted_protocol: Vec::new(),
+            trace_config: Vec::new(),
         }
     }
 }

@@ -59,6 +59,9 @@ impl SidecarConfig {
         if let Err(e) = s.grpc_restrictions() {
             err("server.grpc_restricted_protocol", e);
         }
+        if let Err(e) = s.trace() {
+            err("server.trace_config", e);
+        }
         let ports = [
             ("server.http_port", s.http_port),
             ("server.grpc_port", s.grpc_port),
@@ -203,6 +206,7 @@ mod tests {
         cfg.server.worker_threads = 1025;
         cfg.server.http_restricted_api = vec!["health:k=v".into(), "health:k=v".into()];
         cfg.server.grpc_restricted_protocol = vec!["inference".into()];
+        cfg.server.trace_config = vec!["level=LOUD".into()];
         cfg.server.grpc_port = cfg.server.http_port;
         cfg.limits.max_json_depth = 0;
         cfg.limits.http_header_timeout_seconds = 0;
@@ -219,6 +223,7 @@ mod tests {
                 "server.worker_threads",
                 "server.http_restricted_api",
                 "server.grpc_restricted_protocol",
+                "server.trace_config",
                 "server.grpc_port",
                 "limits.max_json_depth",
                 "limits.http_header_timeout_seconds",

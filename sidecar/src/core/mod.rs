@@ -14,4 +14,5 @@ pub mod repository;
 pub mod request;
 pub mod sequence;
 pub mod stats;
+mod traced;
 pub mod validate;

@@ -44,6 +44,8 @@ pub struct Execution<'a> {
     /// backend's model server returns in place of the tensor, 0 for the tensor itself. Non-zero
     /// only where the backend `classifies`.
     pub classification: &'a [u32],
+    /// Where the backend's spans go, when the request is traced.
+    pub trace: Option<&'a crate::trace::Scope>,
 }
 
 /// Runs a model. Implementations: in-process built-in models, an upstream model server.

@@ -14,6 +14,7 @@ use super::repository::Repository;
 use super::request::{InferRequest, InferResponse, RequestedOutput};
 use super::sequence::{Admission, SequenceParams};
 use super::stats::Timings;
+use super::traced::ModelSpans;
 use super::validate::{Validated, validate};
 use crate::error::{Error, Result, request_prefix};
 use crate::shm::registry::ShmTarget;
@@ -33,10 +34,11 @@ struct Prepared {
     _admission: Option<Admission>,
     received: Instant,
     queued: Instant,
+    trace: Option<crate::trace::Scope>,
 }
 
 impl Prepared {
-    fn execution(&self) -> Execution<'_> {
+    fn execution<'a>(&'a self, trace: Option<&'a crate::trace::Scope>) -> Execution<'a> {
         Execution {
             model: &self.model,
             inputs: &self.validated.inputs,
@@ -46,7 +48,21 @@ impl Prepared {
             parameters: &self.parameters,
             output_shm: &self.output_shm,
             classification: &self.output_classification,
+            trace,
         }
+    }
+
+    /// The model's spans, when the request is traced, from now (the model starting on it).
+    fn spans(&self, compute_start: Instant) -> Option<ModelSpans> {
+        let scope = self.trace.as_ref()?;
+        Some(ModelSpans::start(
+            scope,
+            &self.model,
+            &self.validated.inputs,
+            self.received,
+            self.queued,
+            compute_start,
+        ))
     }
 
     /// One response of a decoupled request.
@@ -109,10 +125,15 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
     let _pending = model.stats.enter();
     let prepared = prepare(model.clone(), request, received).await?;
     let compute_start = Instant::now();
-    let produced = match model.backend.execute(prepared.execution()).await {
+    let spans = prepared.spans(compute_start);
+    let execution = prepared.execution(spans.as_ref().map(ModelSpans::compute));
+    let produced = match model.backend.execute(execution).await {
         Ok(p) => p,
         Err(e) => {
             prepared.fail(false);
+            if let Some(spans) = spans {
+                spans.finish(None, &[], Some(&e));
+            }
             return Err(e);
         }
     };
@@ -122,10 +143,16 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
         Ok(outputs) => outputs,
         Err((e, rejected)) => {
             prepared.fail(rejected);
+            if let Some(spans) = spans {
+                spans.finish(Some(infer_end), &[], Some(&e));
+            }
             return Err(e);
         }
     };
     prepared.succeed(compute_start, infer_end);
+    if let Some(spans) = spans {
+        spans.finish(Some(infer_end), &outputs, None);
+    }
     Ok(prepared.into_response(outputs))
 }
 
@@ -155,10 +182,12 @@ pub async fn infer_decoupled(
     tokio::spawn(async move {
         let _pending = model.stats.enter();
         let compute_start = Instant::now();
+        let spans = prepared.spans(compute_start);
         let (produced_tx, mut produced_rx) = mpsc::channel(DECOUPLED_BUFFER);
-        let execute = model
-            .backend
-            .execute_decoupled(prepared.execution(), produced_tx);
+        let execute = model.backend.execute_decoupled(
+            prepared.execution(spans.as_ref().map(ModelSpans::compute)),
+            produced_tx,
+        );
         let forward = async {
             // An error is the request's last answer; after it, and once the client has gone,
             // the receiver is dropped, which tells the backend to stop.
@@ -189,13 +218,28 @@ pub async fn infer_decoupled(
             (failed, sender)
         };
         let (executed, (failed, sender)) = tokio::join!(execute, forward);
+        let infer_end = Instant::now();
         match (executed, failed) {
-            (_, Some(rejected)) => prepared.fail(rejected),
+            (_, Some(rejected)) => {
+                prepared.fail(rejected);
+                if let Some(spans) = spans {
+                    let e = Error::internal("a response of the model could not be sent");
+                    spans.finish(Some(infer_end), &[], Some(&e));
+                }
+            }
             (Err(e), None) => {
                 prepared.fail(false);
+                if let Some(spans) = spans {
+                    spans.finish(None, &[], Some(&e));
+                }
                 let _ = sender.send(Err(e)).await;
             }
-            (Ok(()), None) => prepared.succeed(compute_start, Instant::now()),
+            (Ok(()), None) => {
+                prepared.succeed(compute_start, infer_end);
+                if let Some(spans) = spans {
+                    spans.finish(Some(infer_end), &[], None);
+                }
+            }
         }
     });
     Ok(receiver)
@@ -208,6 +252,7 @@ const DECOUPLED_BUFFER: usize = 16;
 async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) -> Result<Prepared> {
     let queued = Instant::now();
     let id = request.id.clone();
+    let trace = request.trace.clone();
     let parameters = request.parameters.clone();
     let rejected = |e: Error| {
         model.stats.record_failure(received.elapsed(), true);
@@ -248,6 +293,7 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
     let output_shm = validated.outputs.iter().map(|o| o.shm.clone()).collect();
     let output_classification = delegate_classification(&model, &mut validated.outputs);
     Ok(Prepared {
+        trace,
         model,
         id,
         parameters,

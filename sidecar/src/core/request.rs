@@ -56,6 +56,8 @@ pub struct InferRequest {
     /// A REST body that was the one input's bytes, with no JSON: Triton names that input
     /// `raw_input` in its size and datatype errors.
     pub raw_input: bool,
+    /// Where the request's spans go, when it is traced.
+    pub trace: Option<crate::trace::Scope>,
 }
 
 /// A successful inference. `outputs` is aligned with `requested`.

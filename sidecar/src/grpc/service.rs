@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::time::Instant;
 
 use futures::Stream;
 use infergate_proto::health::health_check_response::ServingStatus;
@@ -24,6 +25,7 @@ use crate::core::stats::Duration2;
 use crate::error::Error;
 use crate::log_update::{self, Front, LogValue};
 use crate::state::SharedState;
+use crate::trace;
 
 type Reply<T> = Result<Response<T>, Status>;
 
@@ -177,9 +179,30 @@ impl GrpcInferenceService for Inference {
                 "GRPC server is shutting down and has stopped accepting new requests.",
             ));
         }
-        let request = convert::request(request.into_inner(), &self.state.shm)?;
-        let response = pipeline::infer(&self.state.repository, request).await?;
-        Ok(Response::new(convert::response(response)))
+        let received = Instant::now();
+        let (metadata, _, message) = request.into_parts();
+        let root = self.state.tracing.start(
+            &message.model_name,
+            || trace::context_of(|name| metadata.get(name).and_then(|v| v.to_str().ok())),
+            trace::Front::Grpc,
+            received,
+        );
+        let Some(mut root) = root else {
+            let request = convert::request(message, &self.state.shm)?;
+            let response = pipeline::infer(&self.state.repository, request).await?;
+            return Ok(Response::new(convert::response(response)));
+        };
+        root.event("GRPC_WAITREAD_END", received);
+        let result = async {
+            let mut request = convert::request(message, &self.state.shm)?;
+            request.trace = Some(root.scope().clone());
+            let response = pipeline::infer(&self.state.repository, request).await?;
+            root.event("INFER_RESPONSE_COMPLETE", Instant::now());
+            Ok::<_, Error>(convert::response(response))
+        }
+        .await;
+        trace::end_root(root, trace::Front::Grpc, result.as_ref().err());
+        Ok(Response::new(result?))
     }
 
     type ModelStreamInferStream = stream::ResponseStream;
@@ -188,9 +211,12 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<Streaming<ModelInferRequest>>,
     ) -> Reply<Self::ModelStreamInferStream> {
+        let context =
+            trace::context_of(|name| request.metadata().get(name).and_then(|v| v.to_str().ok()));
         Ok(Response::new(stream::serve(
             self.state.clone(),
             request.into_inner(),
+            std::sync::Arc::new(context),
         )))
     }
 
@@ -418,26 +444,31 @@ impl GrpcInferenceService for Inference {
         request: Request<TraceSettingRequest>,
     ) -> Reply<TraceSettingResponse> {
         let r = request.into_inner();
-        if !r.settings.is_empty() {
-            return Err(Error::unsupported("tracing is not supported by this server").into());
+        let model = (!r.model_name.is_empty()).then_some(r.model_name.as_str());
+        if let Some(model) = model {
+            self.state.check_trace_model(model)?;
         }
-        if !r.model_name.is_empty() {
-            self.state.repository.get(&r.model_name, "")?;
-        }
-        let value = |v: &str| trace_setting_response::SettingValue {
-            value: vec![v.to_string()],
+        let tracing = &self.state.tracing;
+        let view = if r.settings.is_empty() {
+            tracing.view(model)
+        } else {
+            // No values: back to the server's setting, as `null` is over HTTP.
+            let update: crate::trace::Update = r
+                .settings
+                .into_iter()
+                .map(|(key, v)| (key, (!v.value.is_empty()).then_some(v.value)))
+                .collect();
+            tracing.update(model, &update)?
         };
-        let settings = [
-            ("trace_level", "OFF"),
-            ("trace_rate", "1000"),
-            ("trace_count", "-1"),
-            ("log_frequency", "0"),
-            ("trace_file", ""),
-            ("trace_mode", "triton"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), value(v)))
-        .collect();
+        let settings = view
+            .into_iter()
+            .map(|(key, value)| {
+                (
+                    key.to_string(),
+                    trace_setting_response::SettingValue { value },
+                )
+            })
+            .collect();
         Ok(Response::new(TraceSettingResponse { settings }))
     }
 

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, FuturesUnordered};
@@ -21,6 +22,7 @@ use tonic::{Status, Streaming};
 use super::convert;
 use crate::core::pipeline;
 use crate::state::SharedState;
+use crate::trace;
 
 /// Requests of one stream allowed in flight at once.
 const STREAM_WINDOW: usize = 64;
@@ -85,7 +87,13 @@ impl SequenceOrder {
     }
 }
 
-pub fn serve(state: SharedState, mut inbound: Streaming<ModelInferRequest>) -> ResponseStream {
+/// Serves one stream. `context` is the stream's trace context (its `traceparent`), which each of
+/// its traced requests' spans go under.
+pub fn serve(
+    state: SharedState,
+    mut inbound: Streaming<ModelInferRequest>,
+    context: Arc<HashMap<String, String>>,
+) -> ResponseStream {
     let (tx, rx) = mpsc::channel(STREAM_WINDOW);
     tokio::spawn(async move {
         let mut order = SequenceOrder::default();
@@ -100,18 +108,18 @@ pub fn serve(state: SharedState, mut inbound: Streaming<ModelInferRequest>) -> R
                     Ok(Some(request)) if is_decoupled(&state, &request) => {
                         // Its sequence's next request waits until all of its responses are out.
                         let turn = order.enter(&request);
-                        let (state, tx) = (state.clone(), tx.clone());
+                        let (state, tx, context) = (state.clone(), tx.clone(), context.clone());
                         decoupled.push(Box::pin(async move {
                             let _turn = wait_turn(turn).await;
-                            answer_decoupled(state, request, tx).await;
+                            answer_decoupled(state, request, tx, &context).await;
                         }));
                     }
                     Ok(Some(request)) => {
                         let turn = order.enter(&request);
-                        let state = state.clone();
+                        let (state, context) = (state.clone(), context.clone());
                         pending.push_back(async move {
                             let _turn = wait_turn(turn).await;
-                            answer(state, request).await
+                            answer(state, request, &context).await
                         });
                     }
                     Ok(None) => inbound_open = false,
@@ -136,7 +144,28 @@ pub fn serve(state: SharedState, mut inbound: Streaming<ModelInferRequest>) -> R
     Box::pin(ReceiverStream::new(rx))
 }
 
-async fn answer(state: SharedState, request: ModelInferRequest) -> ModelStreamInferResponse {
+/// Starts a stream request's root span, when it is traced.
+fn start_trace(
+    state: &SharedState,
+    request: &ModelInferRequest,
+    context: &HashMap<String, String>,
+) -> Option<trace::Span> {
+    let received = Instant::now();
+    let mut root = state.tracing.start(
+        &request.model_name,
+        || context.clone(),
+        trace::Front::Grpc,
+        received,
+    )?;
+    root.event("GRPC_WAITREAD_END", received);
+    Some(root)
+}
+
+async fn answer(
+    state: SharedState,
+    request: ModelInferRequest,
+    context: &HashMap<String, String>,
+) -> ModelStreamInferResponse {
     let id = request.id.clone();
     if state.health.is_shutting_down() {
         return error(
@@ -144,10 +173,17 @@ async fn answer(state: SharedState, request: ModelInferRequest) -> ModelStreamIn
             "GRPC server is shutting down and has stopped accepting new requests.".into(),
         );
     }
+    let mut root = start_trace(&state, &request, context);
     let result = match convert::request(request, &state.shm) {
-        Ok(req) => pipeline::infer(&state.repository, req).await,
+        Ok(mut req) => {
+            req.trace = root.as_ref().map(|root| root.scope().clone());
+            pipeline::infer(&state.repository, req).await
+        }
         Err(e) => Err(e),
     };
+    if let Some(root) = root.take() {
+        trace::end_root(root, trace::Front::Grpc, result.as_ref().err());
+    }
     match result {
         Ok(response) => {
             let mut message = convert::response(response);
@@ -188,6 +224,7 @@ async fn answer_decoupled(
     state: SharedState,
     request: ModelInferRequest,
     tx: mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
+    context: &HashMap<String, String>,
 ) {
     let id = request.id.clone();
     let model_name = request.model_name.clone();
@@ -198,13 +235,21 @@ async fn answer_decoupled(
         let _ = tx.send(Ok(error(id, message.into()))).await;
         return;
     }
+    // Dropped on the early returns, which ends it there.
+    let mut root = start_trace(&state, &request, context);
     let started = match convert::request(request, &state.shm) {
-        Ok(req) => pipeline::infer_decoupled(&state.repository, req).await,
+        Ok(mut req) => {
+            req.trace = root.as_ref().map(|root| root.scope().clone());
+            pipeline::infer_decoupled(&state.repository, req).await
+        }
         Err(e) => Err(e),
     };
     let mut responses = match started {
         Ok(responses) => responses,
         Err(e) => {
+            if let Some(root) = root.take() {
+                trace::end_root(root, trace::Front::Grpc, Some(&e));
+            }
             let _ = tx.send(Ok(error(id, e.message))).await;
             return;
         }
@@ -229,6 +274,9 @@ async fn answer_decoupled(
                 }
             }
             Err(e) => {
+                if let Some(root) = root.take() {
+                    trace::end_root(root, trace::Front::Grpc, Some(&e));
+                }
                 let mut message = error(id.clone(), e.message);
                 if let Some(response) = message.infer_response.as_mut() {
                     response
@@ -243,6 +291,9 @@ async fn answer_decoupled(
         if tx.send(Ok(message)).await.is_err() {
             return; // the client went away: dropping the request stops it
         }
+    }
+    if let Some(root) = root.take() {
+        trace::end_root(root, trace::Front::Grpc, None);
     }
     if empty_final && !ended_with_data {
         let mut last = ModelInferResponse {

@@ -10,6 +10,7 @@ mod params;
 pub mod restricted;
 mod routes;
 pub mod serve;
+mod trace_setting;
 
 use axum::Router;
 use axum::body::Body;

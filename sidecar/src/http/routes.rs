@@ -1,5 +1,7 @@
 //! Route table and the handlers other than inference.
 
+use std::time::Instant;
+
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -9,7 +11,7 @@ use http::{HeaderMap, StatusCode, header};
 use serde_json::{Value as J, json};
 
 use super::compression::{self, Encoding};
-use super::{error_response, infer, json_error, json_ok, read_body};
+use super::{error_response, infer, json_error, json_ok, read_body, trace_setting};
 use crate::core::model::Model;
 use crate::core::pipeline;
 use crate::core::repository::Repository;
@@ -19,6 +21,7 @@ use crate::json::{self, Value};
 use crate::log_update::{self, Front, LogValue};
 use crate::state::SharedState;
 use crate::telemetry::LogSettings;
+use crate::trace;
 
 pub fn router() -> Router<SharedState> {
     Router::new()
@@ -60,9 +63,12 @@ pub fn router() -> Router<SharedState> {
         )
         .route(
             "/v2/models/{model}/trace/setting",
-            get(trace_get).post(trace_post),
+            get(trace_setting::get_model).post(trace_setting::post_model),
         )
-        .route("/v2/trace/setting", get(trace_get).post(trace_post))
+        .route(
+            "/v2/trace/setting",
+            get(trace_setting::get_server).post(trace_setting::post_server),
+        )
         .route("/v2/logging", get(logging_get).post(logging_post))
         .route("/v2/repository/index", post(repository_index))
         .route("/v2/repository/models/{model}/load", post(load))
@@ -304,7 +310,14 @@ pub(super) async fn run_infer(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let received = Instant::now();
     let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let mut root = st.tracing.start(
+        &model,
+        || trace::context_of(|name| headers.get(name).and_then(|v| v.to_str().ok())),
+        trace::Front::Http,
+        received,
+    );
     let encoding = match compression::request_encoding(header(header::CONTENT_ENCODING)) {
         Ok(e) => e,
         Err(e) => {
@@ -330,18 +343,25 @@ pub(super) async fn run_infer(
             ));
         }
         let raw = read_body(body, limit, content_length, st.limits.http_body_timeout()).await?;
+        if let Some(root) = &mut root {
+            root.event("HTTP_RECV_END", Instant::now());
+        }
         let body = if encoding == Encoding::Identity {
             raw
         } else {
             compression::inflate(&raw, limit)?
         };
-        let request = if infer::json_bytes(&headers, body.len()) >= OFFLOAD_BYTES {
+        let mut request = if infer::json_bytes(&headers, body.len()) >= OFFLOAD_BYTES {
             let (st, headers) = (st.clone(), headers.clone());
             off_worker(move || infer::decode(&st, &model, &version, &headers, body)).await?
         } else {
             infer::decode(&st, &model, &version, &headers, body)?
         };
+        request.trace = root.as_ref().map(|root| root.scope().clone());
         let response = pipeline::infer(&st.repository, request).await?;
+        if let Some(root) = &mut root {
+            root.event("INFER_RESPONSE_COMPLETE", Instant::now());
+        }
         let accept_encoding = header(header::ACCEPT_ENCODING);
         if infer::heavy_to_encode(&response, accept_encoding, OFFLOAD_BYTES) {
             let accept_encoding = accept_encoding.map(str::to_owned);
@@ -351,6 +371,9 @@ pub(super) async fn run_infer(
         }
     }
     .await;
+    if let Some(root) = root {
+        trace::end_root(root, trace::Front::Http, result.as_ref().err());
+    }
     respond(result)
 }
 
@@ -371,19 +394,6 @@ async fn off_worker<T: Send + 'static>(
 async fn generate() -> Response {
     error_response(&Error::unsupported(
         "the generate extension is not supported by this server",
-    ))
-}
-
-async fn trace_get(State(_st): State<SharedState>) -> Response {
-    json_ok(&json!({
-        "trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1",
-        "log_frequency": "0", "trace_file": "", "trace_mode": "triton"
-    }))
-}
-
-async fn trace_post() -> Response {
-    error_response(&Error::unsupported(
-        "tracing is not supported by this server",
     ))
 }
 

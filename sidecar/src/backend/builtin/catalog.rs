@@ -347,6 +347,7 @@ mod tests {
             parameters: &Default::default(),
             output_shm: &[],
             classification: &[],
+            trace: None,
         };
         let started = Instant::now();
         let produced = model.backend.execute(execution).await.unwrap();

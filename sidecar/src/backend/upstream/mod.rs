@@ -17,7 +17,7 @@ mod transport;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::future::{BoxFuture, FutureExt};
@@ -32,6 +32,7 @@ use infergate_proto::inference::model_infer_request::{
 use infergate_proto::inference::{
     InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
 };
+use opentelemetry::KeyValue;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use answer::Answer;
@@ -49,6 +50,7 @@ use crate::error::{Code, Error, Result};
 use crate::shm::registry::{Region, ShmTarget};
 use crate::tensor::Tensor;
 use crate::tensor::shape::fixed_byte_size as byte_size;
+use crate::trace::{Kind, Scope, Span};
 
 /// A connection to the upstream and the limits that apply to it.
 pub struct Upstream {
@@ -261,19 +263,20 @@ impl Upstream {
         via: Via,
         plan: Plan,
         _permit: Arc<OwnedSemaphorePermit>,
+        context: Vec<(&'static str, String)>,
     ) -> Exchange {
         let call = async {
             match (via, &self.small_calls) {
-                (Via::Small, Some(small)) => match small.client.infer(&request).await {
+                (Via::Small, Some(small)) => match small.client.infer(&request, &context).await {
                     // Nothing reached the REST address: send the call over gRPC instead, and the
                     // following ones until a probe finds the address again.
                     Err(status) if rest::is_unreachable(&status) => {
                         self.rest_unreachable(&status);
-                        (self.client.model_infer(request).await, Via::Main)
+                        (self.client.model_infer(request, &context).await, Via::Main)
                     }
                     answer => (answer, Via::Small),
                 },
-                _ => (self.client.model_infer(request).await, Via::Main),
+                _ => (self.client.model_infer(request, &context).await, Via::Main),
             }
         };
         match tokio::time::timeout(self.timeout, call).await {
@@ -301,6 +304,37 @@ impl Upstream {
     }
 }
 
+/// The span of a call to the upstream, when the request is traced: a client span, whose
+/// `traceparent` the upstream gets.
+fn call_span(execution: &Execution<'_>, url: &str, protocol: &'static str) -> Option<Span> {
+    let scope = execution.trace?;
+    let mut span = scope.start("upstream", Kind::Client, Instant::now());
+    span.attribute(KeyValue::new("server.address", url.to_string()));
+    span.attribute(KeyValue::new("rpc.system", protocol));
+    span.attribute(KeyValue::new(
+        "triton.model_name",
+        execution.model.name.clone(),
+    ));
+    Some(span)
+}
+
+/// The span of the copy of a traced request's inputs into the upstream's shared-memory slots,
+/// where any went there.
+fn trace_staging(scope: &Scope, execution: &Execution<'_>, plan: &Plan, start: Instant) {
+    let staged: u64 = execution
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| plan.input(*i).is_some())
+        .map(|(_, t)| t.data.len() as u64)
+        .sum();
+    if staged > 0 {
+        let mut span = scope.start("staging copy", Kind::Internal, start);
+        span.attribute(KeyValue::new("infergate.staged_bytes", staged as i64));
+        span.end(Instant::now());
+    }
+}
+
 /// Which of the upstream's addresses a call goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Via {
@@ -308,6 +342,16 @@ enum Via {
     Main,
     /// `rest_url`, for calls with little tensor data.
     Small,
+}
+
+impl Via {
+    /// The protocol a call this way speaks, as OpenTelemetry's `rpc.system` names it.
+    fn protocol(self, upstream: &Upstream) -> &'static str {
+        match (self, upstream.client()) {
+            (Via::Main, Transport::Grpc(_)) => "grpc",
+            _ => "http",
+        }
+    }
 }
 
 /// What an upstream call came to: the answer (`None`: none within the deadline), the address
@@ -771,12 +815,21 @@ impl Backend for UpstreamModel {
             );
             self.upstream.calls.grpc.fetch_add(1, Ordering::Relaxed);
             let url = &self.upstream.url;
+            // Ends when the call does (dropped on every way out).
+            let mut span = call_span(&execution, url, "grpc");
+            let context = span.as_ref().map(Span::context_headers).unwrap_or_default();
             let mut stream = self
                 .upstream
                 .client
-                .model_stream_infer(request)
+                .model_stream_infer(request, &context)
                 .await
-                .map_err(|status| upstream_error(status, url))?;
+                .map_err(|status| {
+                    let e = upstream_error(status, url);
+                    if let Some(span) = &mut span {
+                        span.fail(&e.message);
+                    }
+                    e
+                })?;
             let silence = self.upstream.timeout;
             // Once the answer is out (the final response, or an error) the stream is still read
             // to its end.
@@ -848,7 +901,11 @@ impl Backend for UpstreamModel {
             let estimate = !stateful && !self.variable_outputs_inline.load(Ordering::Relaxed);
             let mut client_inputs = self.client_inputs(&execution, true).await?;
             let mut client_outputs = self.client_outputs(&execution, true).await;
+            let staging_start = Instant::now();
             let mut plan = staging.plan(&client_inputs.apply(execution), estimate, &client_outputs);
+            if let Some(scope) = execution.trace {
+                trace_staging(scope, &execution, &plan, staging_start);
+            }
             let mut retried = false;
             loop {
                 let sent = client_inputs.apply(execution);
@@ -856,15 +913,29 @@ impl Backend for UpstreamModel {
                 let via = self
                     .upstream
                     .route(|| Self::wire_bytes(&request, &execution));
-                let call = self
-                    .upstream
-                    .clone()
-                    .exchange(request, via, plan, permit.clone());
+                let mut span = call_span(
+                    &execution,
+                    self.upstream.url_of(via),
+                    via.protocol(&self.upstream),
+                );
+                let context = span.as_ref().map(Span::context_headers).unwrap_or_default();
+                let call =
+                    self.upstream
+                        .clone()
+                        .exchange(request, via, plan, permit.clone(), context);
                 let exchange = tokio::spawn(call).await.map_err(|e| {
                     Error::internal(format!("the call to the upstream model server failed: {e}"))
                 })?;
                 plan = exchange.plan;
                 let url = self.upstream.url_of(exchange.via);
+                if let Some(mut span) = span.take() {
+                    match &exchange.answer {
+                        Some(Ok(_)) => {}
+                        Some(Err(status)) => span.fail(status.message()),
+                        None => span.fail("no answer within the deadline"),
+                    }
+                    span.end(Instant::now());
+                }
                 let Some(answer) = exchange.answer else {
                     return Err(Error::unavailable(format!(
                         "upstream model server {url} did not answer within {} s",

@@ -31,6 +31,7 @@ use super::answer::Answer;
 use super::http1::{self, Http1Client};
 use crate::json::{self, Value, Writer};
 use crate::tensor::shape::element_count;
+use crate::trace::ContextHeaders;
 use infergate_proto::wire::HEADER_LENGTH;
 
 /// Nesting allowed in an upstream's answer (its `data` arrays are a tensor's dimensions).
@@ -71,20 +72,22 @@ impl RestClient {
         path: &str,
         body: Vec<Bytes>,
         header_length: Option<usize>,
+        context: &ContextHeaders,
     ) -> Answer<http1::Response> {
         let header_length_text = header_length.map(|n| n.to_string());
-        let headers: &[(&str, &str)] = match &header_length_text {
-            Some(len) => &[
+        let mut headers: Vec<(&str, &str)> = match &header_length_text {
+            Some(len) => vec![
                 (HEADER_LENGTH, len),
                 ("content-type", "application/octet-stream"),
             ],
-            None if !body.is_empty() => &[("content-type", "application/json")],
-            None => &[],
+            None if !body.is_empty() => vec![("content-type", "application/json")],
+            None => Vec::new(),
         };
+        headers.extend(context.iter().map(|(name, value)| (*name, value.as_str())));
         let request = http1::Request {
             method: method.as_str(),
             path,
-            headers,
+            headers: &headers,
             body: &body,
         };
         self.client
@@ -111,7 +114,7 @@ impl RestClient {
             Some(b) => vec![Bytes::from(b.to_string())],
             None => Vec::new(),
         };
-        let reply = self.send(method, path, body, None).await?;
+        let reply = self.send(method, path, body, None, &[]).await?;
         if reply.status != StatusCode::OK {
             return Err(error_status(reply.status, &reply.body));
         }
@@ -127,7 +130,7 @@ impl RestClient {
 
     pub async fn server_ready(&self) -> Answer<bool> {
         let reply = self
-            .send(Method::GET, "/v2/health/ready", Vec::new(), None)
+            .send(Method::GET, "/v2/health/ready", Vec::new(), None, &[])
             .await?;
         Ok(reply.status == StatusCode::OK)
     }
@@ -299,7 +302,11 @@ impl RestClient {
         self.json(Method::POST, &path, None).await.map(|_| ())
     }
 
-    pub async fn infer(&self, request: &ModelInferRequest) -> Answer<ModelInferResponse> {
+    pub async fn infer(
+        &self,
+        request: &ModelInferRequest,
+        context: &ContextHeaders,
+    ) -> Answer<ModelInferResponse> {
         let binary = self.binary.load(Ordering::Relaxed);
         let (body, header_length) = encode_request(request, binary)?;
         let mut path = format!("/v2/models/{}", segment(&request.model_name));
@@ -307,7 +314,9 @@ impl RestClient {
             path.push_str(&format!("/versions/{}", segment(&request.model_version)));
         }
         path.push_str("/infer");
-        let reply = self.send(Method::POST, &path, body, header_length).await?;
+        let reply = self
+            .send(Method::POST, &path, body, header_length, context)
+            .await?;
         if reply.status != StatusCode::OK {
             return Err(error_status(reply.status, &reply.body));
         }
@@ -605,7 +614,7 @@ mod tests {
             1 << 20,
             Duration::from_secs(1),
         );
-        let status = client.infer(&request()).await.unwrap_err();
+        let status = client.infer(&request(), &[]).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unavailable);
         assert!(is_unreachable(&status), "{status:?}");
         assert!(

@@ -18,6 +18,7 @@ use infergate_proto::inference::{ServerMetadataRequest, ServerReadyRequest};
 use super::answer::Answer;
 use super::h2_channel::H2Channel;
 use super::rest::RestClient;
+use crate::trace::ContextHeaders;
 
 /// A cheap-to-clone handle on the upstream connection.
 #[derive(Clone)]
@@ -27,10 +28,19 @@ pub enum Transport {
 }
 
 impl Transport {
-    pub async fn model_infer(&self, request: ModelInferRequest) -> Answer<ModelInferResponse> {
+    /// One inference. `context` holds the trace-context headers (`traceparent`) that make the
+    /// upstream's spans children of the caller's, when the request is traced.
+    pub async fn model_infer(
+        &self,
+        request: ModelInferRequest,
+        context: &ContextHeaders,
+    ) -> Answer<ModelInferResponse> {
         match self {
-            Transport::Grpc(c) => inner(c.clone().model_infer(int64_parameters(request)).await),
-            Transport::Rest(c) => c.infer(&request).await,
+            Transport::Grpc(c) => {
+                let request = with_metadata(int64_parameters(request), context);
+                inner(c.clone().model_infer(request).await)
+            }
+            Transport::Rest(c) => c.infer(&request, context).await,
         }
     }
 
@@ -40,11 +50,16 @@ impl Transport {
     pub async fn model_stream_infer(
         &self,
         request: ModelInferRequest,
+        context: &ContextHeaders,
     ) -> Answer<tonic::Streaming<ModelStreamInferResponse>> {
         match self {
             Transport::Grpc(c) => {
                 let requests = tokio_stream::once(int64_parameters(request));
-                inner(c.clone().model_stream_infer(requests).await)
+                inner(
+                    c.clone()
+                        .model_stream_infer(with_metadata(requests, context))
+                        .await,
+                )
             }
             Transport::Rest(_) => Err(tonic::Status::unimplemented(
                 "decoupled models need the upstream's gRPC endpoint: V2 REST has no streams",
@@ -170,6 +185,16 @@ fn int64_parameters(mut request: ModelInferRequest) -> ModelInferRequest {
     for value in request.parameters.values_mut() {
         if let Some(ParameterChoice::Uint64Param(v)) = value.parameter_choice {
             value.parameter_choice = Some(ParameterChoice::Int64Param(v as i64));
+        }
+    }
+    request
+}
+
+fn with_metadata<T>(message: T, context: &ContextHeaders) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    for (name, value) in context {
+        if let Ok(value) = value.parse() {
+            request.metadata_mut().insert(*name, value);
         }
     }
     request

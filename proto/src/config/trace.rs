@@ -1,0 +1,320 @@
+//! Triton's `--trace-config`: settings given as `[<mode>,]<name>=<value>`, read into the trace
+//! configuration the sidecar starts with. The general settings are `level` (repeatable: OFF,
+//! TIMESTAMPS, TENSORS), `rate`, `count` and `mode` (`triton` or `opentelemetry`); the
+//! `opentelemetry` ones are `url`, `resource` (`key=value`, repeatable) and the batch span
+//! processor's `bsp_max_queue_size`, `bsp_schedule_delay` (ms) and `bsp_max_export_batch_size`;
+//! the `triton` ones are `file` and `log-frequency`.
+//!
+//! The sidecar exports OpenTelemetry spans over OTLP/HTTP only: Triton's own trace files (mode
+//! `triton` with a `file`) are refused at start rather than silently not written.
+
+/// What Triton calls the trace mode: where traces go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TraceMode {
+    /// Triton's trace files. Without a file (the only way the sidecar accepts this mode), tracing
+    /// stays off, as in Triton.
+    #[default]
+    Triton,
+    /// OpenTelemetry spans exported over OTLP/HTTP to `url`.
+    OpenTelemetry,
+}
+
+impl TraceMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TraceMode::Triton => "triton",
+            TraceMode::OpenTelemetry => "opentelemetry",
+        }
+    }
+}
+
+/// A trace level, Triton's names. Several may be on together (TIMESTAMPS and TENSORS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TraceLevel {
+    Timestamps,
+    Tensors,
+}
+
+impl TraceLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TraceLevel::Timestamps => "TIMESTAMPS",
+            TraceLevel::Tensors => "TENSORS",
+        }
+    }
+
+    /// A level's name; `None` for OFF, which is the absence of levels.
+    pub fn parse(name: &str) -> Result<Option<TraceLevel>, String> {
+        match name {
+            "OFF" => Ok(None),
+            "TIMESTAMPS" => Ok(Some(TraceLevel::Timestamps)),
+            "TENSORS" => Ok(Some(TraceLevel::Tensors)),
+            _ => Err(format!(
+                "unknown trace level '{name}': expected OFF, TIMESTAMPS or TENSORS"
+            )),
+        }
+    }
+}
+
+/// Triton's default OTLP/HTTP address, written as Triton reports it (no scheme).
+pub const DEFAULT_OTLP_URL: &str = "localhost:4318/v1/traces";
+
+/// The trace configuration at start; level, rate and count can change at run time through the
+/// trace settings API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceConfig {
+    pub mode: TraceMode,
+    /// Empty: OFF.
+    pub levels: Vec<TraceLevel>,
+    /// One request in `rate` is traced.
+    pub rate: u32,
+    /// How many more requests are traced; -1 without end.
+    pub count: i32,
+    /// Triton mode's `log-frequency`, kept and reported; the sidecar writes no trace file.
+    pub log_frequency: u32,
+    /// Triton mode's trace file, which the sidecar does not write: refused by validation.
+    pub file: Option<String>,
+    /// The OTLP/HTTP traces endpoint; `http://` is assumed when no scheme is given.
+    pub url: String,
+    /// Attributes of the OpenTelemetry resource (`service.name` among them, when given).
+    pub resource: Vec<(String, String)>,
+    pub bsp_max_queue_size: u32,
+    pub bsp_schedule_delay_ms: u32,
+    pub bsp_max_export_batch_size: u32,
+}
+
+impl Default for TraceConfig {
+    fn default() -> Self {
+        TraceConfig {
+            mode: TraceMode::Triton,
+            levels: Vec::new(),
+            rate: 1000,
+            count: -1,
+            log_frequency: 0,
+            file: None,
+            url: DEFAULT_OTLP_URL.to_string(),
+            resource: Vec::new(),
+            bsp_max_queue_size: 2048,
+            bsp_schedule_delay_ms: 5000,
+            bsp_max_export_batch_size: 512,
+        }
+    }
+}
+
+impl TraceConfig {
+    /// Reads `--trace-config` settings, in order (a later setting of the same name wins, except
+    /// `level` and `resource`, which add up).
+    pub fn parse(settings: &[String]) -> Result<TraceConfig, String> {
+        let mut config = TraceConfig::default();
+        let mut levels_given = false;
+        for setting in settings {
+            let (scope, rest) = match setting.split_once(',') {
+                Some((scope, rest)) if !scope.contains('=') => (Some(scope), rest),
+                _ => (None, setting.as_str()),
+            };
+            let Some((name, value)) = rest.split_once('=') else {
+                return Err(format!(
+                    "'{setting}' is not a trace setting: expected [<mode>,]<name>=<value>"
+                ));
+            };
+            let invalid = |what: &str| format!("'{setting}': {what}");
+            match (scope, name) {
+                (None, "level") => {
+                    if !levels_given {
+                        config.levels.clear();
+                        levels_given = true;
+                    }
+                    let level = TraceLevel::parse(value).map_err(|e| invalid(&e))?;
+                    if let Some(level) = level.filter(|l| !config.levels.contains(l)) {
+                        config.levels.push(level);
+                        config.levels.sort();
+                    }
+                }
+                (None, "rate") => {
+                    config.rate = positive(value).map_err(|e| invalid(&e))?;
+                }
+                (None, "count") => {
+                    config.count = match value.parse::<i32>() {
+                        Ok(n) if n >= -1 => n,
+                        _ => return Err(invalid("count must be an integer, -1 or more")),
+                    };
+                }
+                (None, "mode") => {
+                    config.mode = match value {
+                        "triton" => TraceMode::Triton,
+                        "opentelemetry" => TraceMode::OpenTelemetry,
+                        _ => return Err(invalid("mode must be triton or opentelemetry")),
+                    };
+                }
+                (Some("triton"), "file") => config.file = Some(value.to_string()),
+                (Some("triton"), "log-frequency" | "log_frequency") => {
+                    config.log_frequency = value
+                        .parse()
+                        .map_err(|_| invalid("log-frequency must be a whole number"))?;
+                }
+                (Some("opentelemetry"), "url") => {
+                    if value.is_empty() {
+                        return Err(invalid("the url must not be empty"));
+                    }
+                    config.url = value.to_string();
+                }
+                (Some("opentelemetry"), "resource") => {
+                    let Some((key, attribute)) = value.split_once('=') else {
+                        return Err(invalid("a resource is given as <key>=<value>"));
+                    };
+                    config.resource.retain(|(k, _)| k != key);
+                    config
+                        .resource
+                        .push((key.to_string(), attribute.to_string()));
+                }
+                (Some("opentelemetry"), "bsp_max_queue_size") => {
+                    config.bsp_max_queue_size = positive(value).map_err(|e| invalid(&e))?;
+                }
+                (Some("opentelemetry"), "bsp_schedule_delay") => {
+                    config.bsp_schedule_delay_ms = positive(value).map_err(|e| invalid(&e))?;
+                }
+                (Some("opentelemetry"), "bsp_max_export_batch_size") => {
+                    config.bsp_max_export_batch_size = positive(value).map_err(|e| invalid(&e))?;
+                }
+                (Some(scope @ ("triton" | "opentelemetry")), _) => {
+                    return Err(invalid(&format!("unknown {scope} setting '{name}'")));
+                }
+                (Some(scope), _) => {
+                    return Err(invalid(&format!(
+                        "unknown trace mode '{scope}': expected triton or opentelemetry"
+                    )));
+                }
+                (None, _) => return Err(invalid(&format!("unknown trace setting '{name}'"))),
+            }
+        }
+        if config.mode == TraceMode::Triton && config.file.is_some() {
+            return Err(
+                "trace files (mode triton with a file) are not written by this server: use \
+                 --trace-config mode=opentelemetry and an OTLP collector"
+                    .to_string(),
+            );
+        }
+        if config.mode == TraceMode::Triton && !config.levels.is_empty() {
+            // As Triton: a level without anywhere to write the trace.
+            return Err("a trace level needs --trace-config mode=opentelemetry".to_string());
+        }
+        if config.bsp_max_export_batch_size > config.bsp_max_queue_size {
+            return Err(format!(
+                "bsp_max_export_batch_size ({}) must not exceed bsp_max_queue_size ({})",
+                config.bsp_max_export_batch_size, config.bsp_max_queue_size
+            ));
+        }
+        Ok(config)
+    }
+
+    /// The endpoint with its scheme: Triton takes `host:port/path`.
+    pub fn endpoint(&self) -> String {
+        if self.url.contains("://") {
+            self.url.clone()
+        } else {
+            format!("http://{}", self.url)
+        }
+    }
+}
+
+fn positive(value: &str) -> Result<u32, String> {
+    match value.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("must be a whole number above 0".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(settings: &[&str]) -> Result<TraceConfig, String> {
+        TraceConfig::parse(&settings.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn nothing_given_is_tritons_default() {
+        let config = parse(&[]).unwrap();
+        assert_eq!(config, TraceConfig::default());
+        assert_eq!(config.mode, TraceMode::Triton);
+        assert!(config.levels.is_empty());
+        assert_eq!((config.rate, config.count), (1000, -1));
+    }
+
+    #[test]
+    fn reads_tritons_settings() {
+        let config = parse(&[
+            "mode=opentelemetry",
+            "level=TIMESTAMPS",
+            "level=TENSORS",
+            "rate=1",
+            "count=10",
+            "opentelemetry,url=collector:4318/v1/traces",
+            "opentelemetry,resource=service.name=gate",
+            "opentelemetry,resource=deployment.environment=test",
+            "opentelemetry,bsp_schedule_delay=100",
+            "opentelemetry,bsp_max_queue_size=64",
+            "opentelemetry,bsp_max_export_batch_size=8",
+        ])
+        .unwrap();
+        assert_eq!(config.mode, TraceMode::OpenTelemetry);
+        assert_eq!(config.levels, [TraceLevel::Timestamps, TraceLevel::Tensors]);
+        assert_eq!((config.rate, config.count), (1, 10));
+        assert_eq!(config.endpoint(), "http://collector:4318/v1/traces");
+        assert_eq!(config.resource.len(), 2);
+        assert_eq!(config.resource[0], ("service.name".into(), "gate".into()));
+        assert_eq!(
+            (
+                config.bsp_schedule_delay_ms,
+                config.bsp_max_queue_size,
+                config.bsp_max_export_batch_size
+            ),
+            (100, 64, 8)
+        );
+    }
+
+    #[test]
+    fn level_off_clears_and_a_scheme_is_kept() {
+        let config = parse(&[
+            "mode=opentelemetry",
+            "level=OFF",
+            "opentelemetry,url=https://c:4318/v1/traces",
+        ])
+        .unwrap();
+        assert!(config.levels.is_empty());
+        assert_eq!(config.endpoint(), "https://c:4318/v1/traces");
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_do_or_read() {
+        for (settings, words) in [
+            (&["triton,file=/tmp/t.json"][..], "trace files"),
+            (
+                &["level=TIMESTAMPS"][..],
+                "needs --trace-config mode=opentelemetry",
+            ),
+            (&["level=ALL"][..], "unknown trace level"),
+            (&["rate=0"][..], "above 0"),
+            (&["count=-2"][..], "-1 or more"),
+            (&["mode=jaeger"][..], "triton or opentelemetry"),
+            (
+                &["opentelemetry,colour=red"][..],
+                "unknown opentelemetry setting",
+            ),
+            (&["zipkin,url=x"][..], "unknown trace mode"),
+            (&["verbose=1"][..], "unknown trace setting"),
+            (&["level"][..], "expected [<mode>,]<name>=<value>"),
+            (&["opentelemetry,resource=novalue"][..], "<key>=<value>"),
+            (
+                &[
+                    "opentelemetry,bsp_max_queue_size=4",
+                    "opentelemetry,bsp_max_export_batch_size=8",
+                ][..],
+                "must not exceed",
+            ),
+        ] {
+            let error = parse(settings).unwrap_err();
+            assert!(error.contains(words), "{settings:?}: {error}");
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! `GET`/`POST /v2/trace/setting` and `/v2/models/{m}/trace/setting`: the trace settings as
+//! Triton's HTTP front end reads and answers them (strings, `trace_level` a list, `null` to fall
+//! back to the server's setting).
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use serde_json::{Map, Value as J};
+
+use super::{error_response, infer, json_ok, read_body};
+use crate::error::{Error, Result};
+use crate::json::{self, Value};
+use crate::state::SharedState;
+use crate::trace::{Update, View};
+
+/// Largest settings body: a handful of short strings.
+const MAX_BODY_BYTES: u64 = 64 * 1024;
+
+pub async fn get_server(State(st): State<SharedState>) -> Response {
+    json_ok(&view_json(&st.tracing.view(None)))
+}
+
+pub async fn get_model(State(st): State<SharedState>, Path(model): Path<String>) -> Response {
+    match st.check_trace_model(&model) {
+        Ok(()) => json_ok(&view_json(&st.tracing.view(Some(&model)))),
+        Err(e) => error_response(&e),
+    }
+}
+
+pub async fn post_server(State(st): State<SharedState>, body: Body) -> Response {
+    respond(post(&st, None, body).await)
+}
+
+pub async fn post_model(
+    State(st): State<SharedState>,
+    Path(model): Path<String>,
+    body: Body,
+) -> Response {
+    respond(post(&st, Some(&model), body).await)
+}
+
+fn respond(result: Result<View>) -> Response {
+    match result {
+        Ok(view) => json_ok(&view_json(&view)),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn post(st: &SharedState, model: Option<&str>, body: Body) -> Result<View> {
+    if let Some(model) = model {
+        st.check_trace_model(model)?;
+    }
+    let raw = read_body(body, MAX_BODY_BYTES, None, st.limits.http_body_timeout()).await?;
+    // An empty body is a syntax error here, as in Triton ("The document is empty.").
+    let doc = json::parse(&raw, 16).map_err(infer::body_json_error)?;
+    let update = update_of(&doc)?;
+    st.tracing.update(model, &update)
+}
+
+/// The keys Triton reads from a body; others are ignored whatever their type.
+const READ_KEYS: [&str; 5] = [
+    "trace_level",
+    "trace_rate",
+    "trace_count",
+    "log_frequency",
+    "trace_file",
+];
+
+/// The settings a body names, read with Triton's JSON accessors (and their words when a value
+/// has the wrong type). Anything but an object names none.
+fn update_of(doc: &Value<'_>) -> Result<Update> {
+    let Value::Object(members) = doc else {
+        return Ok(Update::new());
+    };
+    let mut update = Update::new();
+    for (key, value) in members {
+        let key = String::from_utf8_lossy(key).into_owned();
+        if !READ_KEYS.contains(&key.as_str()) {
+            continue;
+        }
+        let values = match value {
+            Value::Null => None,
+            _ if key == "trace_level" => {
+                let Value::Array(items) = value else {
+                    return Err(Error::internal("attempt to access JSON non-array as array"));
+                };
+                Some(items.iter().map(string).collect::<Result<Vec<_>>>()?)
+            }
+            _ => Some(vec![string(value)?]),
+        };
+        update.push((key, values));
+    }
+    Ok(update)
+}
+
+fn string(value: &Value<'_>) -> Result<String> {
+    match value {
+        Value::String(s) => Ok(String::from_utf8_lossy(s).into_owned()),
+        _ => Err(Error::internal(
+            "attempt to access JSON non-string as string",
+        )),
+    }
+}
+
+fn view_json(view: &View) -> J {
+    let mut object = Map::new();
+    for (key, values) in view {
+        let value = if *key == "trace_level" {
+            J::Array(values.iter().cloned().map(J::String).collect())
+        } else {
+            J::String(values.first().cloned().unwrap_or_default())
+        };
+        object.insert((*key).to_string(), value);
+    }
+    J::Object(object)
+}

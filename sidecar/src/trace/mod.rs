@@ -1,0 +1,166 @@
+//! Triton's trace extension, made of OpenTelemetry spans: the settings clients read and change,
+//! which requests are sampled, their spans, and the OTLP exporter.
+//!
+//! A sampled inference is a tree of spans, named as Triton names its own so that the two read
+//! alike side by side:
+//!
+//! - `InferRequest` (server): the request on the wire, with the front end's events
+//!   (`HTTP_RECV_START` ... `HTTP_SEND_END`, or `GRPC_*`); under the caller's span when the
+//!   request carries a W3C `traceparent`.
+//!   - `<model>`: `REQUEST_START`, `QUEUE_START`, `REQUEST_END`; attributes `triton.model_name`,
+//!     `triton.model_version` (and, at level TENSORS, each tensor's datatype and shape).
+//!     - `compute`: `COMPUTE_START`, `COMPUTE_OUTPUT_START`, `COMPUTE_END`.
+//!       - `staging copy`: the inputs written into the upstream's shared-memory slots.
+//!       - `upstream` (client): the call to the model server, which gets this span's
+//!         `traceparent`, so that its own spans (Triton's in `opentelemetry` mode) join the trace.
+//!
+//! When no level is on (the default), a request pays one relaxed atomic load.
+
+mod export;
+pub mod settings;
+pub mod span;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
+use parking_lot::Mutex;
+
+pub use export::DEFAULT_SERVICE_NAME;
+pub use settings::{Update, View};
+pub use span::{ContextHeaders, Kind, Scope, Span};
+
+use crate::error::Result;
+use export::Exporter;
+use settings::Settings;
+
+/// The front end a request came through, which names its events as Triton names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Front {
+    Http,
+    Grpc,
+}
+
+impl Front {
+    /// The events of receiving a request and sending its answer.
+    pub fn events(self) -> [&'static str; 4] {
+        match self {
+            Front::Http => [
+                "HTTP_RECV_START",
+                "HTTP_RECV_END",
+                "HTTP_SEND_START",
+                "HTTP_SEND_END",
+            ],
+            Front::Grpc => [
+                "GRPC_WAITREAD_START",
+                "GRPC_WAITREAD_END",
+                "GRPC_SEND_START",
+                "GRPC_SEND_END",
+            ],
+        }
+    }
+}
+
+/// The process's tracing: settings, and the exporter when the mode is `opentelemetry`.
+pub struct Tracing {
+    settings: Mutex<Settings>,
+    /// Some level is on somewhere and spans have somewhere to go: the only thing an untraced
+    /// request reads.
+    enabled: AtomicBool,
+    exporter: Option<Exporter>,
+}
+
+impl Tracing {
+    /// Starts the exporter (in `opentelemetry` mode); its thread sends spans from then on.
+    pub fn new(config: TraceConfig) -> std::result::Result<Tracing, String> {
+        let exporter = match config.mode {
+            TraceMode::OpenTelemetry => Some(Exporter::new(&config)?),
+            TraceMode::Triton => None,
+        };
+        let tracing = Tracing {
+            settings: Mutex::new(Settings::new(config)),
+            enabled: AtomicBool::new(false),
+            exporter,
+        };
+        tracing.refresh();
+        Ok(tracing)
+    }
+
+    /// Tracing off, as Triton starts by default.
+    pub fn off() -> Tracing {
+        Tracing {
+            settings: Mutex::new(Settings::new(TraceConfig::default())),
+            enabled: AtomicBool::new(false),
+            exporter: None,
+        }
+    }
+
+    fn refresh(&self) {
+        let on = self.exporter.is_some() && self.settings.lock().any_enabled();
+        self.enabled.store(on, Ordering::Relaxed);
+    }
+
+    /// The settings of `model`, or the server's.
+    pub fn view(&self, model: Option<&str>) -> View {
+        self.settings.lock().view(model)
+    }
+
+    /// Changes the settings of `model` (or the server's); answers them as they are then.
+    pub fn update(&self, model: Option<&str>, update: &Update) -> Result<View> {
+        let view = {
+            let mut settings = self.settings.lock();
+            settings.update(model, update)?;
+            settings.view(model)
+        };
+        self.refresh();
+        Ok(view)
+    }
+
+    /// The root span of a request to `model`, when it is sampled. `context` holds the caller's
+    /// `traceparent` and `tracestate`, where it sent them.
+    pub fn start(
+        &self,
+        model: &str,
+        context: impl FnOnce() -> HashMap<String, String>,
+        front: Front,
+        received: Instant,
+    ) -> Option<Span> {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return None;
+        }
+        let exporter = self.exporter.as_ref()?;
+        let levels = self.settings.lock().sample(model)?;
+        let tensors = levels.contains(&TraceLevel::Tensors);
+        let scope = Scope::root(exporter.tracer.clone(), &context(), tensors);
+        let mut root = scope.start("InferRequest", Kind::Server, received);
+        root.event(front.events()[0], received);
+        Some(root)
+    }
+
+    /// Sends the spans still queued; blocks until they are sent or given up.
+    pub fn shutdown(&self) {
+        if let Some(exporter) = &self.exporter {
+            exporter.shutdown();
+        }
+    }
+}
+
+/// Ends a request's root span as its answer is handed to the front end to send, with the error
+/// the request ended with, if any.
+pub fn end_root(mut root: Span, front: Front, failure: Option<&crate::error::Error>) {
+    let now = Instant::now();
+    if let Some(e) = failure {
+        root.fail(&e.message);
+    }
+    root.event(front.events()[2], now);
+    root.end(now);
+}
+
+/// The trace-context headers of a request, from any header map.
+pub fn context_of<'a>(get: impl Fn(&'static str) -> Option<&'a str>) -> HashMap<String, String> {
+    [span::TRACEPARENT, span::TRACESTATE]
+        .into_iter()
+        .filter_map(|name| get(name).map(|v| (name.to_string(), v.to_string())))
+        .collect()
+}

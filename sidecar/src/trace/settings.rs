@@ -1,0 +1,508 @@
+//! The trace settings clients read and change (`/v2/trace/setting`, gRPC `TraceSetting`), with
+//! Triton's rules: server-wide settings, a model's own settings over them, `null` (gRPC: no
+//! values) to fall back, and which requests are sampled (`trace_rate`, `trace_count`).
+
+use std::collections::HashMap;
+
+use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
+
+use crate::core::cxx_number::{self, CxxParseError};
+use crate::error::{Error, Result};
+
+/// The settings that change at run time, for the server or a model (where `None` is "as the
+/// server's").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Overrides {
+    levels: Option<Vec<TraceLevel>>,
+    rate: Option<u32>,
+    count: Option<i32>,
+    log_frequency: Option<u32>,
+}
+
+/// One scope's sampling state: every `rate`-th request is traced while `count` allows.
+#[derive(Debug, Default)]
+struct Sampling {
+    seen: u64,
+}
+
+/// The settings of the server and of each model that has its own.
+#[derive(Debug)]
+pub struct Settings {
+    config: TraceConfig,
+    global: Resolved,
+    global_sampling: Sampling,
+    models: HashMap<String, (Overrides, Sampling)>,
+}
+
+/// Every setting with a value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Resolved {
+    levels: Vec<TraceLevel>,
+    rate: u32,
+    count: i32,
+    log_frequency: u32,
+}
+
+/// A change asked for: per key, its new values (`None`: back to the server's, or the start's).
+pub type Update = Vec<(String, Option<Vec<String>>)>;
+
+/// What `trace_level` (the only list) and every other key answer, in Triton's order.
+pub type View = Vec<(&'static str, Vec<String>)>;
+
+impl Settings {
+    pub fn new(config: TraceConfig) -> Settings {
+        let global = Resolved {
+            levels: config.levels.clone(),
+            rate: config.rate,
+            count: config.count,
+            log_frequency: config.log_frequency,
+        };
+        Settings {
+            config,
+            global,
+            global_sampling: Sampling::default(),
+            models: HashMap::new(),
+        }
+    }
+
+    /// Whether any request may be traced: some scope has a level on.
+    pub fn any_enabled(&self) -> bool {
+        !self.global.levels.is_empty()
+            || self
+                .models
+                .values()
+                .any(|(o, _)| o.levels.as_ref().is_some_and(|l| !l.is_empty()))
+    }
+
+    fn resolved(&self, model: Option<&str>) -> Resolved {
+        let Some((own, _)) = model.and_then(|m| self.models.get(m)) else {
+            return self.global.clone();
+        };
+        Resolved {
+            levels: own
+                .levels
+                .clone()
+                .unwrap_or_else(|| self.global.levels.clone()),
+            rate: own.rate.unwrap_or(self.global.rate),
+            count: own.count.unwrap_or(self.global.count),
+            log_frequency: own.log_frequency.unwrap_or(self.global.log_frequency),
+        }
+    }
+
+    /// The settings a model (or, without one, the server) has, as the API answers them.
+    pub fn view(&self, model: Option<&str>) -> View {
+        let r = self.resolved(model);
+        let levels = if r.levels.is_empty() {
+            vec!["OFF".to_string()]
+        } else {
+            r.levels.iter().map(|l| l.as_str().to_string()).collect()
+        };
+        let one = |v: String| vec![v];
+        let mut view: View = vec![
+            ("trace_level", levels),
+            ("trace_rate", one(r.rate.to_string())),
+            ("trace_count", one(r.count.to_string())),
+        ];
+        match self.config.mode {
+            TraceMode::Triton => {
+                view.push(("log_frequency", one(r.log_frequency.to_string())));
+                view.push(("trace_file", one(String::new())));
+                view.push(("trace_mode", one("triton".into())));
+            }
+            TraceMode::OpenTelemetry => {
+                let c = &self.config;
+                view.push(("trace_mode", one("opentelemetry".into())));
+                view.push(("url", one(c.url.clone())));
+                view.push((
+                    "bsp_max_export_batch_size",
+                    one(c.bsp_max_export_batch_size.to_string()),
+                ));
+                view.push((
+                    "bsp_schedule_delay",
+                    one(c.bsp_schedule_delay_ms.to_string()),
+                ));
+                view.push(("bsp_max_queue_size", one(c.bsp_max_queue_size.to_string())));
+            }
+        }
+        view
+    }
+
+    /// Applies `update` to a model's settings (or the server's) as Triton does, all or nothing:
+    /// unknown keys are ignored, as are the ones only the start sets (`trace_mode`, the exporter's).
+    pub fn update(&mut self, model: Option<&str>, update: &Update) -> Result<()> {
+        let mut changes = Overrides::default();
+        let mut cleared = Overrides::default();
+        for (key, values) in update {
+            match key.as_str() {
+                "trace_file" if values.is_some() => {
+                    return Err(Error::unsupported(
+                        "trace file location can not be updated through network protocol",
+                    ));
+                }
+                "trace_level" => match values {
+                    None => cleared.levels = Some(Vec::new()),
+                    Some(names) => changes.levels = Some(parse_levels(names)?),
+                },
+                "trace_rate" => match first(values) {
+                    None => cleared.rate = Some(0),
+                    Some(text) => {
+                        let rate = parse_unsigned(key, text)?;
+                        // Triton checks the rate where spans are made; in its own mode without
+                        // a file it takes 0, which then never matters.
+                        if rate == 0 && self.config.mode == TraceMode::OpenTelemetry {
+                            return Err(invalid_setting("sample rate must be non-zero"));
+                        }
+                        changes.rate = Some(rate);
+                    }
+                },
+                "trace_count" => match first(values) {
+                    None => cleared.count = Some(0),
+                    Some(text) => changes.count = Some(parse_count(text)?),
+                },
+                "log_frequency" => match first(values) {
+                    None => cleared.log_frequency = Some(0),
+                    Some(text) => changes.log_frequency = Some(parse_unsigned(key, text)?),
+                },
+                _ => {}
+            }
+        }
+        let turns_on = changes.levels.as_ref().is_some_and(|l| !l.is_empty());
+        if turns_on && self.config.mode == TraceMode::Triton {
+            // Triton's words: in its own mode, traces go to a file, and none was given.
+            return Err(invalid_setting("trace file name is not given"));
+        }
+        match model {
+            None => {
+                let start = &self.config;
+                let g = &mut self.global;
+                apply(
+                    &mut g.levels,
+                    changes.levels,
+                    cleared.levels.is_some(),
+                    || start.levels.clone(),
+                );
+                apply(&mut g.rate, changes.rate, cleared.rate.is_some(), || {
+                    start.rate
+                });
+                if changes.count.is_some() || cleared.count.is_some() {
+                    self.global_sampling = Sampling::default();
+                }
+                apply(&mut g.count, changes.count, cleared.count.is_some(), || {
+                    start.count
+                });
+                apply(
+                    &mut g.log_frequency,
+                    changes.log_frequency,
+                    cleared.log_frequency.is_some(),
+                    || start.log_frequency,
+                );
+            }
+            Some(model) => {
+                let (own, sampling) = self.models.entry(model.to_string()).or_default();
+                merge(&mut own.levels, changes.levels, cleared.levels.is_some());
+                merge(&mut own.rate, changes.rate, cleared.rate.is_some());
+                merge(&mut own.count, changes.count, cleared.count.is_some());
+                merge(
+                    &mut own.log_frequency,
+                    changes.log_frequency,
+                    cleared.log_frequency.is_some(),
+                );
+                *sampling = Sampling::default();
+                if *own == Overrides::default() {
+                    self.models.remove(model);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this request of `model` is traced, and at which levels: one in `rate`, while the
+    /// count (of the model's own settings, or else the server's) lasts, which it then uses up.
+    pub fn sample(&mut self, model: &str) -> Option<Vec<TraceLevel>> {
+        let resolved = self.resolved(Some(model));
+        if resolved.levels.is_empty() || resolved.count == 0 {
+            return None;
+        }
+        let own = self.models.get_mut(model);
+        let counts_own = own.as_ref().is_some_and(|(o, _)| o.count.is_some());
+        let sampling = match own {
+            Some((_, sampling)) => sampling,
+            None => &mut self.global_sampling,
+        };
+        sampling.seen += 1;
+        if sampling.seen % u64::from(resolved.rate) != 0 {
+            return None;
+        }
+        if resolved.count > 0 {
+            let count = match (counts_own, self.models.get_mut(model)) {
+                (true, Some((own, _))) => own.count.as_mut(),
+                _ => Some(&mut self.global.count),
+            };
+            if let Some(count) = count {
+                *count -= 1;
+            }
+        }
+        Some(resolved.levels)
+    }
+}
+
+fn first(values: &Option<Vec<String>>) -> Option<&str> {
+    values.as_ref().and_then(|v| v.first()).map(String::as_str)
+}
+
+/// A server-wide setting: a new value, or back to the start's.
+fn apply<T>(slot: &mut T, change: Option<T>, cleared: bool, start: impl FnOnce() -> T) {
+    if let Some(v) = change {
+        *slot = v;
+    } else if cleared {
+        *slot = start();
+    }
+}
+
+/// A model's setting: its own value, or back to the server's.
+fn merge<T>(slot: &mut Option<T>, change: Option<T>, cleared: bool) {
+    if change.is_some() {
+        *slot = change;
+    } else if cleared {
+        *slot = None;
+    }
+}
+
+fn invalid_setting(detail: &str) -> Error {
+    Error::invalid_arg(format!("Attempting to set invalid trace setting :{detail}"))
+}
+
+/// Levels as Triton reads them: OFF alone, or any of the others; names it does not know are
+/// skipped, as Triton skips them.
+fn parse_levels(names: &[String]) -> Result<Vec<TraceLevel>> {
+    let mut levels = Vec::new();
+    for name in names {
+        match TraceLevel::parse(name) {
+            Ok(None) if names.len() > 1 => {
+                return Err(Error::invalid_arg(
+                    "Expect only one trace level 'OFF' is specified",
+                ));
+            }
+            Ok(None) | Err(_) => {}
+            Ok(Some(level)) => {
+                if !levels.contains(&level) {
+                    levels.push(level);
+                }
+            }
+        }
+    }
+    levels.sort();
+    Ok(levels)
+}
+
+/// An unsigned setting as Triton reads it (`std::stoul`, kept to 32 bits: "-1" wraps around).
+fn parse_unsigned(key: &str, text: &str) -> Result<u32> {
+    match cxx_number::stol(text) {
+        Ok(n) => Ok(n as u32),
+        Err(CxxParseError::Invalid | CxxParseError::OutOfRange) => Err(Error::invalid_arg(
+            format!("Unable to parse '{key}', got: {text}"),
+        )),
+    }
+}
+
+fn parse_count(text: &str) -> Result<i32> {
+    let count = cxx_number::stoi(text)
+        .map_err(|_| Error::invalid_arg(format!("Unable to parse 'trace_count', got: {text}")))?;
+    if count < -1 {
+        return Err(Error::invalid_arg(format!(
+            "Unable to parse 'trace_count'. Expecting value >= -1, got:{text}"
+        )));
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn otel() -> Settings {
+        let mut config = TraceConfig::parse(&["mode=opentelemetry".to_string()]).unwrap();
+        config.url = "127.0.0.1:4318/v1/traces".into();
+        Settings::new(config)
+    }
+
+    fn set(pairs: &[(&str, Option<&[&str]>)]) -> Update {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    v.map(|v| v.iter().map(|s| s.to_string()).collect()),
+                )
+            })
+            .collect()
+    }
+
+    fn value(view: &View, key: &str) -> Vec<String> {
+        view.iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn tritons_default_view_and_its_refusal_to_trace_without_a_file() {
+        let mut s = Settings::new(TraceConfig::default());
+        let keys: Vec<&str> = s.view(None).iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            keys,
+            [
+                "trace_level",
+                "trace_rate",
+                "trace_count",
+                "log_frequency",
+                "trace_file",
+                "trace_mode"
+            ]
+        );
+        let e = s
+            .update(None, &set(&[("trace_level", Some(&["TIMESTAMPS"]))]))
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "Attempting to set invalid trace setting :trace file name is not given"
+        );
+        assert!(!s.any_enabled());
+        s.update(None, &set(&[("log_frequency", Some(&["2"]))]))
+            .unwrap();
+        assert_eq!(value(&s.view(None), "log_frequency"), ["2"]);
+    }
+
+    #[test]
+    fn a_models_settings_override_the_servers_until_cleared() {
+        let mut s = otel();
+        s.update(
+            None,
+            &set(&[
+                ("trace_level", Some(&["TIMESTAMPS"])),
+                ("trace_rate", Some(&["1"])),
+            ]),
+        )
+        .unwrap();
+        s.update(Some("simple"), &set(&[("trace_rate", Some(&["3"]))]))
+            .unwrap();
+        s.update(None, &set(&[("trace_rate", Some(&["7"]))]))
+            .unwrap();
+        assert_eq!(value(&s.view(Some("simple")), "trace_rate"), ["3"]);
+        assert_eq!(value(&s.view(Some("other")), "trace_rate"), ["7"]);
+        assert_eq!(
+            value(&s.view(Some("simple")), "trace_level"),
+            ["TIMESTAMPS"]
+        );
+        s.update(Some("simple"), &set(&[("trace_rate", None)]))
+            .unwrap();
+        assert_eq!(value(&s.view(Some("simple")), "trace_rate"), ["7"]);
+        // Cleared server-wide: back to the start's value.
+        s.update(None, &set(&[("trace_rate", None), ("trace_level", None)]))
+            .unwrap();
+        assert_eq!(value(&s.view(None), "trace_rate"), ["1000"]);
+        assert_eq!(value(&s.view(None), "trace_level"), ["OFF"]);
+    }
+
+    #[test]
+    fn samples_one_in_rate_while_the_count_lasts() {
+        let mut s = otel();
+        s.update(
+            None,
+            &set(&[
+                ("trace_level", Some(&["TIMESTAMPS"])),
+                ("trace_rate", Some(&["2"])),
+                ("trace_count", Some(&["2"])),
+            ]),
+        )
+        .unwrap();
+        let sampled: Vec<bool> = (0..8).map(|_| s.sample("simple").is_some()).collect();
+        assert_eq!(
+            sampled,
+            [false, true, false, true, false, false, false, false]
+        );
+        assert_eq!(value(&s.view(None), "trace_count"), ["0"]);
+        // A model with its own count uses its own.
+        s.update(Some("m"), &set(&[("trace_count", Some(&["1"]))]))
+            .unwrap();
+        assert!(s.sample("m").is_none());
+        assert!(s.sample("m").is_some());
+        assert!(s.sample("m").is_none());
+        assert_eq!(value(&s.view(Some("m")), "trace_count"), ["0"]);
+    }
+
+    #[test]
+    fn level_off_for_one_model_only() {
+        let mut s = otel();
+        s.update(
+            None,
+            &set(&[
+                ("trace_level", Some(&["TIMESTAMPS"])),
+                ("trace_rate", Some(&["1"])),
+            ]),
+        )
+        .unwrap();
+        s.update(Some("quiet"), &set(&[("trace_level", Some(&["OFF"]))]))
+            .unwrap();
+        assert!(s.sample("quiet").is_none());
+        assert_eq!(s.sample("loud"), Some(vec![TraceLevel::Timestamps]));
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_tritons_words_and_change_nothing() {
+        let mut s = otel();
+        let before = s.view(None);
+        for (update, status, words) in [
+            (
+                set(&[("trace_rate", Some(&["abc"]))]),
+                400,
+                "Unable to parse 'trace_rate', got: abc",
+            ),
+            (
+                set(&[("trace_rate", Some(&["0"]))]),
+                400,
+                "Attempting to set invalid trace setting :sample rate must be non-zero",
+            ),
+            (
+                set(&[("trace_count", Some(&["-5"]))]),
+                400,
+                "Unable to parse 'trace_count'. Expecting value >= -1, got:-5",
+            ),
+            (
+                set(&[("trace_count", Some(&["x"]))]),
+                400,
+                "Unable to parse 'trace_count', got: x",
+            ),
+            (
+                set(&[("trace_level", Some(&["OFF", "TIMESTAMPS"]))]),
+                400,
+                "Expect only one trace level 'OFF' is specified",
+            ),
+            (
+                set(&[
+                    ("trace_level", Some(&["TIMESTAMPS"])),
+                    ("trace_file", Some(&["f"])),
+                ]),
+                501,
+                "trace file location can not be updated through network protocol",
+            ),
+        ] {
+            let e = s.update(None, &update).unwrap_err();
+            assert_eq!(
+                (e.http_status().as_u16(), e.message.as_str()),
+                (status, words)
+            );
+            assert_eq!(s.view(None), before);
+        }
+        // Unknown keys and levels are skipped, as Triton skips them; "-1" wraps as stoul does.
+        s.update(
+            None,
+            &set(&[("bogus", Some(&["1"])), ("trace_level", Some(&["FOO"]))]),
+        )
+        .unwrap();
+        assert_eq!(s.view(None), before);
+        s.update(None, &set(&[("trace_rate", Some(&["-1"]))]))
+            .unwrap();
+        assert_eq!(value(&s.view(None), "trace_rate"), ["4294967295"]);
+    }
+}
