@@ -31,6 +31,8 @@
 //!
 //! Shared by all of the above:
 //!
+//! - [`cxx_number`]: numbers read as the C++ library reads them (`std::stoi`, `std::stol`), which
+//!   is how Triton reads numeric headers, parameters and settings.
 //! - [`json`]: the JSON dialect Triton's HTTP front end speaks, with rapidjson's number text.
 //! - [`tensor`]: tensors as a datatype, a shape and reference-counted little-endian bytes.
 //! - [`shm`]: client shared memory (system and CUDA) and the staging pool; the only `unsafe` code.
@@ -44,6 +46,7 @@ pub mod allocator;
 pub mod backend;
 pub mod cli;
 pub mod core;
+pub mod cxx_number;
 pub mod drain;
 pub mod error;
 pub mod grpc;

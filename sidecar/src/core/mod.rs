@@ -3,7 +3,6 @@
 //! ties them together. The HTTP and gRPC front ends translate their wire forms into these types.
 
 pub mod classify;
-pub mod cxx_number;
 pub mod cxx_sort;
 pub mod grpc_message;
 pub mod input_order;

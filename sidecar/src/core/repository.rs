@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::cxx_number;
 use super::model::Model;
+use crate::cxx_number;
 use crate::error::{Error, Result};
 
 /// Builds models by name; the built-in catalog implements it.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
 
-use crate::core::cxx_number::{self, CxxParseError};
+use crate::cxx_number::{self, CxxParseError};
 use crate::error::{Error, Result};
 
 /// The settings that change at run time, for the server or a model (where `None` is "as the
