@@ -833,3 +833,53 @@ fn a_rest_only_upstream_is_reached_and_probed_over_rest() {
         other => panic!("not an upstream: {other:?}"),
     }
 }
+
+#[test]
+fn tracing_reaches_the_sidecar_configuration_and_names_the_pod() {
+    let isvc = with_spec(
+        "resnet",
+        &format!(
+            "{MINIMAL}  sidecar:\n    tracing:\n      endpoint: otel-collector.observability:4318/v1/traces\n      level: TENSORS\n      rate: 10\n      resourceAttributes: {{service.name: fraud}}\n"
+        ),
+    );
+    let children = build(&isvc);
+    let config = sidecar_config(&children);
+    assert_eq!(
+        config.server.trace_config,
+        [
+            "mode=opentelemetry",
+            "level=TIMESTAMPS",
+            "level=TENSORS",
+            "rate=10",
+            "opentelemetry,url=otel-collector.observability:4318/v1/traces",
+            "opentelemetry,resource=infergate.inference_service=resnet",
+            "opentelemetry,resource=k8s.namespace.name=ml",
+            "opentelemetry,resource=service.name=fraud",
+        ]
+    );
+    // What the sidecar will read: a valid trace configuration.
+    let trace = config.server.trace().unwrap();
+    assert_eq!(trace.rate, 10);
+    let sidecar = all_containers(pod(&children))
+        .into_iter()
+        .find(|c| c.name == "infergate")
+        .unwrap();
+    let env = sidecar.env.as_ref().unwrap();
+    assert_eq!(env[0].name, "POD_NAME");
+    assert_eq!(
+        env[0]
+            .value_from
+            .as_ref()
+            .unwrap()
+            .field_ref
+            .as_ref()
+            .unwrap()
+            .field_path,
+        "metadata.name"
+    );
+    assert_eq!(env[1].value.as_deref(), Some("k8s.pod.name=$(POD_NAME)"));
+
+    // Without tracing: none of it.
+    let plain = build(&with_spec("triton", MINIMAL));
+    assert!(sidecar_config(&plain).server.trace_config.is_empty());
+}

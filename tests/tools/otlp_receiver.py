@@ -15,6 +15,7 @@ import argparse
 import base64
 import gzip
 import json
+import signal
 import threading
 import time
 from concurrent import futures
@@ -43,6 +44,43 @@ def _hex_ids_to_base64(node):
     if isinstance(node, list):
         return [_hex_ids_to_base64(v) for v in node]
     return node
+
+
+def _base64_ids_to_hex(node):
+    """The other way: protobuf's JSON mapping to OTLP/JSON's hex ids."""
+    if isinstance(node, dict):
+        return {
+            k: (base64.b64decode(v).hex() if k in _ID_KEYS and isinstance(v, str) else _base64_ids_to_hex(v))
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_base64_ids_to_hex(v) for v in node]
+    return node
+
+
+def render_tree(spans: list[dict]) -> str:
+    """Each trace as an indented tree: service, span, its time from the trace's start, events."""
+    lines = []
+    for trace_id in dict.fromkeys(s["trace_id"] for s in spans):
+        members = [s for s in spans if s["trace_id"] == trace_id]
+        ids = {s["span_id"] for s in members}
+        start = min(s["start_ns"] for s in members)
+        lines.append(f"trace {trace_id}")
+
+        def walk(parent, depth):
+            for span in sorted((s for s in members if s["parent_span_id"] == parent
+                                or (depth == 1 and s["parent_span_id"] not in ids and parent is None)),
+                               key=lambda s: s["start_ns"]):
+                offset = (span["start_ns"] - start) / 1e6
+                took = (span["end_ns"] - span["start_ns"]) / 1e6
+                lines.append(f"{'  ' * depth}{span['service']}: {span['name']}  "
+                             f"+{offset:.3f} ms, {took:.3f} ms")
+                if span["events"]:
+                    lines.append(f"{'  ' * (depth + 2)}" + ", ".join(e["name"] for e in span["events"]))
+                walk(span["span_id"], depth + 1)
+
+        walk(None, 1)
+    return "\n".join(lines)
 
 
 def _value(any_value) -> object:
@@ -190,7 +228,12 @@ def main() -> None:
     parser.add_argument("--http-port", type=int, default=4318)
     parser.add_argument("--grpc-port", type=int)
     parser.add_argument("--out", help="write every export received, as OTLP JSON, to this file on exit")
+    parser.add_argument("--tree", action="store_true", help="print the traces as trees on exit")
     args = parser.parse_args()
+    def stop(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # a background job ignores SIGINT
     receiver = Receiver(args.http_port, args.grpc_port, args.host)
     print(f"OTLP receiver: http={receiver.http_port} grpc={receiver.grpc_port}", flush=True)
     seen = 0
@@ -208,7 +251,10 @@ def main() -> None:
             for request in receiver.requests:
                 merged.resource_spans.extend(request.resource_spans)
             with open(args.out, "w") as f:
-                f.write(json_format.MessageToJson(merged))
+                json.dump(_base64_ids_to_hex(json_format.MessageToDict(merged)), f, indent=2)
+                f.write("\n")
+        if args.tree:
+            print(render_tree(receiver.spans()), flush=True)
         receiver.close()
 
 

@@ -69,7 +69,7 @@ trap 'RC=130; exit' INT
 trap 'RC=143; exit' TERM
 
 # Free loopback ports, chosen by the kernel (bound together so they differ).
-read -r TRITON_HTTP_PORT TRITON_GRPC_PORT < <(free_ports 2)
+read -r TRITON_HTTP_PORT TRITON_GRPC_PORT OTLP_PORT < <(free_ports 3)
 
 REPO="$WORK/models"
 "$TPY" tests/upstream/make_triton_repo.py "$REPO"
@@ -89,6 +89,9 @@ start_triton() {
       --grpc-address=127.0.0.1 --grpc-port="$TRITON_GRPC_PORT" \
       --allow-metrics=false --allow-gpu-metrics=false \
       --pinned-memory-pool-byte-size=0 \
+      --trace-config mode=opentelemetry \
+      --trace-config "opentelemetry,url=127.0.0.1:$OTLP_PORT/v1/traces" \
+      --trace-config opentelemetry,bsp_schedule_delay=200 \
       --exit-timeout-secs=5
   ) >>"$WORK/triton.log" 2>&1 </dev/null &
   TRITON_PID=$!
@@ -160,14 +163,15 @@ log "pytest exited with $RC"
 export INFERGATE_HTTP_URL="$SIDECAR_HTTP" INFERGATE_GRPC_URL="$SIDECAR_GRPC" \
   INFERGATE_METRICS_URL="$SIDECAR_METRICS" INFERGATE_ADMIN_URL="$SIDECAR_ADMIN" \
   INFERGATE_TRITON_HTTP_URL="127.0.0.1:$TRITON_HTTP_PORT" \
-  INFERGATE_TRITON_GRPC_URL="127.0.0.1:$TRITON_GRPC_PORT"
+  INFERGATE_TRITON_GRPC_URL="127.0.0.1:$TRITON_GRPC_PORT" \
+  INFERGATE_OTLP_PORT="$OTLP_PORT" INFERGATE_SIDECAR_BIN="$SIDECAR_BIN"
 if [ "$#" -eq 0 ]; then
-  log "staging pool, call route, decoupled and classification checks (tests/upstream/test_staging.py, test_routes.py, test_decoupled_upstream.py, test_classification_upstream.py)"
+  log "staging pool, call route, decoupled, classification and tracing checks (tests/upstream/test_staging.py, test_routes.py, test_decoupled_upstream.py, test_classification_upstream.py, test_trace_upstream.py)"
   set +e
   INFERGATE_UPSTREAM_PROTOCOL="${INFERGATE_UPSTREAM_PROTOCOL:-grpc}" \
     "$TEST_VENV/bin/python" -m pytest tests/upstream/test_staging.py tests/upstream/test_routes.py \
     tests/upstream/test_decoupled_upstream.py tests/upstream/test_classification_upstream.py \
-    -q -p no:cacheprovider
+    tests/upstream/test_trace_upstream.py -q -p no:cacheprovider
   RC=$?
   set -e
   [ "$RC" -eq 0 ] || exit "$RC"

@@ -24,10 +24,12 @@ use serde_json::json;
 mod autoscaling;
 mod network;
 mod storage;
+mod tracing;
 
 pub use autoscaling::{AutoscalingEngine, AutoscalingMetric, AutoscalingSpec, MonitoringSpec};
 pub use network::NetworkPolicySpec;
 pub use storage::ModelStorage;
+pub use tracing::{TraceLevel, TracingSpec};
 
 /// API group of the custom resource.
 pub const GROUP: &str = "infergate.dev";
@@ -456,6 +458,10 @@ pub struct SidecarSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 1024))]
     pub worker_threads: Option<u32>,
+    /// OpenTelemetry tracing of sampled requests, exported over OTLP/HTTP. Unset: tracing off
+    /// (the trace settings API answers as Triton's default mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<TracingSpec>,
 }
 
 impl Default for SidecarSpec {
@@ -470,6 +476,7 @@ impl Default for SidecarSpec {
             log_format: LogFormat::default(),
             run_as_user: default_sidecar_user(),
             worker_threads: None,
+            tracing: None,
         }
     }
 }

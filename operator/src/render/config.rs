@@ -49,6 +49,10 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
     if let Some(threads) = spec.sidecar.worker_threads {
         server.worker_threads = threads;
     }
+    if let Some(tracing) = &spec.sidecar.tracing {
+        let namespace = isvc.namespace().unwrap_or_default();
+        server.trace_config = tracing.trace_config(&namespace, &isvc.name_any());
+    }
 
     let rest_only = spec.upstream.protocol == UpstreamProtocol::Rest;
     let mut upstream = match (rest_only, spec.upstream.rest_port) {

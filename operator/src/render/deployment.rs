@@ -43,9 +43,10 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
-    HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecurityContext, TCPSocketAction, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+    TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -374,8 +375,31 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
             ..SecurityContext::default()
         }),
         volume_mounts: Some(mounts),
+        env: side.tracing.as_ref().map(|_| tracing_env()),
         ..Container::default()
     }
+}
+
+/// The pod's name on the sidecar's spans (the rest of their resource is in its configuration).
+fn tracing_env() -> Vec<EnvVar> {
+    vec![
+        EnvVar {
+            name: "POD_NAME".to_string(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "metadata.name".to_string(),
+                    ..ObjectFieldSelector::default()
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        },
+        EnvVar {
+            name: "OTEL_RESOURCE_ATTRIBUTES".to_string(),
+            value: Some("k8s.pod.name=$(POD_NAME)".to_string()),
+            ..EnvVar::default()
+        },
+    ]
 }
 
 /// The model server container.

@@ -1,0 +1,114 @@
+"""Traces that join: a request through the sidecar in front of Triton is one trace, the sidecar's
+spans and Triton's own (run by run-triton.sh after the conformance suite).
+
+run-triton.sh starts Triton in its `opentelemetry` trace mode, exporting to 127.0.0.1:$INFERGATE_OTLP_PORT;
+this test listens there with a real OTLP receiver (tests/tools/otlp_receiver.py), turns Triton's
+tracing on through its own trace settings API, and starts sidecars of its own in front of that
+Triton, over gRPC and over REST, tracing to the same receiver. The sidecar's `upstream` span hands
+its `traceparent` to Triton (gRPC metadata or HTTP header), so Triton's `InferRequest` span is its
+child, in the caller's trace.
+
+Environment: INFERGATE_TRITON_HTTP_URL, INFERGATE_TRITON_GRPC_URL, INFERGATE_OTLP_PORT,
+INFERGATE_SIDECAR_BIN.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(TESTS / "tools"))
+sys.path.insert(0, str(TESTS / "conformance"))
+import conftest as conformance  # noqa: E402  (its sidecar launcher)
+import otlp_receiver  # noqa: E402
+
+TRITON_HTTP = os.environ["INFERGATE_TRITON_HTTP_URL"]
+TRITON_GRPC = os.environ["INFERGATE_TRITON_GRPC_URL"]
+OTLP_PORT = int(os.environ["INFERGATE_OTLP_PORT"])
+PARENT_ID = "b7ad6b7169203331"
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    r = otlp_receiver.Receiver(OTLP_PORT)
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def triton_tracing(receiver):
+    url = f"http://{TRITON_HTTP}/v2/trace/setting"
+    r = requests.post(url, json={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}, timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.json()["trace_mode"] == "opentelemetry", "run-triton.sh starts Triton tracing to OTLP"
+    yield
+    requests.post(url, json={"trace_level": ["OFF"], "trace_rate": "1000"}, timeout=10)
+
+
+@pytest.fixture(scope="module", params=["grpc", "http"])
+def sidecar(request, tmp_path_factory, triton_tracing):
+    upstream = f"grpc://{TRITON_GRPC}" if request.param == "grpc" else f"http://{TRITON_HTTP}"
+    server = conformance._start_sidecar(tmp_path_factory.mktemp("traced"), extra_args=[
+        "--upstream", upstream,
+        "--trace-config", "mode=opentelemetry",
+        "--trace-config", "level=TIMESTAMPS",
+        "--trace-config", "rate=1",
+        "--trace-config", f"opentelemetry,url=127.0.0.1:{OTLP_PORT}/v1/traces",
+        "--trace-config", "opentelemetry,bsp_schedule_delay=100",
+    ])
+    yield request.param, server
+    conformance._stop(server.process)
+
+
+def simple_inputs(module):
+    inputs = [module.InferInput("INPUT0", [1, 16], "INT32"),
+              module.InferInput("INPUT1", [1, 16], "INT32")]
+    for i in inputs:
+        i.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+    return inputs
+
+
+@pytest.mark.parametrize("client_protocol", ["http", "grpc"])
+def test_the_model_servers_spans_join_the_sidecars(sidecar, receiver, client_protocol):
+    upstream_protocol, server = sidecar
+    trace_id = os.urandom(16).hex()
+    traceparent = f"00-{trace_id}-{PARENT_ID}-01"
+    if client_protocol == "http":
+        client = httpclient.InferenceServerClient(server.http)
+        result = client.infer("simple", simple_inputs(httpclient),
+                              headers={"traceparent": traceparent})
+    else:
+        client = grpcclient.InferenceServerClient(server.grpc)
+        result = client.infer("simple", simple_inputs(grpcclient),
+                              headers={"traceparent": traceparent})
+    assert (result.as_numpy("OUTPUT0") == 2 * np.arange(16)).all()
+
+    def of_trace(spans):
+        return [s for s in spans if s["trace_id"] == trace_id]
+    # The sidecar's four spans and Triton's three.
+    spans = of_trace(receiver.wait_for(lambda s: len(of_trace(s)) >= 7, timeout=30))
+    by_service = {}
+    for span in spans:
+        by_service.setdefault(span["service"], {})[span["name"]] = span
+    ours, triton = by_service["infergate-sidecar"], by_service["triton-inference-server"]
+    assert sorted(ours) == ["InferRequest", "compute", "simple", "upstream"]
+    assert sorted(triton) == ["InferRequest", "compute", "simple"]
+
+    assert ours["InferRequest"]["parent_span_id"] == PARENT_ID
+    assert ours["upstream"]["parent_span_id"] == ours["compute"]["span_id"]
+    assert ours["upstream"]["kind"] == 3  # SPAN_KIND_CLIENT
+    assert ours["upstream"]["attributes"]["rpc.system"] == upstream_protocol
+    # Triton's root is the child of the sidecar's call to it.
+    assert triton["InferRequest"]["parent_span_id"] == ours["upstream"]["span_id"]
+    recv = "GRPC_WAITREAD_START" if upstream_protocol == "grpc" else "HTTP_RECV_START"
+    assert recv in [e["name"] for e in triton["InferRequest"]["events"]]
+    # Triton's request starts within the sidecar's call to it (both clocks are this machine's;
+    # Triton ends its span after the answer is on its way, so possibly after the call returned).
+    call, served = ours["upstream"], triton["InferRequest"]
+    assert call["start_ns"] <= served["start_ns"] <= call["end_ns"]
