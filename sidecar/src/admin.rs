@@ -6,6 +6,7 @@
 //! reason}], "shm", "gpu"}`; states are `Active`, `Degraded`, `Unsupported` and `Disabled`.
 //! `GET /drain?seconds=N` is the pod's preStop hook (`drain.rs`).
 
+use crate::peers::membership::PeerState;
 use axum::Router;
 use axum::extract::State;
 use axum::response::Response;
@@ -89,7 +90,28 @@ pub fn report(st: &SharedState) -> J {
         "extensions": extensions,
         "shm": dev_shm(st),
         "gpu": gpu(st.shm.cuda()),
+        "sequence_peers": sequence_peers(st),
     })
+}
+
+/// The replicas sequences are routed across, with the state this sidecar last saw each in.
+fn sequence_peers(st: &SharedState) -> J {
+    let Some(peers) = &st.peers else {
+        return json!(null);
+    };
+    let listed: Vec<J> = peers
+        .states(st.health.is_ready())
+        .into_iter()
+        .map(|(address, state)| {
+            let state = match state {
+                PeerState::Ready => "ready",
+                PeerState::Live => "live",
+                PeerState::Down => "down",
+            };
+            json!({"address": address, "state": state})
+        })
+        .collect();
+    json!({"self": peers.address(), "peers": listed})
 }
 
 /// Who opens clients' CUDA buffers: the model server where it offers CUDA shared memory (the

@@ -101,6 +101,15 @@ pub struct Args {
     /// server.trace_config.
     #[arg(long, value_name = "[MODE,]NAME=VALUE")]
     pub trace_config: Vec<String>,
+    /// Every replica's sidecar gRPC address, this one's included, the same list on every
+    /// replica (comma-separated or repeated): each sequence is served by the replica that holds
+    /// it, whichever one a request lands on. Given, these replace server.sequence_peers.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    pub sequence_peers: Vec<String>,
+    /// Which of --sequence-peers is this sidecar (default: the one on this gRPC port at a
+    /// loopback address, this host's name or $POD_IP).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub sequence_self: Option<String>,
 }
 
 impl Args {
@@ -171,6 +180,12 @@ impl Args {
         }
         if !self.trace_config.is_empty() {
             s.trace_config = self.trace_config.clone();
+        }
+        if !self.sequence_peers.is_empty() {
+            s.sequence_peers = self.sequence_peers.clone();
+        }
+        if let Some(v) = &self.sequence_self {
+            s.sequence_self = Some(v.clone());
         }
         if let Some(v) = self.max_http_body_bytes {
             config.limits.max_http_body_bytes = v;

@@ -27,6 +27,8 @@
 //!
 //! - [`core`]: models and their registry, requests and responses, validation, sequences,
 //!   classification, statistics, and the pipeline that ties them together.
+//! - [`peers`]: sequences across replicas: each sequence's requests go to the replica that holds
+//!   its state, over the peers' gRPC ports.
 //! - [`backend`]: where inference runs: the built-in models, or a model server upstream.
 //!
 //! Shared by all of the above:
@@ -55,6 +57,7 @@ pub mod http;
 pub mod json;
 pub mod log_update;
 pub mod metrics;
+pub mod peers;
 pub mod restricted;
 pub mod server;
 pub mod shm;

@@ -62,6 +62,18 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         .grpc_restrictions()
         .and_then(|r| Guard::grpc(&r))
         .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?;
+    let peers = match config.server.sequence_peers.as_slice() {
+        [] => None,
+        list => Some(Arc::new(
+            crate::peers::Peers::new(
+                list,
+                config.server.sequence_self.as_deref(),
+                config.server.grpc_port,
+                usize::try_from(config.limits.max_grpc_message_bytes).unwrap_or(usize::MAX),
+            )
+            .map_err(|e| anyhow::anyhow!("--sequence-peers: {e}"))?,
+        )),
+    };
     let tracing = config
         .server
         .trace()
@@ -80,6 +92,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         state.http_restricted = http_restricted;
         state.grpc_restricted = grpc_restricted;
         state.tracing = Arc::new(tracing);
+        state.peers = peers;
     }
     Ok(state)
 }
@@ -184,6 +197,10 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         }
     }));
 
+    if let Some(peers) = &state.peers {
+        tracing::info!(me = peers.address(), peers = ?peers.states(false), "routing sequences across replicas");
+        background.push(peers.spawn_probes());
+    }
     match &state.upstream {
         // Ready once the upstream's models are discovered, and from then on as the upstream is.
         Some(h) => {

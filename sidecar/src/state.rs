@@ -90,6 +90,8 @@ pub struct AppState {
     pub grpc_restricted: Guard,
     /// The trace extension: its settings, and where sampled requests' spans go.
     pub tracing: Arc<crate::trace::Tracing>,
+    /// The other replicas' sidecars, when sequences are routed across replicas.
+    pub peers: Option<Arc<crate::peers::Peers>>,
 }
 
 impl AppState {
@@ -255,6 +257,7 @@ impl AppState {
             http_restricted: Guard::default(),
             grpc_restricted: Guard::default(),
             tracing: Arc::new(crate::trace::Tracing::off()),
+            peers: None,
         })
     }
 }

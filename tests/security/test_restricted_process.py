@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import signal
-import socket
+import sys
 import subprocess
 import tempfile
 import time
@@ -34,6 +34,8 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests/tools"))
+from ports import free_ports  # noqa: E402
 BINARY = Path(os.environ.get("INFERGATE_SIDECAR_BIN", REPO / "target/debug/infergate-sidecar"))
 UID = 65532  # the sidecar image's user and the operator's default `sidecar.runAsUser`
 
@@ -50,16 +52,6 @@ pytestmark = pytest.mark.skipif(
     reason="needs root with unshare and setpriv (util-linux) to run the sidecar as uid 65532 "
     "on a read-only root filesystem",
 )
-
-
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class Sidecar:

@@ -73,6 +73,15 @@ pub struct ServerSettings {
     /// OpenTelemetry spans of sampled requests, exported over OTLP/HTTP.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub trace_config: Vec<String>,
+    /// The gRPC addresses (`HOST:PORT`) of every replica's sidecar, this one's included, the same
+    /// list on every replica: each sequence is then served by the replica that holds it, whichever
+    /// one a request lands on (docs/sequences.md). Empty: this sidecar serves every sequence.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sequence_peers: Vec<String>,
+    /// Which of `sequence_peers` is this sidecar. Unset: the one entry on this gRPC port whose host
+    /// is a loopback address, this host's name or `$POD_IP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_self: Option<String>,
 }
 
 impl ServerSettings {
@@ -118,6 +127,8 @@ impl Default for ServerSettings {
             http_restricted_api: Vec::new(),
             grpc_restricted_protocol: Vec::new(),
             trace_config: Vec::new(),
+            sequence_peers: Vec::new(),
+            sequence_self: None,
         }
     }
 }

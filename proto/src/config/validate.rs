@@ -62,6 +62,29 @@ impl SidecarConfig {
         if let Err(e) = s.trace() {
             err("server.trace_config", e);
         }
+        for (i, peer) in s.sequence_peers.iter().enumerate() {
+            let port = peer.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
+            if !matches!(port, Some(Ok(p)) if p > 0) {
+                err(
+                    &format!("server.sequence_peers[{i}]"),
+                    format!("'{peer}' is not HOST:PORT"),
+                );
+            }
+        }
+        if !s.sequence_peers.is_empty() && s.grpc_port == 0 {
+            err(
+                "server.grpc_port",
+                "sequence peers need a fixed gRPC port (peers reach each other there)".into(),
+            );
+        }
+        if let Some(me) = &s.sequence_self
+            && !s.sequence_peers.contains(me)
+        {
+            err(
+                "server.sequence_self",
+                format!("'{me}' is not one of server.sequence_peers"),
+            );
+        }
         let ports = [
             ("server.http_port", s.http_port),
             ("server.grpc_port", s.grpc_port),

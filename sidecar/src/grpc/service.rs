@@ -19,11 +19,11 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{convert, stream};
 use crate::core::model::Model;
-use crate::core::pipeline;
 use crate::core::repository::Repository;
 use crate::core::stats::Duration2;
 use crate::error::Error;
 use crate::log_update::{self, Front, LogValue};
+use crate::peers::{self, Route};
 use crate::state::SharedState;
 use crate::trace;
 
@@ -181,6 +181,22 @@ impl GrpcInferenceService for Inference {
         }
         let received = Instant::now();
         let (metadata, _, message) = request.into_parts();
+        let route = Route::from_metadata(
+            metadata
+                .get(peers::ROUTE_METADATA)
+                .and_then(|v| v.to_str().ok()),
+        );
+        let state = &self.state;
+        let infer = |request| {
+            let ready = state.health.is_ready();
+            peers::infer(
+                &state.repository,
+                state.peers.as_deref(),
+                ready,
+                request,
+                route,
+            )
+        };
         let root = self.state.tracing.start(
             &message.model_name,
             || trace::context_of(|name| metadata.get(name).and_then(|v| v.to_str().ok())),
@@ -189,14 +205,14 @@ impl GrpcInferenceService for Inference {
         );
         let Some(mut root) = root else {
             let request = convert::request(message, &self.state.shm)?;
-            let response = pipeline::infer(&self.state.repository, request).await?;
+            let response = infer(request).await?;
             return Ok(Response::new(convert::response(response)));
         };
         root.event("GRPC_WAITREAD_END", received);
         let result = async {
             let mut request = convert::request(message, &self.state.shm)?;
             request.trace = Some(root.scope().clone());
-            let response = pipeline::infer(&self.state.repository, request).await?;
+            let response = infer(request).await?;
             root.event("INFER_RESPONSE_COMPLETE", Instant::now());
             Ok::<_, Error>(convert::response(response))
         }

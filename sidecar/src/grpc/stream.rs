@@ -21,6 +21,7 @@ use tonic::{Status, Streaming};
 
 use super::convert;
 use crate::core::pipeline;
+use crate::peers::{self, Route};
 use crate::state::SharedState;
 use crate::trace;
 
@@ -177,7 +178,8 @@ async fn answer(
     let result = match convert::request(request, &state.shm) {
         Ok(mut req) => {
             req.trace = root.as_ref().map(|root| root.scope().clone());
-            pipeline::infer(&state.repository, req).await
+            let (peers, ready) = (state.peers.as_deref(), state.health.is_ready());
+            peers::infer(&state.repository, peers, ready, req, Route::Client).await
         }
         Err(e) => Err(e),
     };
@@ -240,7 +242,11 @@ async fn answer_decoupled(
     let started = match convert::request(request, &state.shm) {
         Ok(mut req) => {
             req.trace = root.as_ref().map(|root| root.scope().clone());
-            pipeline::infer_decoupled(&state.repository, req).await
+            let (peers, ready) = (state.peers.as_deref(), state.health.is_ready());
+            match peers::check_decoupled(&state.repository, peers, ready, &req) {
+                Ok(()) => pipeline::infer_decoupled(&state.repository, req).await,
+                Err(e) => Err(e),
+            }
         }
         Err(e) => Err(e),
     };

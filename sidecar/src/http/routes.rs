@@ -13,12 +13,12 @@ use serde_json::{Value as J, json};
 use super::compression::{self, Encoding};
 use super::{error_response, infer, json_error, json_ok, read_body, trace_setting};
 use crate::core::model::Model;
-use crate::core::pipeline;
 use crate::core::repository::Repository;
 use crate::core::stats::{Duration2, Snapshot};
 use crate::error::{Error, Result};
 use crate::json::{self, Value};
 use crate::log_update::{self, Front, LogValue};
+use crate::peers::{self, Route};
 use crate::state::SharedState;
 use crate::telemetry::LogSettings;
 use crate::trace;
@@ -358,7 +358,9 @@ pub(super) async fn run_infer(
             infer::decode(&st, &model, &version, &headers, body)?
         };
         request.trace = root.as_ref().map(|root| root.scope().clone());
-        let response = pipeline::infer(&st.repository, request).await?;
+        let ready = st.health.is_ready();
+        let peers = st.peers.as_deref();
+        let response = peers::infer(&st.repository, peers, ready, request, Route::Client).await?;
         if let Some(root) = &mut root {
             root.event("INFER_RESPONSE_COMPLETE", Instant::now());
         }

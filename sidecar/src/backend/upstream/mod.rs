@@ -37,7 +37,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use answer::Answer;
 pub use discovery::{UpstreamLoader, run_discovery};
-use h2_channel::H2Channel;
+
+pub use h2_channel::{H2Channel, Settings as H2Settings};
 use passthrough::Passthrough;
 use rest::RestClient;
 use staging::{ClientWindow, Plan, Staging};

@@ -1,0 +1,328 @@
+//! Sequences across replicas: every request of a sequence reaches the sidecar (and so the model
+//! server) that holds the sequence's state, whichever replica the client's request landed on.
+//!
+//! The protocol between sidecars (docs/sequences.md has it with its guarantees):
+//!
+//! - Every sidecar knows the same list of peers (`--sequence-peers`, each one's gRPC address)
+//!   and probes the others' `ServerReady` twice a second: ready, live (answering, not ready:
+//!   starting or draining), or down.
+//! - A sequence's ranking of the peers is rendezvous hashing of (model, sequence id) over the
+//!   listed addresses ([`rendezvous`]); its owner is the first ready peer of the ranking.
+//! - A request with `sequence_start` goes to the owner and is served there. Every sidecar
+//!   remembers the sequences it serves ([`held`]) until their END or their idle timeout.
+//! - Any other request of a sequence is served where it is held; a sidecar that does not hold it
+//!   hands it to the next peer of the ranking (ready or live) that has not been asked yet,
+//!   naming the peers asked so far in the metadata `infergate-sequence-route` (the answering
+//!   peers first, then those the last probe found down). When a peer joins, the sequences it now
+//!   wins were started on the peer that comes second: the walk finds them there. When the last
+//!   peer asked does not hold it either, it serves the request itself, and the model answers as
+//!   it does for a sequence it does not know.
+//! - Forwarding happens over the peer's ordinary gRPC port (`ModelInfer`, tensors as raw bytes),
+//!   so the answer the client gets is the peer's answer. Tensors in the client's shared memory
+//!   cannot travel and are refused with a clear error when the sequence is held elsewhere.
+//!
+//! Without peers, and for requests without a sequence id or to models without a sequence
+//! batcher, nothing here runs: the pipeline is called directly.
+
+mod forward;
+mod held;
+pub mod membership;
+mod rendezvous;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use infergate_proto::inference::model_config::SchedulingChoice;
+use opentelemetry::KeyValue;
+
+use crate::core::pipeline;
+use crate::core::repository::Repository;
+use crate::core::request::{InferRequest, InferResponse};
+use crate::core::sequence::{CorrelationId, SequenceParams};
+use crate::error::{Error, Result};
+use crate::trace::Kind;
+use forward::{Failed, forward};
+use held::Held;
+use membership::{Members, PeerState};
+
+pub use forward::ROUTE_METADATA;
+
+/// Triton's idle timeout of a sequence when its configuration names none.
+const DEFAULT_IDLE: Duration = Duration::from_secs(1);
+
+/// The peers of this sidecar and the sequences it holds.
+pub struct Peers {
+    members: Arc<Members>,
+    held: Held,
+}
+
+/// Where a request comes from.
+#[derive(Clone, Debug, Default)]
+pub enum Route {
+    /// A client.
+    #[default]
+    Client,
+    /// A peer, with the addresses of the peers asked so far.
+    Forwarded(Vec<String>),
+}
+
+impl Route {
+    /// The route a request's metadata names (`infergate-sequence-route`).
+    pub fn from_metadata(value: Option<&str>) -> Route {
+        match value {
+            None => Route::Client,
+            Some(list) => Route::Forwarded(
+                list.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl Peers {
+    pub fn new(
+        list: &[String],
+        me: Option<&str>,
+        grpc_port: u16,
+        max_message_bytes: usize,
+    ) -> std::result::Result<Peers, String> {
+        let members = Members::new(list, me, grpc_port, max_message_bytes)?;
+        Ok(Peers {
+            members: Arc::new(members),
+            held: Held::default(),
+        })
+    }
+
+    /// Probes the other peers until aborted.
+    pub fn spawn_probes(&self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.members.clone().probe())
+    }
+
+    /// This sidecar's address, as listed.
+    pub fn address(&self) -> &str {
+        &self.members.peers[self.members.me].address
+    }
+
+    /// The listed peers and their states, this sidecar's (ready or not) included.
+    pub fn states(&self, ready: bool) -> Vec<(String, PeerState)> {
+        (0..self.members.peers.len())
+            .map(|i| (self.members.peers[i].address.clone(), self.state(i, ready)))
+            .collect()
+    }
+
+    /// A peer's state; this sidecar's is `ready` (not starting, not draining), or live.
+    fn state(&self, i: usize, ready: bool) -> PeerState {
+        match (i == self.members.me, ready) {
+            (true, true) => PeerState::Ready,
+            (true, false) => PeerState::Live,
+            (false, _) => self.members.peers[i].state(),
+        }
+    }
+
+    /// The peers in the sequence's order, those at least `at_least`; this sidecar `ready` or not.
+    fn ranking(
+        &self,
+        model: &str,
+        id: &CorrelationId,
+        at_least: PeerState,
+        ready: bool,
+    ) -> Vec<usize> {
+        let addresses: Vec<&str> = self
+            .members
+            .peers
+            .iter()
+            .map(|p| p.address.as_str())
+            .collect();
+        rendezvous::rank(&addresses, model, id)
+            .into_iter()
+            .filter(|&i| self.state(i, ready) as u8 >= at_least as u8)
+            .collect()
+    }
+}
+
+/// One inference, served here or by the peer that holds its sequence. `ready`: whether this
+/// sidecar is ready (only a ready sidecar is given new sequences).
+pub async fn infer(
+    repository: &Repository,
+    peers: Option<&Peers>,
+    ready: bool,
+    request: InferRequest,
+    route: Route,
+) -> Result<InferResponse> {
+    let Some(peers) = peers else {
+        return pipeline::infer(repository, request).await;
+    };
+    let Some(sequence) = sequence_of(repository, &request) else {
+        return pipeline::infer(repository, request).await;
+    };
+    peers
+        .route(repository, request, sequence, route, ready)
+        .await
+}
+
+/// Whether a request to a decoupled model may run here: its sequence is not held by a peer.
+/// (Decoupled requests are not forwarded: their answers are a stream.)
+pub fn check_decoupled(
+    repository: &Repository,
+    peers: Option<&Peers>,
+    ready: bool,
+    request: &InferRequest,
+) -> Result<()> {
+    let (Some(peers), Some(sequence)) = (peers, sequence_of(repository, request)) else {
+        return Ok(());
+    };
+    let ranking = peers.ranking(&request.model_name, &sequence.id, PeerState::Ready, ready);
+    let owner_here = ranking.first().is_none_or(|&i| i == peers.members.me);
+    if owner_here || peers.held.contains(&request.model_name, &sequence.id) {
+        return Ok(());
+    }
+    Err(Error::unsupported(format!(
+        "sequence {} of the decoupled model '{}' belongs to another replica, and decoupled requests are not forwarded between replicas: send the sequence to one replica",
+        sequence.id, request.model_name
+    )))
+}
+
+/// A request's sequence: its id, flags and the model's idle timeout, where the model has a
+/// sequence batcher and the request names a sequence.
+struct Sequence {
+    id: CorrelationId,
+    start: bool,
+    end: bool,
+    idle: Duration,
+}
+
+fn sequence_of(repository: &Repository, request: &InferRequest) -> Option<Sequence> {
+    let model = repository
+        .get(&request.model_name, &request.model_version)
+        .ok()?;
+    let Some(SchedulingChoice::SequenceBatching(batching)) = &model.config.scheduling_choice else {
+        return None;
+    };
+    // Parameters the pipeline refuses are refused there, with its words.
+    let params = SequenceParams::from_parameters(&request.parameters).ok()?;
+    let idle = match batching.max_sequence_idle_microseconds {
+        0 => DEFAULT_IDLE,
+        us => Duration::from_micros(us),
+    };
+    Some(Sequence {
+        id: params.id?,
+        start: params.start,
+        end: params.end,
+        idle,
+    })
+}
+
+impl Peers {
+    async fn route(
+        &self,
+        repository: &Repository,
+        request: InferRequest,
+        sequence: Sequence,
+        route: Route,
+        ready: bool,
+    ) -> Result<InferResponse> {
+        let model = request.model_name.clone();
+        let me = self.members.me;
+        let mut asked = match route {
+            Route::Client => Vec::new(),
+            // A peer sent it: a START because this sidecar owns it, anything else because the
+            // peers before it do not hold it.
+            Route::Forwarded(_) if sequence.start => {
+                return self.serve_here(repository, request, &sequence).await;
+            }
+            Route::Forwarded(asked) => asked,
+        };
+        if sequence.start {
+            for i in self.ranking(&model, &sequence.id, PeerState::Ready, ready) {
+                if i == me {
+                    return self.serve_here(repository, request, &sequence).await;
+                }
+                match self.forward_to(i, &request, &[self.address()]).await {
+                    Err(Failed::Unreachable(_)) => continue,
+                    Err(Failed::Answered(e)) => return Err(e),
+                    Ok(response) => {
+                        // Restarted elsewhere: what this sidecar held of it is stale.
+                        self.held.forget(&model, &sequence.id);
+                        return Ok(response);
+                    }
+                }
+            }
+            // No peer ready, this one included (starting or draining): serve it here.
+            return self.serve_here(repository, request, &sequence).await;
+        }
+        if self.held.contains(&model, &sequence.id) {
+            return self.serve_here(repository, request, &sequence).await;
+        }
+        asked.push(self.address().to_string());
+        // Peers that answer first, in the sequence's order; then those the last probe found
+        // down, since a peer that has just started may hold sequences before every other has
+        // probed it (asking one that is really down costs a refused connection, on a path that
+        // otherwise ends in an error).
+        let answering = self.ranking(&model, &sequence.id, PeerState::Live, ready);
+        let down = self
+            .ranking(&model, &sequence.id, PeerState::Down, ready)
+            .into_iter()
+            .filter(|i| !answering.contains(i));
+        let walk: Vec<usize> = answering.iter().copied().chain(down).collect();
+        for i in walk {
+            let address = self.members.peers[i].address.as_str();
+            if i == me || asked.iter().any(|a| a == address) {
+                continue;
+            }
+            let route: Vec<&str> = asked.iter().map(String::as_str).collect();
+            match self.forward_to(i, &request, &route).await {
+                // Gone since the last probe: neither holds nor answers.
+                Err(Failed::Unreachable(_)) => continue,
+                Err(Failed::Answered(e)) => return Err(e),
+                Ok(response) => return Ok(response),
+            }
+        }
+        // No peer holds it: the model answers as for any sequence it does not know.
+        self.serve_here(repository, request, &sequence).await
+    }
+
+    async fn serve_here(
+        &self,
+        repository: &Repository,
+        request: InferRequest,
+        sequence: &Sequence,
+    ) -> Result<InferResponse> {
+        let model = request.model_name.clone();
+        let response = pipeline::infer(repository, request).await?;
+        self.held
+            .served(&model, &sequence.id, sequence.idle, sequence.end);
+        Ok(response)
+    }
+
+    async fn forward_to(
+        &self,
+        i: usize,
+        request: &InferRequest,
+        route: &[&str],
+    ) -> std::result::Result<InferResponse, Failed> {
+        let peer = &self.members.peers[i];
+        let mut span = request.trace.as_ref().map(|scope| {
+            let mut span = scope.start("sequence peer", Kind::Client, Instant::now());
+            span.attribute(KeyValue::new("server.address", peer.address.clone()));
+            span
+        });
+        let context = span
+            .as_ref()
+            .map(crate::trace::Span::context_headers)
+            .unwrap_or_default();
+        let result = forward(&peer.client, &peer.address, request, route, &context).await;
+        if let Err(Failed::Unreachable(e)) = &result {
+            tracing::warn!(peer = %peer.address, error = %e, "sequence peer unreachable");
+            peer.set_state(PeerState::Down);
+        }
+        if let Some(mut span) = span.take() {
+            if let Err(Failed::Unreachable(e) | Failed::Answered(e)) = &result {
+                span.fail(&e.message);
+            }
+            span.end(Instant::now());
+        }
+        result
+    }
+}
