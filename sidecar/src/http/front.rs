@@ -18,7 +18,7 @@ use futures::future::{BoxFuture, Either};
 use http::{Method, Request};
 use tower::Service;
 
-use super::{is_decimal_version, restricted, routes};
+use super::{inference, is_decimal_version, restricted};
 use crate::state::SharedState;
 
 /// The HTTP port's service: `POST /v2/models/{m}[/versions/{v}]/infer` to the inference handler,
@@ -92,7 +92,7 @@ where
                 let (parts, body) = request.into_parts();
                 Either::Left(Box::pin(async move {
                     let body = Body::new(body);
-                    Ok(routes::run_infer(state, model, version, parts.headers, body).await)
+                    Ok(inference::run_infer(state, model, version, parts.headers, body).await)
                 }))
             }
             None => Either::Right(self.router.call(request)),

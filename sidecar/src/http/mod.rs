@@ -4,12 +4,19 @@
 pub(crate) mod body;
 pub mod compression;
 mod front;
+mod handlers;
 pub(crate) mod infer;
+mod inference;
 mod lenient_base64;
+mod logging;
+mod metadata;
 mod params;
+mod repository;
 pub mod restricted;
 mod routes;
 pub mod serve;
+mod shared_memory;
+mod statistics;
 mod trace_setting;
 
 use axum::Router;

@@ -1,0 +1,132 @@
+//! `POST /v2/models/{m}[/versions/{v}]/infer` (and the `generate` routes, unsupported): the body
+//! read, decoded, inferred (here or on the peer that holds its sequence), encoded; traced when
+//! sampled. The codec itself is `infer.rs`.
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use http::{HeaderMap, header};
+
+use super::compression::{self, Encoding};
+use super::handlers::respond;
+use super::{error_response, infer, read_body};
+use crate::error::{Error, Result};
+use crate::peers::{self, Route};
+use crate::state::SharedState;
+use crate::trace;
+
+pub(super) async fn infer_latest(
+    State(st): State<SharedState>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    run_infer(st, model, String::new(), headers, body).await
+}
+
+pub(super) async fn infer_v(
+    State(st): State<SharedState>,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    run_infer(st, model, version, headers, body).await
+}
+
+pub(super) async fn run_infer(
+    st: SharedState,
+    model: String,
+    version: String,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let received = Instant::now();
+    let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let mut root = st.tracing.start(
+        &model,
+        || trace::context_of(|name| headers.get(name).and_then(|v| v.to_str().ok())),
+        trace::Front::Http,
+        received,
+    );
+    let encoding = match compression::request_encoding(header(header::CONTENT_ENCODING)) {
+        Ok(e) => e,
+        Err(e) => {
+            let mut resp = error_response(&e);
+            resp.headers_mut().insert(
+                header::ACCEPT_ENCODING,
+                http::HeaderValue::from_static("gzip, deflate"),
+            );
+            return resp;
+        }
+    };
+    let limit = st.limits.max_http_body_bytes;
+    let content_length = header(header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
+    let result = async {
+        // As Triton, before the body is read.
+        if st
+            .repository
+            .get(&model, &version)
+            .is_ok_and(|m| m.is_decoupled())
+        {
+            return Err(Error::unsupported(
+                "HTTP end point doesn't support models with decoupled transaction policy",
+            ));
+        }
+        let raw = read_body(body, limit, content_length, st.limits.http_body_timeout()).await?;
+        if let Some(root) = &mut root {
+            root.event("HTTP_RECV_END", Instant::now());
+        }
+        let body = if encoding == Encoding::Identity {
+            raw
+        } else {
+            compression::inflate(&raw, limit)?
+        };
+        let mut request = if infer::json_bytes(&headers, body.len()) >= OFFLOAD_BYTES {
+            let (st, headers) = (st.clone(), headers.clone());
+            off_worker(move || infer::decode(&st, &model, &version, &headers, body)).await?
+        } else {
+            infer::decode(&st, &model, &version, &headers, body)?
+        };
+        request.trace = root.as_ref().map(|root| root.scope().clone());
+        let ready = st.health.is_ready();
+        let peers = st.peers.as_deref();
+        let response = peers::infer(&st.repository, peers, ready, request, Route::Client).await?;
+        if let Some(root) = &mut root {
+            root.event("INFER_RESPONSE_COMPLETE", Instant::now());
+        }
+        let accept_encoding = header(header::ACCEPT_ENCODING);
+        if infer::heavy_to_encode(&response, accept_encoding, OFFLOAD_BYTES) {
+            let accept_encoding = accept_encoding.map(str::to_owned);
+            off_worker(move || infer::encode(&response, accept_encoding.as_deref())).await
+        } else {
+            infer::encode(&response, accept_encoding)
+        }
+    }
+    .await;
+    if let Some(root) = root {
+        trace::end_root(root, trace::Front::Http, result.as_ref().err());
+    }
+    respond(result)
+}
+
+/// JSON of at least this many bytes to read or write (or a body to compress) is handled on a
+/// blocking thread, so that the runtime's workers (one by default) go on serving the other
+/// connections meanwhile.
+const OFFLOAD_BYTES: usize = 256 * 1024;
+
+/// Runs `work` on the runtime's blocking threads.
+pub(super) async fn off_worker<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::internal(format!("the request's worker thread failed: {e}")))?
+}
+
+pub(super) async fn generate() -> Response {
+    error_response(&Error::unsupported(
+        "the generate extension is not supported by this server",
+    ))
+}
