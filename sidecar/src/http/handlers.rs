@@ -1,18 +1,13 @@
-//! What the REST handlers share: a result as the response, empty answers, and reading the
-//! control-plane bodies.
+//! What the REST handlers share: empty answers, and reading the control-plane bodies.
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 use serde_json::Value as J;
 
-use super::{error_response, read_body};
+use super::read_body;
 use crate::error::{Error, Result};
 use crate::json;
-
-pub(super) fn respond(result: Result<Response>) -> Response {
-    result.unwrap_or_else(|e| error_response(&e))
-}
 
 pub(super) fn empty(status: StatusCode) -> Response {
     (status, Body::empty()).into_response()

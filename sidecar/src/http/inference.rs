@@ -6,11 +6,10 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, header};
 
 use super::compression::{self, Encoding};
-use super::handlers::respond;
 use super::{error_response, infer, read_body};
 use crate::error::{Error, Result};
 use crate::peers::{self, Route};
@@ -108,7 +107,7 @@ pub(super) async fn run_infer(
     if let Some(root) = root {
         trace::end_root(root, trace::Front::Http, result.as_ref().err());
     }
-    respond(result)
+    result.into_response()
 }
 
 /// JSON of at least this many bytes to read or write (or a body to compress) is handled on a

@@ -5,8 +5,8 @@ use axum::extract::State;
 use axum::response::Response;
 use serde_json::{Value as J, json};
 
-use super::handlers::respond;
 use super::{infer, json_ok, read_body};
+use crate::error::Result;
 use crate::json::{self, Value};
 use crate::log_update::{self, Front, LogValue};
 use crate::state::SharedState;
@@ -23,31 +23,27 @@ pub(super) async fn logging_get(State(st): State<SharedState>) -> Response {
     json_ok(&logging_json(&st.log.get()))
 }
 
-pub(super) async fn logging_post(State(st): State<SharedState>, body: Body) -> Response {
-    let result = async {
-        let raw = read_body(body, 1 << 20, None, st.limits.http_body_timeout()).await?;
-        // An empty body changes nothing; neither does anything but an object (Triton looks each
-        // setting up by name and finds none).
-        let doc = if raw.iter().all(u8::is_ascii_whitespace) {
-            Value::Null
-        } else {
-            json::parse(&raw, 16).map_err(infer::body_json_error)?
-        };
-        let mut settings = st.log.get();
-        let result = log_update::update(&mut settings, Front::Rest, |key| {
-            doc.get(key).map(|v| match v {
-                Value::Null => LogValue::Null,
-                Value::Bool(b) => LogValue::Bool(*b),
-                Value::Number(json::Number::Uint(u)) => LogValue::Uint(*u),
-                Value::String(s) => LogValue::String(String::from_utf8_lossy(s).into_owned()),
-                _ => LogValue::Other,
-            })
-        });
-        // What was applied before an invalid setting stays applied, as in Triton.
-        st.log.set(settings.clone());
-        tracing::info!(level = settings.filter(), "log settings changed");
-        result.map(|()| json_ok(&logging_json(&settings)))
-    }
-    .await;
-    respond(result)
+pub(super) async fn logging_post(State(st): State<SharedState>, body: Body) -> Result<Response> {
+    let raw = read_body(body, 1 << 20, None, st.limits.http_body_timeout()).await?;
+    // An empty body changes nothing; neither does anything but an object (Triton looks each
+    // setting up by name and finds none).
+    let doc = if raw.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        json::parse(&raw, 16).map_err(infer::body_json_error)?
+    };
+    let mut settings = st.log.get();
+    let result = log_update::update(&mut settings, Front::Rest, |key| {
+        doc.get(key).map(|v| match v {
+            Value::Null => LogValue::Null,
+            Value::Bool(b) => LogValue::Bool(*b),
+            Value::Number(json::Number::Uint(u)) => LogValue::Uint(*u),
+            Value::String(s) => LogValue::String(String::from_utf8_lossy(s).into_owned()),
+            _ => LogValue::Other,
+        })
+    });
+    // What was applied before an invalid setting stays applied, as in Triton.
+    st.log.set(settings.clone());
+    tracing::info!(level = settings.filter(), "log settings changed");
+    result.map(|()| json_ok(&logging_json(&settings)))
 }

@@ -6,9 +6,10 @@ use axum::response::Response;
 use http::StatusCode;
 use serde_json::{Value as J, json};
 
-use super::handlers::{empty, respond};
+use super::handlers::empty;
 use super::{error_response, json_error, json_ok};
 use crate::core::model::Model;
+use crate::error::Result;
 use crate::state::SharedState;
 
 pub(super) async fn server_metadata(State(st): State<SharedState>) -> Response {
@@ -43,23 +44,21 @@ pub fn metadata_json(model: &Model) -> J {
 pub(super) async fn model_metadata(
     State(st): State<SharedState>,
     Path(model): Path<String>,
-) -> Response {
+) -> Result<Response> {
     metadata(&st, &model, "")
 }
 
 pub(super) async fn model_metadata_v(
     State(st): State<SharedState>,
     Path((model, version)): Path<(String, String)>,
-) -> Response {
+) -> Result<Response> {
     metadata(&st, &model, &version)
 }
 
-fn metadata(st: &SharedState, model: &str, version: &str) -> Response {
-    respond(
-        st.repository
-            .get(model, version)
-            .map(|m| json_ok(&metadata_json(&m))),
-    )
+fn metadata(st: &SharedState, model: &str, version: &str) -> Result<Response> {
+    st.repository
+        .get(model, version)
+        .map(|m| json_ok(&metadata_json(&m)))
 }
 
 pub(super) async fn model_ready(
@@ -87,21 +86,19 @@ fn readiness(st: &SharedState, model: &str, version: &str) -> Response {
 pub(super) async fn model_config(
     State(st): State<SharedState>,
     Path(model): Path<String>,
-) -> Response {
+) -> Result<Response> {
     config(&st, &model, "")
 }
 
 pub(super) async fn model_config_v(
     State(st): State<SharedState>,
     Path((model, version)): Path<(String, String)>,
-) -> Response {
+) -> Result<Response> {
     config(&st, &model, &version)
 }
 
-fn config(st: &SharedState, model: &str, version: &str) -> Response {
-    respond(
-        st.repository
-            .get(model, version)
-            .map(|m| json_ok(&infergate_proto::model_config::to_json(&m.config))),
-    )
+fn config(st: &SharedState, model: &str, version: &str) -> Result<Response> {
+    st.repository
+        .get(model, version)
+        .map(|m| json_ok(&infergate_proto::model_config::to_json(&m.config)))
 }

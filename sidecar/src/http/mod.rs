@@ -108,6 +108,14 @@ async fn json_rejections(response: Response) -> Response {
     json_error(status, &message)
 }
 
+/// A handler's error is Triton's status and `{"error": "..."}` body, so handlers return
+/// `Result<Response>`.
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        error_response(&self)
+    }
+}
+
 /// `{"error":"<message>"}` with the error's status.
 pub fn error_response(err: &Error) -> Response {
     json_error(err.http_status(), &err.message)

@@ -5,94 +5,89 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use serde_json::Value as J;
 
-use super::handlers::{empty_json_ok, optional_json, respond};
+use super::handlers::{empty_json_ok, optional_json};
 use super::{error_response, json_ok};
 use crate::core::repository::Repository;
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::state::SharedState;
 
-pub(super) async fn repository_index(State(st): State<SharedState>, body: Body) -> Response {
-    let result = async {
-        let ready = match optional_json(body, st.limits.http_body_timeout()).await? {
+pub(super) async fn repository_index(
+    State(st): State<SharedState>,
+    body: Body,
+) -> Result<Response> {
+    let ready = match optional_json(body, st.limits.http_body_timeout()).await? {
+        None => false,
+        Some(doc) => match doc.get("ready") {
             None => false,
-            Some(doc) => match doc.get("ready") {
-                None => false,
-                Some(J::Bool(b)) => *b,
-                Some(_) => {
-                    return Err(Error::invalid_arg(
-                        "Invalid value for 'ready': expected a boolean",
-                    ));
-                }
-            },
-        };
-        let rows: Vec<J> = st
-            .repository
-            .index(ready)
-            .into_iter()
-            .map(|e| {
-                let mut row = serde_json::Map::new();
-                row.insert("name".into(), J::String(e.name));
-                if let Some(v) = e.version {
-                    row.insert("version".into(), J::String(v));
-                }
-                if let Some(s) = e.state {
-                    row.insert("state".into(), J::String(s.to_string()));
-                }
-                if !e.reason.is_empty() {
-                    row.insert("reason".into(), J::String(e.reason));
-                }
-                J::Object(row)
-            })
-            .collect();
-        Ok(json_ok(&J::Array(rows)))
-    }
-    .await;
-    respond(result)
+            Some(J::Bool(b)) => *b,
+            Some(_) => {
+                return Err(Error::invalid_arg(
+                    "Invalid value for 'ready': expected a boolean",
+                ));
+            }
+        },
+    };
+    let rows: Vec<J> = st
+        .repository
+        .index(ready)
+        .into_iter()
+        .map(|e| {
+            let mut row = serde_json::Map::new();
+            row.insert("name".into(), J::String(e.name));
+            if let Some(v) = e.version {
+                row.insert("version".into(), J::String(v));
+            }
+            if let Some(s) = e.state {
+                row.insert("state".into(), J::String(s.to_string()));
+            }
+            if !e.reason.is_empty() {
+                row.insert("reason".into(), J::String(e.reason));
+            }
+            J::Object(row)
+        })
+        .collect();
+    Ok(json_ok(&J::Array(rows)))
 }
 
 pub(super) async fn load(
     State(st): State<SharedState>,
     Path(model): Path<String>,
     body: Body,
-) -> Response {
-    let result = async {
-        let doc = optional_json(body, st.limits.http_body_timeout()).await?;
-        // Triton reads every parameter before it loads: each value must be a JSON string, and
-        // only `config` and `file:*` keys are parameters; its JSON reader's texts are kept.
-        let params = match doc.as_ref().and_then(|d| d.get("parameters")) {
-            None => None,
-            Some(J::Object(params)) => Some(params),
-            Some(_) => return Err(Error::internal("attempt to get members for non-object")),
+) -> Result<Response> {
+    let doc = optional_json(body, st.limits.http_body_timeout()).await?;
+    // Triton reads every parameter before it loads: each value must be a JSON string, and
+    // only `config` and `file:*` keys are parameters; its JSON reader's texts are kept.
+    let params = match doc.as_ref().and_then(|d| d.get("parameters")) {
+        None => None,
+        Some(J::Object(params)) => Some(params),
+        Some(_) => return Err(Error::internal("attempt to get members for non-object")),
+    };
+    let mut config_override = None;
+    let mut files = false;
+    for (key, value) in params.into_iter().flatten() {
+        let J::String(text) = value else {
+            return Err(Error::internal(
+                "attempt to access JSON non-string as string",
+            ));
         };
-        let mut config_override = None;
-        let mut files = false;
-        for (key, value) in params.into_iter().flatten() {
-            let J::String(text) = value else {
-                return Err(Error::internal(
-                    "attempt to access JSON non-string as string",
-                ));
-            };
-            if key == "config" {
-                config_override = Some(text.as_str());
-            } else if key.starts_with("file:") {
-                files = true;
-            } else {
-                return Err(Error::internal(
-                    "unexpected error on creating Triton parameter",
-                ));
-            }
+        if key == "config" {
+            config_override = Some(text.as_str());
+        } else if key.starts_with("file:") {
+            files = true;
+        } else {
+            return Err(Error::internal(
+                "unexpected error on creating Triton parameter",
+            ));
         }
-        // Triton checks its mode once the request is read, before anything else.
-        st.check_model_control()?;
-        if files {
-            return Err(Repository::file_overrides_refused(&model));
-        }
-        st.repository.load(&model, config_override)?;
-        tracing::info!(model = %model, "model loaded");
-        Ok(empty_json_ok())
     }
-    .await;
-    respond(result)
+    // Triton checks its mode once the request is read, before anything else.
+    st.check_model_control()?;
+    if files {
+        return Err(Repository::file_overrides_refused(&model));
+    }
+    st.repository.load(&model, config_override)?;
+    tracing::info!(model = %model, "model loaded");
+    Ok(empty_json_ok())
 }
 
 /// `parameters.unload_dependents` is read as Triton reads it over HTTP: a value that is not a
@@ -102,16 +97,12 @@ pub(super) async fn unload(
     State(st): State<SharedState>,
     Path(model): Path<String>,
     body: Body,
-) -> Response {
-    let result = async {
-        optional_json(body, st.limits.http_body_timeout()).await?;
-        st.check_model_control()?;
-        st.repository.unload(&model)?;
-        tracing::info!(model = %model, "model unloaded");
-        Ok(empty_json_ok())
-    }
-    .await;
-    respond(result)
+) -> Result<Response> {
+    optional_json(body, st.limits.http_body_timeout()).await?;
+    st.check_model_control()?;
+    st.repository.unload(&model)?;
+    tracing::info!(model = %model, "model unloaded");
+    Ok(empty_json_ok())
 }
 
 pub(super) async fn named_repository() -> Response {

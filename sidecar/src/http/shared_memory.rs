@@ -5,72 +5,68 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use serde_json::{Value as J, json};
 
-use super::handlers::{empty_json_ok, optional_json, respond};
+use super::handlers::{empty_json_ok, optional_json};
 use super::{error_response, json_ok};
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::state::SharedState;
 
-pub(super) async fn system_shm_status_all(State(st): State<SharedState>) -> Response {
+pub(super) async fn system_shm_status_all(State(st): State<SharedState>) -> Result<Response> {
     system_status(&st, None)
 }
 
 pub(super) async fn system_shm_status_one(
     State(st): State<SharedState>,
     Path(name): Path<String>,
-) -> Response {
+) -> Result<Response> {
     system_status(&st, Some(&name))
 }
 
-fn system_status(st: &SharedState, name: Option<&str>) -> Response {
-    respond(st.shm.system_status(name).map(|regions| {
+fn system_status(st: &SharedState, name: Option<&str>) -> Result<Response> {
+    st.shm.system_status(name).map(|regions| {
         let list: Vec<J> = regions
             .into_iter()
             .map(|r| json!({"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}))
             .collect();
         json_ok(&J::Array(list))
-    }))
+    })
 }
 
 pub(super) async fn system_shm_register(
     State(st): State<SharedState>,
     Path(name): Path<String>,
     body: Body,
-) -> Response {
-    let result = async {
-        if !st.shm.allowed() {
-            return Err(Error::unsupported(crate::shm::registry::DISABLED));
-        }
-        let doc = optional_json(body, st.limits.http_body_timeout())
-            .await?
-            .unwrap_or(J::Null);
-        let key = match doc.get("key") {
-            None => {
-                return Err(Error::invalid_arg(
-                    "Shared memory register request has no 'key' field",
-                ));
-            }
-            Some(J::String(k)) => k.clone(),
-            Some(_) => {
-                return Err(Error::internal(
-                    "attempt to access JSON non-string as string",
-                ));
-            }
-        };
-        let uint = |field: &str| match doc.get(field) {
-            None => Ok(None),
-            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-                Error::internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
-            }),
-        };
-        let offset = uint("offset")?.unwrap_or(0);
-        let byte_size = uint("byte_size")?.ok_or_else(|| {
-            Error::invalid_arg("Shared memory register request has no 'byte_size' field")
-        })?;
-        st.shm.register_system(&name, &key, offset, byte_size)?;
-        Ok(empty_json_ok())
+) -> Result<Response> {
+    if !st.shm.allowed() {
+        return Err(Error::unsupported(crate::shm::registry::DISABLED));
     }
-    .await;
-    respond(result)
+    let doc = optional_json(body, st.limits.http_body_timeout())
+        .await?
+        .unwrap_or(J::Null);
+    let key = match doc.get("key") {
+        None => {
+            return Err(Error::invalid_arg(
+                "Shared memory register request has no 'key' field",
+            ));
+        }
+        Some(J::String(k)) => k.clone(),
+        Some(_) => {
+            return Err(Error::internal(
+                "attempt to access JSON non-string as string",
+            ));
+        }
+    };
+    let uint = |field: &str| match doc.get(field) {
+        None => Ok(None),
+        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+            Error::internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        }),
+    };
+    let offset = uint("offset")?.unwrap_or(0);
+    let byte_size = uint("byte_size")?.ok_or_else(|| {
+        Error::invalid_arg("Shared memory register request has no 'byte_size' field")
+    })?;
+    st.shm.register_system(&name, &key, offset, byte_size)?;
+    Ok(empty_json_ok())
 }
 
 pub(super) async fn system_shm_register_unnamed() -> Response {
@@ -82,37 +78,35 @@ pub(super) async fn system_shm_register_unnamed() -> Response {
 pub(super) async fn system_shm_unregister_one(
     State(st): State<SharedState>,
     Path(name): Path<String>,
-) -> Response {
-    respond(
-        st.shm
-            .unregister_system(Some(&name))
-            .map(|()| empty_json_ok()),
-    )
+) -> Result<Response> {
+    st.shm
+        .unregister_system(Some(&name))
+        .map(|()| empty_json_ok())
 }
 
-pub(super) async fn system_shm_unregister_all(State(st): State<SharedState>) -> Response {
-    respond(st.shm.unregister_system(None).map(|()| empty_json_ok()))
+pub(super) async fn system_shm_unregister_all(State(st): State<SharedState>) -> Result<Response> {
+    st.shm.unregister_system(None).map(|()| empty_json_ok())
 }
 
-pub(super) async fn cuda_shm_status_all(State(st): State<SharedState>) -> Response {
+pub(super) async fn cuda_shm_status_all(State(st): State<SharedState>) -> Result<Response> {
     cuda_status(&st, None)
 }
 
 pub(super) async fn cuda_shm_status_one(
     State(st): State<SharedState>,
     Path(name): Path<String>,
-) -> Response {
+) -> Result<Response> {
     cuda_status(&st, Some(&name))
 }
 
-fn cuda_status(st: &SharedState, name: Option<&str>) -> Response {
-    respond(st.shm.cuda_status(name).map(|regions| {
+fn cuda_status(st: &SharedState, name: Option<&str>) -> Result<Response> {
+    st.shm.cuda_status(name).map(|regions| {
         let list: Vec<J> = regions
             .into_iter()
             .map(|r| json!({"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}))
             .collect();
         json_ok(&J::Array(list))
-    }))
+    })
 }
 
 /// Body: `{"raw_handle":{"b64":"<base64 cudaIpcMemHandle_t>"},"device_id":0,"byte_size":64}`.
@@ -120,61 +114,55 @@ pub(super) async fn cuda_shm_register(
     State(st): State<SharedState>,
     Path(name): Path<String>,
     body: Body,
-) -> Response {
-    let result = async {
-        if !st.serves_cuda() {
-            return Err(crate::shm::registry::gpus_not_supported(&name));
-        }
-        if !st.shm.allowed() {
-            return Err(Error::unsupported(crate::shm::registry::DISABLED));
-        }
-        let doc = optional_json(body, st.limits.http_body_timeout())
-            .await?
-            .unwrap_or(J::Null);
-        let handle = match doc.get("raw_handle") {
-            None => {
-                return Err(Error::invalid_arg(
-                    "Shared memory register request has no 'raw_handle' field",
-                ));
-            }
-            Some(h) => h,
-        };
-        let Some(J::String(b64)) = handle.get("b64") else {
-            return Err(Error::invalid_arg(
-                "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
-            ));
-        };
-        // Read as Triton reads it (skipping line breaks and other non-alphabet characters), so
-        // handles from its C++ client and perf_analyzer register; the registry checks the length.
-        let raw = super::lenient_base64::decode(b64);
-        let uint = |field: &str| match doc.get(field) {
-            None => Err(Error::internal(format!(
-                "attempt to find non-existing object member '{field}'"
-            ))),
-            Some(v) => v.as_u64().ok_or_else(|| {
-                Error::internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
-            }),
-        };
-        let device_id = uint("device_id")?;
-        let byte_size = uint("byte_size")?;
-        st.register_cuda(&name, &raw, device_id, byte_size).await?;
-        Ok(empty_json_ok())
+) -> Result<Response> {
+    if !st.serves_cuda() {
+        return Err(crate::shm::registry::gpus_not_supported(&name));
     }
-    .await;
-    respond(result)
+    if !st.shm.allowed() {
+        return Err(Error::unsupported(crate::shm::registry::DISABLED));
+    }
+    let doc = optional_json(body, st.limits.http_body_timeout())
+        .await?
+        .unwrap_or(J::Null);
+    let handle = match doc.get("raw_handle") {
+        None => {
+            return Err(Error::invalid_arg(
+                "Shared memory register request has no 'raw_handle' field",
+            ));
+        }
+        Some(h) => h,
+    };
+    let Some(J::String(b64)) = handle.get("b64") else {
+        return Err(Error::invalid_arg(
+            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+        ));
+    };
+    // Read as Triton reads it (skipping line breaks and other non-alphabet characters), so
+    // handles from its C++ client and perf_analyzer register; the registry checks the length.
+    let raw = super::lenient_base64::decode(b64);
+    let uint = |field: &str| match doc.get(field) {
+        None => Err(Error::internal(format!(
+            "attempt to find non-existing object member '{field}'"
+        ))),
+        Some(v) => v.as_u64().ok_or_else(|| {
+            Error::internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        }),
+    };
+    let device_id = uint("device_id")?;
+    let byte_size = uint("byte_size")?;
+    st.register_cuda(&name, &raw, device_id, byte_size).await?;
+    Ok(empty_json_ok())
 }
 
 pub(super) async fn cuda_shm_unregister_one(
     State(st): State<SharedState>,
     Path(name): Path<String>,
-) -> Response {
-    respond(
-        st.unregister_cuda(Some(&name))
-            .await
-            .map(|()| empty_json_ok()),
-    )
+) -> Result<Response> {
+    st.unregister_cuda(Some(&name))
+        .await
+        .map(|()| empty_json_ok())
 }
 
-pub(super) async fn cuda_shm_unregister_all(State(st): State<SharedState>) -> Response {
-    respond(st.unregister_cuda(None).await.map(|()| empty_json_ok()))
+pub(super) async fn cuda_shm_unregister_all(State(st): State<SharedState>) -> Result<Response> {
+    st.unregister_cuda(None).await.map(|()| empty_json_ok())
 }

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use serde_json::{Map, Value as J};
 
-use super::{error_response, infer, json_ok, read_body};
+use super::{infer, json_ok, read_body};
 use crate::error::{Error, Result};
 use crate::json::{self, Value};
 use crate::state::SharedState;
@@ -20,30 +20,24 @@ pub async fn get_server(State(st): State<SharedState>) -> Response {
     json_ok(&view_json(&st.tracing.view(None)))
 }
 
-pub async fn get_model(State(st): State<SharedState>, Path(model): Path<String>) -> Response {
-    match st.check_trace_model(&model) {
-        Ok(()) => json_ok(&view_json(&st.tracing.view(Some(&model)))),
-        Err(e) => error_response(&e),
-    }
+pub async fn get_model(
+    State(st): State<SharedState>,
+    Path(model): Path<String>,
+) -> Result<Response> {
+    st.check_trace_model(&model)?;
+    Ok(json_ok(&view_json(&st.tracing.view(Some(&model)))))
 }
 
-pub async fn post_server(State(st): State<SharedState>, body: Body) -> Response {
-    respond(post(&st, None, body).await)
+pub async fn post_server(State(st): State<SharedState>, body: Body) -> Result<Response> {
+    Ok(json_ok(&view_json(&post(&st, None, body).await?)))
 }
 
 pub async fn post_model(
     State(st): State<SharedState>,
     Path(model): Path<String>,
     body: Body,
-) -> Response {
-    respond(post(&st, Some(&model), body).await)
-}
-
-fn respond(result: Result<View>) -> Response {
-    match result {
-        Ok(view) => json_ok(&view_json(&view)),
-        Err(e) => error_response(&e),
-    }
+) -> Result<Response> {
+    Ok(json_ok(&view_json(&post(&st, Some(&model), body).await?)))
 }
 
 async fn post(st: &SharedState, model: Option<&str>, body: Body) -> Result<View> {
