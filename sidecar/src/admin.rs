@@ -13,9 +13,10 @@ use axum::response::Response;
 use axum::routing::get;
 use serde_json::{Value as J, json};
 
+use crate::backend::upstream::UpstreamInfo;
 use crate::http::json_ok;
 use crate::shm::cuda::Cuda;
-use crate::state::{SharedState, UpstreamInfo};
+use crate::state::SharedState;
 use infergate_proto::config::SequenceMode;
 
 pub fn router(state: SharedState) -> Router {

@@ -39,6 +39,7 @@
 //! - [`tensor`]: tensors as a datatype, a shape and reference-counted little-endian bytes.
 //! - [`shm`]: client shared memory (system and CUDA) and the staging pool; the only `unsafe` code.
 //! - [`error`]: the protocol's error, mapped to HTTP and gRPC status codes as Triton maps them.
+//! - [`health`]: liveness, readiness and draining.
 //! - [`state`]: what every port shares: the model repository, the shared-memory registry, the
 //!   server's identity, limits, health, log settings and the upstream, if any.
 
@@ -52,6 +53,7 @@ pub mod cxx_number;
 pub mod drain;
 pub mod error;
 pub mod grpc;
+pub mod health;
 pub mod host_metrics;
 pub mod http;
 pub mod json;

@@ -39,7 +39,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
                 usize::try_from(config.limits.max_grpc_message_bytes).unwrap_or(usize::MAX);
             let client = Upstream::new(up, max_message).map_err(|e| anyhow::anyhow!(e.message))?;
             let loader = Arc::new(UpstreamLoader::default());
-            let info = crate::state::UpstreamInfo {
+            let info = crate::backend::upstream::UpstreamInfo {
                 url: up.url.clone(),
                 ..Default::default()
             };
@@ -205,7 +205,8 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         // Ready once the upstream's models are discovered, and from then on as the upstream is.
         Some(h) => {
             let task = run_discovery(
-                state.clone(),
+                state.repository.clone(),
+                state.health.clone(),
                 h.upstream.clone(),
                 h.config.clone(),
                 h.loader.clone(),

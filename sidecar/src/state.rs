@@ -2,11 +2,12 @@
 //! limits, health, and the runtime log settings.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use infergate_proto::config::{Limits, ModelControlMode};
 
+use crate::backend::upstream::UpstreamInfo;
 use crate::core::repository::Repository;
+use crate::health::Health;
 use crate::restricted::Guard;
 use crate::telemetry::LogControl;
 
@@ -30,54 +31,11 @@ pub struct ServerInfo {
     pub extensions: Vec<String>,
 }
 
-/// Liveness and readiness. Readiness turns false while draining and once shutdown begins.
-///
-/// Draining comes first when the pod terminates: the model container's preStop hook calls the
-/// admin port's `/drain` (see `admin.rs`), and from then on clients are asked to take their calls
-/// elsewhere (gRPC connections get GOAWAY, HTTP/1.1 answers `Connection: close`) while every call
-/// that still arrives is served. SIGTERM, after the hook, then stops the ports.
-#[derive(Default)]
-pub struct Health {
-    ready: AtomicBool,
-    shutting_down: AtomicBool,
-    draining: tokio::sync::watch::Sender<bool>,
-}
-
-impl Health {
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::SeqCst);
-    }
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst) && !self.is_shutting_down() && !self.is_draining()
-    }
-    pub fn begin_shutdown(&self) {
-        self.shutting_down.store(true, Ordering::SeqCst);
-    }
-    pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::SeqCst)
-    }
-    /// Starts or ends draining; true when this changed it.
-    pub fn set_draining(&self, draining: bool) -> bool {
-        self.draining.send_if_modified(|current| {
-            let changed = *current != draining;
-            *current = draining;
-            changed
-        })
-    }
-    pub fn is_draining(&self) -> bool {
-        *self.draining.borrow()
-    }
-    /// Follows draining, for the ports' accept loops.
-    pub fn draining(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.draining.subscribe()
-    }
-}
-
 pub struct AppState {
     pub repository: Arc<Repository>,
     pub server: ServerInfo,
     pub limits: Limits,
-    pub health: Health,
+    pub health: Arc<Health>,
     pub log: LogControl,
     pub shm: crate::shm::Registry,
     /// The model container this sidecar fronts, when the backend is `upstream`.
@@ -126,19 +84,6 @@ pub struct UpstreamHandle {
     pub config: infergate_proto::config::UpstreamConfig,
     /// What discovery and probing learned, for the admin status.
     pub info: Arc<parking_lot::RwLock<UpstreamInfo>>,
-}
-
-/// The upstream as last seen.
-#[derive(Clone, Debug, Default)]
-pub struct UpstreamInfo {
-    pub url: String,
-    pub reachable: bool,
-    pub name: String,
-    pub version: String,
-    pub extensions: Vec<String>,
-    pub models: Vec<String>,
-    /// Sequence models and who runs their sequences.
-    pub sequences: Vec<(String, infergate_proto::config::SequenceMode)>,
 }
 
 pub type SharedState = Arc<AppState>;
@@ -249,7 +194,7 @@ impl AppState {
                 extensions,
             },
             limits,
-            health: Health::default(),
+            health: Arc::new(Health::default()),
             log,
             shm: crate::shm::Registry::new(allow_client_shm, shm_limits, cuda),
             upstream: None,

@@ -19,8 +19,9 @@ use super::{Upstream, UpstreamModel, upstream_error};
 use crate::core::classify::parse_labels;
 use crate::core::model::{Model, normalize_config};
 use crate::core::repository::ModelLoader;
+use crate::core::repository::Repository;
 use crate::error::{Error, Result};
-use crate::state::{SharedState, UpstreamInfo};
+use crate::health::Health;
 
 /// The repository's loader for upstream models: they are managed in the model container.
 #[derive(Default)]
@@ -50,10 +51,24 @@ fn model_control_refused(name: &str) -> Error {
     ))
 }
 
+/// The upstream as last seen.
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamInfo {
+    pub url: String,
+    pub reachable: bool,
+    pub name: String,
+    pub version: String,
+    pub extensions: Vec<String>,
+    pub models: Vec<String>,
+    /// Sequence models and who runs their sequences.
+    pub sequences: Vec<(String, infergate_proto::config::SequenceMode)>,
+}
+
 /// Discovers the upstream's models (retrying until it answers), installs them, then keeps the
 /// sidecar's readiness equal to the upstream's for as long as the process runs.
 pub async fn run_discovery(
-    state: SharedState,
+    repository: Arc<Repository>,
+    health: Arc<Health>,
     upstream: Arc<Upstream>,
     config: UpstreamConfig,
     loader: Arc<UpstreamLoader>,
@@ -72,17 +87,17 @@ pub async fn run_discovery(
                     info.sequences = sequences;
                 }
                 *loader.names.write() = names;
-                state.repository.install(models);
+                repository.install(models);
                 let extensions = info.read().extensions.clone();
                 if upstream.staging.maintain(&upstream, &extensions).await {
                     upstream.passthrough.forget_lost(&upstream).await;
                 }
                 upstream.probe_small_calls().await;
-                state.health.set_ready(true);
+                health.set_ready(true);
                 break;
             }
             Err(e) => {
-                state.health.set_ready(false);
+                health.set_ready(false);
                 tracing::warn!(upstream = %upstream.url, error = %e, "upstream discovery failed; retrying");
                 tokio::time::sleep(interval).await;
             }
@@ -116,7 +131,7 @@ pub async fn run_discovery(
             upstream.passthrough.sweep(&upstream).await;
             upstream.probe_small_calls().await;
         }
-        state.health.set_ready(ready);
+        health.set_ready(ready);
     }
 }
 

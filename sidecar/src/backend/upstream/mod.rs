@@ -17,7 +17,7 @@ pub mod staging;
 mod transport;
 
 pub use connection::{CallCounters, Upstream, upstream_error};
-pub use discovery::{UpstreamLoader, run_discovery};
+pub use discovery::{UpstreamInfo, UpstreamLoader, run_discovery};
 pub use h2_channel::{H2Channel, Settings as H2Settings};
 pub use model::UpstreamModel;
 pub use transport::Transport;
