@@ -2,32 +2,61 @@
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use http::{StatusCode, header};
-use serde_json::Value as J;
 
 use super::read_body;
 use crate::error::{Error, Result};
-use crate::json;
+use crate::json::{self, JsonError, Number, Value};
 
 pub(super) fn empty(status: StatusCode) -> Response {
     (status, Body::empty()).into_response()
 }
 
-/// A control-plane body: none when empty or blank, else its JSON (syntax errors in rapidjson's
-/// words).
-pub(super) async fn optional_json(body: Body, stall: std::time::Duration) -> Result<Option<J>> {
-    let raw = read_body(body, 64 << 20, None, stall).await?;
-    if raw.iter().all(|b| b.is_ascii_whitespace()) {
+/// Nesting the control-plane bodies may have. Triton parses any depth; deeper documents get the
+/// answer Triton gives a body it cannot parse.
+const CONTROL_DEPTH: u32 = 128;
+
+/// A control-plane body (repository, shared-memory registration), read whole.
+pub(super) async fn control_body(body: Body, stall: std::time::Duration) -> Result<Bytes> {
+    read_body(body, 64 << 20, None, stall).await
+}
+
+/// A control-plane body's JSON, parsed once by the reader the infer route uses: none when the
+/// body is empty or blank. What does not parse is a 500 "failed to parse the request JSON
+/// buffer: …", Triton's answer on every route.
+pub(super) fn control_json(raw: &[u8]) -> Result<Option<Value<'_>>> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    // Syntax errors in rapidjson's words and offsets, as the infer route gives them. Past
-    // serde's own nesting limit (128) the reader stops, and serde answers a bomb.
-    if let Err(e @ json::JsonError::Syntax { .. }) = json::parse(&raw, 128) {
-        return Err(Error::internal(e.request_message()));
-    }
-    serde_json::from_slice(&raw)
+    json::parse(raw, CONTROL_DEPTH)
         .map(Some)
-        .map_err(|e| Error::internal(format!("failed to parse the request JSON buffer: {e}")))
+        .map_err(|e| match e {
+            JsonError::Syntax { .. } => Error::internal(e.request_message()),
+            JsonError::TooDeep { limit } => Error::internal(format!(
+                "failed to parse the request JSON buffer: nested deeper than {limit} levels"
+            )),
+        })
+}
+
+/// A string member's text, as Triton's JSON accessor reads it: anything else is its error.
+pub(super) fn string_text(value: &Value<'_>) -> Result<String> {
+    match value {
+        Value::String(s) => Ok(String::from_utf8_lossy(s).into_owned()),
+        _ => Err(Error::internal(
+            "attempt to access JSON non-string as string",
+        )),
+    }
+}
+
+/// An unsigned integer member, as Triton's JSON accessor reads it.
+pub(super) fn unsigned(value: &Value<'_>) -> Result<u64> {
+    match value {
+        Value::Number(Number::Uint(n)) => Ok(*n),
+        _ => Err(Error::internal(
+            "attempt to access JSON non-unsigned-integer as unsigned-integer",
+        )),
+    }
 }
 
 pub(super) fn empty_json_ok() -> Response {

@@ -5,21 +5,23 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use serde_json::Value as J;
 
-use super::handlers::{empty_json_ok, optional_json};
+use super::handlers::{control_body, control_json, empty_json_ok, string_text};
 use super::{error_response, json_ok};
 use crate::core::repository::Repository;
 use crate::error::{Error, Result};
+use crate::json::Value;
 use crate::state::SharedState;
 
 pub(super) async fn repository_index(
     State(st): State<SharedState>,
     body: Body,
 ) -> Result<Response> {
-    let ready = match optional_json(body, st.limits.http_body_timeout()).await? {
+    let raw = control_body(body, st.limits.http_body_timeout()).await?;
+    let ready = match control_json(&raw)? {
         None => false,
         Some(doc) => match doc.get("ready") {
             None => false,
-            Some(J::Bool(b)) => *b,
+            Some(Value::Bool(b)) => *b,
             Some(_) => {
                 return Err(Error::invalid_arg(
                     "Invalid value for 'ready': expected a boolean",
@@ -54,25 +56,22 @@ pub(super) async fn load(
     Path(model): Path<String>,
     body: Body,
 ) -> Result<Response> {
-    let doc = optional_json(body, st.limits.http_body_timeout()).await?;
+    let raw = control_body(body, st.limits.http_body_timeout()).await?;
+    let doc = control_json(&raw)?;
     // Triton reads every parameter before it loads: each value must be a JSON string, and
     // only `config` and `file:*` keys are parameters; its JSON reader's texts are kept.
     let params = match doc.as_ref().and_then(|d| d.get("parameters")) {
         None => None,
-        Some(J::Object(params)) => Some(params),
+        Some(Value::Object(params)) => Some(params),
         Some(_) => return Err(Error::internal("attempt to get members for non-object")),
     };
     let mut config_override = None;
     let mut files = false;
     for (key, value) in params.into_iter().flatten() {
-        let J::String(text) = value else {
-            return Err(Error::internal(
-                "attempt to access JSON non-string as string",
-            ));
-        };
-        if key == "config" {
-            config_override = Some(text.as_str());
-        } else if key.starts_with("file:") {
+        let text = string_text(value)?;
+        if key.as_ref() == b"config" {
+            config_override = Some(text);
+        } else if key.starts_with(b"file:") {
             files = true;
         } else {
             return Err(Error::internal(
@@ -85,7 +84,7 @@ pub(super) async fn load(
     if files {
         return Err(Repository::file_overrides_refused(&model));
     }
-    st.repository.load(&model, config_override)?;
+    st.repository.load(&model, config_override.as_deref())?;
     tracing::info!(model = %model, "model loaded");
     Ok(empty_json_ok())
 }
@@ -98,7 +97,8 @@ pub(super) async fn unload(
     Path(model): Path<String>,
     body: Body,
 ) -> Result<Response> {
-    optional_json(body, st.limits.http_body_timeout()).await?;
+    let raw = control_body(body, st.limits.http_body_timeout()).await?;
+    control_json(&raw)?;
     st.check_model_control()?;
     st.repository.unload(&model)?;
     tracing::info!(model = %model, "model unloaded");

@@ -5,9 +5,10 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use serde_json::{Value as J, json};
 
-use super::handlers::{empty_json_ok, optional_json};
+use super::handlers::{control_body, control_json, empty_json_ok, string_text, unsigned};
 use super::{error_response, json_ok};
 use crate::error::{Error, Result};
+use crate::json::Value;
 use crate::state::SharedState;
 
 pub(super) async fn system_shm_status_all(State(st): State<SharedState>) -> Result<Response> {
@@ -39,28 +40,17 @@ pub(super) async fn system_shm_register(
     if !st.shm.allowed() {
         return Err(Error::unsupported(crate::shm::registry::DISABLED));
     }
-    let doc = optional_json(body, st.limits.http_body_timeout())
-        .await?
-        .unwrap_or(J::Null);
+    let raw = control_body(body, st.limits.http_body_timeout()).await?;
+    let doc = control_json(&raw)?.unwrap_or(Value::Null);
     let key = match doc.get("key") {
         None => {
             return Err(Error::invalid_arg(
                 "Shared memory register request has no 'key' field",
             ));
         }
-        Some(J::String(k)) => k.clone(),
-        Some(_) => {
-            return Err(Error::internal(
-                "attempt to access JSON non-string as string",
-            ));
-        }
+        Some(k) => string_text(k)?,
     };
-    let uint = |field: &str| match doc.get(field) {
-        None => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-            Error::internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
-        }),
-    };
+    let uint = |field: &str| doc.get(field).map(unsigned).transpose();
     let offset = uint("offset")?.unwrap_or(0);
     let byte_size = uint("byte_size")?.ok_or_else(|| {
         Error::invalid_arg("Shared memory register request has no 'byte_size' field")
@@ -121,9 +111,8 @@ pub(super) async fn cuda_shm_register(
     if !st.shm.allowed() {
         return Err(Error::unsupported(crate::shm::registry::DISABLED));
     }
-    let doc = optional_json(body, st.limits.http_body_timeout())
-        .await?
-        .unwrap_or(J::Null);
+    let raw = control_body(body, st.limits.http_body_timeout()).await?;
+    let doc = control_json(&raw)?.unwrap_or(Value::Null);
     let handle = match doc.get("raw_handle") {
         None => {
             return Err(Error::invalid_arg(
@@ -132,25 +121,24 @@ pub(super) async fn cuda_shm_register(
         }
         Some(h) => h,
     };
-    let Some(J::String(b64)) = handle.get("b64") else {
+    let Some(Value::String(b64)) = handle.get("b64") else {
         return Err(Error::invalid_arg(
             "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
         ));
     };
     // Read as Triton reads it (skipping line breaks and other non-alphabet characters), so
     // handles from its C++ client and perf_analyzer register; the registry checks the length.
-    let raw = super::lenient_base64::decode(b64);
+    let handle = super::lenient_base64::decode(&String::from_utf8_lossy(b64));
     let uint = |field: &str| match doc.get(field) {
         None => Err(Error::internal(format!(
             "attempt to find non-existing object member '{field}'"
         ))),
-        Some(v) => v.as_u64().ok_or_else(|| {
-            Error::internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
-        }),
+        Some(v) => unsigned(v),
     };
     let device_id = uint("device_id")?;
     let byte_size = uint("byte_size")?;
-    st.register_cuda(&name, &raw, device_id, byte_size).await?;
+    st.register_cuda(&name, &handle, device_id, byte_size)
+        .await?;
     Ok(empty_json_ok())
 }
 
