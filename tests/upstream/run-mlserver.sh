@@ -68,7 +68,7 @@ trap 'RC=130; exit' INT
 trap 'RC=143; exit' TERM
 
 # Free loopback ports, chosen by the kernel (bound together so they differ).
-read -r MLSERVER_HTTP_PORT MLSERVER_GRPC_PORT < <(free_ports 2)
+read -r MLSERVER_HTTP_PORT MLSERVER_GRPC_PORT OTLP_GRPC_PORT < <(free_ports 3)
 
 # The repository (its settings.json holds the ports; MLServer's metrics server is off) and the
 # sidecar's configuration (every model with its built-in configuration, the classifier's labels,
@@ -78,10 +78,14 @@ REPO="$WORK/models"
   --http-port "$MLSERVER_HTTP_PORT" --grpc-port "$MLSERVER_GRPC_PORT" \
   --sidecar-config "$WORK/sidecar.yaml"
 
-# MLServer runs from $WORK so that its working files (.metrics, .envs) stay there.
+# MLServer runs from $WORK so that its working files (.metrics, .envs) stay there. It traces with
+# OpenTelemetry to 127.0.0.1:$OTLP_GRPC_PORT, where tests/upstream/mlserver/test_trace.py listens
+# (nothing does before: MLServer's exporter gives up on those spans, as it would on a collector
+# that is down).
 start_mlserver() {
   log "starting mlserver $MLSERVER_VERSION (http 127.0.0.1:$MLSERVER_HTTP_PORT, grpc 127.0.0.1:$MLSERVER_GRPC_PORT)"
-  (cd "$WORK" && exec "$MLSERVER_BIN" start "$REPO") >>"$WORK/mlserver.log" 2>&1 </dev/null &
+  (cd "$WORK" && MLSERVER_TRACING_SERVER="127.0.0.1:$OTLP_GRPC_PORT" exec "$MLSERVER_BIN" start "$REPO") \
+    >>"$WORK/mlserver.log" 2>&1 </dev/null &
   MLSERVER_PID=$!
 }
 start_mlserver
@@ -105,7 +109,9 @@ log "sidecar ready: http $SIDECAR_HTTP, grpc $SIDECAR_GRPC, metrics $SIDECAR_MET
 
 export INFERGATE_HTTP_URL="$SIDECAR_HTTP" INFERGATE_GRPC_URL="$SIDECAR_GRPC" \
   INFERGATE_METRICS_URL="$SIDECAR_METRICS" INFERGATE_ADMIN_URL="$SIDECAR_ADMIN" \
-  INFERGATE_BACKEND=upstream-mlserver INFERGATE_MLSERVER_HTTP_URL="127.0.0.1:$MLSERVER_HTTP_PORT"
+  INFERGATE_BACKEND=upstream-mlserver INFERGATE_MLSERVER_HTTP_URL="127.0.0.1:$MLSERVER_HTTP_PORT" \
+  INFERGATE_SIDECAR_CONFIG="$WORK/sidecar.yaml" INFERGATE_OTLP_GRPC_PORT="$OTLP_GRPC_PORT" \
+  INFERGATE_SIDECAR_BIN="$SIDECAR_BIN"
 # restart_check.py's staging step applies to Triton only (MLServer has no shared memory).
 unset INFERGATE_TRITON_HTTP_URL
 
@@ -118,9 +124,10 @@ log "pytest exited with $RC"
 
 # What the sidecar says it implements in front of MLServer (admin status).
 if [ "$#" -eq 0 ]; then
-  log "admin status checks (tests/upstream/mlserver/test_admin.py)"
+  log "admin status and tracing checks (tests/upstream/mlserver/test_admin.py, test_trace.py)"
   set +e
-  "$TEST_VENV/bin/python" -m pytest tests/upstream/mlserver/test_admin.py -q -p no:cacheprovider
+  "$TEST_VENV/bin/python" -m pytest tests/upstream/mlserver/test_admin.py \
+    tests/upstream/mlserver/test_trace.py -q -p no:cacheprovider
   RC=$?
   set -e
   [ "$RC" -eq 0 ] || exit "$RC"
