@@ -27,9 +27,10 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def start_sidecar(args: list[str], http_port: int) -> subprocess.Popen:
-    """The release sidecar with `args` (its ports among them), once it answers ready."""
-    proc = subprocess.Popen([SIDECAR, "--metrics-port", "0", "--admin-port", "0",
+def start_sidecar(args: list[str], http_port: int, binary: str = SIDECAR) -> subprocess.Popen:
+    """The release sidecar (or `binary`) with `args` (its ports among them), once it answers
+    ready."""
+    proc = subprocess.Popen([binary, "--metrics-port", "0", "--admin-port", "0",
                              "--log-level", "warn", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
@@ -45,11 +46,11 @@ def start_sidecar(args: list[str], http_port: int) -> subprocess.Popen:
     raise SystemExit(f"the sidecar did not become ready with {args}")
 
 
-def perf(target: list[str], interval_ms: int, out: Path) -> dict:
-    """perf_analyzer at concurrency 1 on `target` (its -m, -u, -i and any other flags): three
+def perf(target: list[str], interval_ms: int, out: Path, concurrency: int = 1) -> dict:
+    """perf_analyzer at `concurrency` on `target` (its -m, -u, -i and any other flags): three
     windows of `interval_ms`; throughput and p50/p99 latency in microseconds."""
     out.unlink(missing_ok=True)
-    args = [PERF_ANALYZER, *target, "--concurrency-range", "1",
+    args = [PERF_ANALYZER, *target, "--concurrency-range", str(concurrency),
             "--measurement-mode", "time_windows", "--measurement-interval", str(interval_ms),
             "--max-trials", "3", "--stability-percentage", "999", "-f", str(out),
             "--percentile", "99"]
