@@ -188,7 +188,7 @@ impl GrpcInferenceService for Inference {
         );
         let state = &self.state;
         let infer = |request| {
-            let ready = state.health.is_ready();
+            let ready = || state.health.is_ready();
             peers::infer(
                 &state.repository,
                 state.peers.as_deref(),

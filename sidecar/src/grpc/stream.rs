@@ -178,7 +178,7 @@ async fn answer(
     let result = match convert::request(request, &state.shm) {
         Ok(mut req) => {
             req.trace = root.as_ref().map(|root| root.scope().clone());
-            let (peers, ready) = (state.peers.as_deref(), state.health.is_ready());
+            let (peers, ready) = (state.peers.as_deref(), || state.health.is_ready());
             peers::infer(&state.repository, peers, ready, req, Route::Client).await
         }
         Err(e) => Err(e),
@@ -242,8 +242,8 @@ async fn answer_decoupled(
     let started = match convert::request(request, &state.shm) {
         Ok(mut req) => {
             req.trace = root.as_ref().map(|root| root.scope().clone());
-            let (peers, ready) = (state.peers.as_deref(), state.health.is_ready());
-            match peers::check_decoupled(&state.repository, peers, ready, &req) {
+            let (peers, ready) = (state.peers.as_deref(), || state.health.is_ready());
+            match peers::check_decoupled(&state.repository, peers, ready(), &req) {
                 Ok(()) => pipeline::infer_decoupled(&state.repository, req).await,
                 Err(e) => Err(e),
             }

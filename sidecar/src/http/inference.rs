@@ -89,7 +89,7 @@ pub(super) async fn run_infer(
             infer::decode(&st, &model, &version, &headers, body)?
         };
         request.trace = root.as_ref().map(|root| root.scope().clone());
-        let ready = st.health.is_ready();
+        let ready = || st.health.is_ready();
         let peers = st.peers.as_deref();
         let response = peers::infer(&st.repository, peers, ready, request, Route::Client).await?;
         if let Some(root) = &mut root {

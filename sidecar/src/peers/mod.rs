@@ -143,11 +143,12 @@ impl Peers {
 }
 
 /// One inference, served here or by the peer that holds its sequence. `ready`: whether this
-/// sidecar is ready (only a ready sidecar is given new sequences).
+/// sidecar is ready (only a ready sidecar is given new sequences), asked only of a request of a
+/// sequence when there are peers.
 pub async fn infer(
     repository: &Repository,
     peers: Option<&Peers>,
-    ready: bool,
+    ready: impl FnOnce() -> bool,
     request: InferRequest,
     route: Route,
 ) -> Result<InferResponse> {
@@ -158,7 +159,7 @@ pub async fn infer(
         return pipeline::infer(repository, request).await;
     };
     peers
-        .route(repository, request, sequence, route, ready)
+        .route(repository, request, sequence, route, ready())
         .await
 }
 
