@@ -48,6 +48,16 @@ pub fn report(st: &SharedState) -> J {
         extension("model_configuration", "Active", "sidecar", ""),
         extension("statistics", "Active", "sidecar", ""),
         extension("parameters", "Active", "sidecar", ""),
+        if st.tracing.exports() {
+            extension("trace", "Active", "sidecar", "")
+        } else {
+            extension(
+                "trace",
+                "Disabled",
+                "sidecar",
+                "settings only: start with --trace-config mode=opentelemetry to export spans",
+            )
+        },
         extension("logging", "Active", "sidecar", ""),
     ];
     extensions.push(match &upstream {

@@ -101,6 +101,12 @@ impl Tracing {
         self.enabled.store(on, Ordering::Relaxed);
     }
 
+    /// Whether spans have somewhere to go (`mode=opentelemetry`); without, no level can be turned
+    /// on, as in Triton's mode without a trace file.
+    pub fn exports(&self) -> bool {
+        self.exporter.is_some()
+    }
+
     /// The settings of `model`, or the server's.
     pub fn view(&self, model: Option<&str>) -> View {
         self.settings.lock().view(model)
