@@ -56,6 +56,13 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
             "metadata.name {name:?} must be a DNS-1035 label of at most {MAX_NAME_LEN} characters"
         ));
     }
+    // The headless Service `<name>-peers` must be a DNS-1035 label too.
+    if spec.extensions.sequence.routed_by_sidecars() && name.len() + "-peers".len() > MAX_NAME_LEN {
+        problems.push(format!(
+            "metadata.name {name:?} is too long for extensions.sequence.routing Sidecar: at most {} characters (the Service <name>-peers)",
+            MAX_NAME_LEN - "-peers".len()
+        ));
+    }
 
     // The Deployment's rolling-update limits, which the API server would refuse in it.
     let rollout = &spec.rollout;

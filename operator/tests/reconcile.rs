@@ -78,6 +78,10 @@ fn stored<T: serde::Serialize>(object: &T) -> Value {
 fn cm_path() -> String {
     format!("/api/v1{NS}/configmaps/svc-sidecar")
 }
+/// The read that finds no headless Service of sequence peers (and so none of their objects).
+fn no_peer_objects() -> Step {
+    missing(&format!("/api/v1{NS}/services/svc-peers"))
+}
 fn deploy_path() -> String {
     format!("/apis/apps/v1{NS}/deployments/svc")
 }
@@ -102,6 +106,7 @@ fn empty_pods() -> Value {
 fn unchanged_children(want: &Children) -> Vec<Step> {
     vec![
         get(&cm_path(), stored(&want.config_map)),
+        no_peer_objects(),
         get(&deploy_path(), stored(&want.deployment)),
         get(&svc_path(), stored(&want.service)),
     ]
@@ -163,6 +168,7 @@ async fn create_applies_every_child_then_writes_status() {
         vec![
             missing(&cm_path()),
             created(&cm_path(), stored(&want.config_map)),
+            no_peer_objects(),
             missing(&deploy_path()),
             created(&deploy_path(), stored(&want.deployment)),
             missing(&svc_path()),
@@ -182,19 +188,19 @@ async fn create_applies_every_child_then_writes_status() {
     }
     // The applied bodies are exactly the rendered objects, with the hash of what was applied.
     let mut expected = value(&want.deployment);
-    let hash = seen[3].body["metadata"]["annotations"][apply::APPLIED_HASH_ANNOTATION].clone();
+    let hash = seen[4].body["metadata"]["annotations"][apply::APPLIED_HASH_ANNOTATION].clone();
     assert!(hash.as_str().is_some_and(|h| h.len() == 16), "{hash}");
     expected["metadata"]["annotations"] = json!({apply::APPLIED_HASH_ANNOTATION: hash});
-    assert_eq!(seen[3].body, expected);
-    assert_eq!(seen[3].body, apply::as_applied(&want.deployment).unwrap());
-    assert_eq!(seen[7].body, apply::as_applied(&pdb).unwrap());
-    let pods = &seen[12];
+    assert_eq!(seen[4].body, expected);
+    assert_eq!(seen[4].body, apply::as_applied(&want.deployment).unwrap());
+    assert_eq!(seen[8].body, apply::as_applied(&pdb).unwrap());
+    let pods = &seen[13];
     assert!(
         pods.query
             .contains("labelSelector=app.kubernetes.io%2Finstance%3Dsvc"),
         "{pods:?}"
     );
-    let status = &seen[13].body;
+    let status = &seen[14].body;
     assert_eq!(status["apiVersion"], "infergate.dev/v1alpha1");
     assert_eq!(status["kind"], "InferenceService");
     assert_eq!(status["status"]["observedGeneration"], 1);
@@ -247,7 +253,7 @@ async fn drifted_child_is_applied_again() {
     let mut drifted = stored(&want.deployment);
     drifted["spec"]["replicas"] = json!(5); // someone scaled the Deployment by hand
     let seen = deployment_applied_again(&isvc, drifted).await;
-    assert_eq!(seen[2].body["spec"]["replicas"], 1);
+    assert_eq!(seen[3].body["spec"]["replicas"], 1);
 }
 
 /// A reconcile that finds the Deployment stored as `stored_deployment` (everything else as
@@ -257,6 +263,7 @@ async fn deployment_applied_again(isvc: &InferenceService, stored_deployment: Va
     let steps = [
         vec![
             get(&cm_path(), stored(&want.config_map)),
+            no_peer_objects(),
             get(&deploy_path(), stored_deployment),
             step(
                 Method::PATCH,
@@ -289,7 +296,7 @@ async fn a_field_removed_from_the_spec_is_applied_again() {
     let old = stored(&children(&before).deployment);
     assert_eq!(old["spec"]["template"]["spec"]["nodeSelector"]["pool"], "a");
     let seen = deployment_applied_again(&isvc, old).await;
-    assert!(seen[2].body["spec"]["template"]["spec"]["nodeSelector"].is_null());
+    assert!(seen[3].body["spec"]["template"]["spec"]["nodeSelector"].is_null());
 }
 
 #[tokio::test]
@@ -331,6 +338,7 @@ async fn refused_by(foreign: Value) -> Value {
     let want = children(&isvc);
     let steps = vec![
         get(&cm_path(), stored(&want.config_map)),
+        no_peer_objects(),
         get(&deploy_path(), stored(&want.deployment)),
         get(&svc_path(), foreign),
         step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
@@ -338,13 +346,13 @@ async fn refused_by(foreign: Value) -> Value {
     let (result, seen, ctx) = run(isvc, steps).await;
     // Retried later (the other object may go away), without backoff: nothing failed.
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
-    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen.len(), 5, "{seen:?}");
     assert!(
-        seen[..3].iter().all(|s| s.method == Method::GET),
+        seen[..4].iter().all(|s| s.method == Method::GET),
         "{seen:?}"
     );
     assert_eq!(ctx.metrics.writes.get(), 0);
-    seen[3].body["status"]["conditions"]
+    seen[4].body["status"]["conditions"]
         .as_array()
         .unwrap()
         .iter()
@@ -390,6 +398,7 @@ async fn api_errors_fail_the_reconcile_and_back_off() {
     let want = children(&isvc);
     let steps = vec![
         get(&cm_path(), stored(&want.config_map)),
+        no_peer_objects(),
         missing(&deploy_path()),
         step(
             Method::PATCH,

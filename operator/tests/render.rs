@@ -883,3 +883,130 @@ fn tracing_reaches_the_sidecar_configuration_and_names_the_pod() {
     let plain = build(&with_spec("triton", MINIMAL));
     assert!(sidecar_config(&plain).server.trace_config.is_empty());
 }
+
+#[test]
+fn sidecar_routing_gives_a_headless_service_and_only_endpointslice_access() {
+    let spec = |pod: &str| {
+        format!(
+            "  replicas: 3\n{MINIMAL}  models:\n    - {{name: simple_sequence}}\n  extensions:\n    sequence: {{enabled: true, routing: Sidecar}}\n{pod}"
+        )
+    };
+    let children = build(&with_spec("seq", &spec("")));
+    let peers = children.peers.as_ref().expect("peer objects");
+
+    let headless = peers.service.spec.as_ref().unwrap();
+    assert_eq!(peers.service.metadata.name.as_deref(), Some("seq-peers"));
+    assert_eq!(headless.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(
+        headless.selector,
+        children.service.spec.as_ref().unwrap().selector
+    );
+    let ports = headless.ports.as_ref().unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].name.as_deref(), Some("grpc"));
+    // The client Service pins nobody: the sidecars route.
+    assert!(
+        children
+            .service
+            .spec
+            .as_ref()
+            .unwrap()
+            .session_affinity
+            .is_none()
+    );
+
+    let rules = peers.role.rules.as_ref().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].api_groups.as_deref(),
+        Some(&["discovery.k8s.io".to_string()][..])
+    );
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["endpointslices".to_string()][..])
+    );
+    assert_eq!(rules[0].verbs, ["list", "watch"]);
+    assert_eq!(peers.role_binding.role_ref.name, "seq-sequence-peers");
+    let subject = &peers.role_binding.subjects.as_ref().unwrap()[0];
+    assert_eq!(
+        (subject.kind.as_str(), subject.name.as_str()),
+        ("ServiceAccount", "seq-sequence-peers")
+    );
+    assert_eq!(subject.namespace.as_deref(), Some("ml"));
+    assert!(peers.service_account.is_some());
+    assert_eq!(
+        pod(&children).service_account_name.as_deref(),
+        Some("seq-sequence-peers")
+    );
+
+    // The sidecar watches the headless Service, knowing its address and namespace.
+    let config = sidecar_config(&children);
+    assert_eq!(
+        config.server.sequence_peers_service.as_deref(),
+        Some("seq-peers")
+    );
+    config.validate(&[]).unwrap();
+    let sidecar = all_containers(pod(&children))
+        .into_iter()
+        .find(|c| c.name == "infergate")
+        .unwrap();
+    let env: Vec<(&str, &str)> = sidecar
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let field = e.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
+            (e.name.as_str(), field.field_path.as_str())
+        })
+        .collect();
+    assert_eq!(
+        env,
+        [
+            ("POD_IP", "status.podIP"),
+            ("POD_NAMESPACE", "metadata.namespace")
+        ]
+    );
+
+    // The pods' own service account is bound instead of a new one.
+    let own = build(&with_spec(
+        "seq",
+        &spec("  pod:\n    serviceAccountName: models\n"),
+    ));
+    let peers = own.peers.as_ref().unwrap();
+    assert!(peers.service_account.is_none());
+    assert_eq!(
+        peers.role_binding.subjects.as_ref().unwrap()[0].name,
+        "models"
+    );
+    assert_eq!(pod(&own).service_account_name.as_deref(), Some("models"));
+
+    // Other routings have none of it.
+    let stream = build(&with_spec(
+        "seq",
+        &format!("  replicas: 2\n{MINIMAL}  extensions:\n    sequence: {{enabled: true}}\n"),
+    ));
+    assert!(stream.peers.is_none());
+    assert!(
+        sidecar_config(&stream)
+            .server
+            .sequence_peers_service
+            .is_none()
+    );
+    assert!(pod(&stream).service_account_name.is_none());
+}
+
+#[test]
+fn sidecar_routing_needs_room_for_the_peers_service_name() {
+    let name = "a".repeat(60);
+    let isvc = with_spec(
+        &name,
+        &format!("{MINIMAL}  extensions:\n    sequence: {{enabled: true, routing: Sidecar}}\n"),
+    );
+    let err = render::build_children(&isvc, &OperatorSettings::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("too long for extensions.sequence.routing Sidecar"),
+        "{err}"
+    );
+}

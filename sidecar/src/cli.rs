@@ -110,6 +110,11 @@ pub struct Args {
     /// loopback address, this host's name or $POD_IP).
     #[arg(long, value_name = "HOST:PORT")]
     pub sequence_self: Option<String>,
+    /// In Kubernetes: the headless Service whose EndpointSlices list the replicas, instead of
+    /// --sequence-peers (watched; this sidecar is $POD_IP; the namespace defaults to
+    /// $POD_NAMESPACE). Given, this replaces server.sequence_peers_service.
+    #[arg(long, value_name = "[NAMESPACE/]SERVICE", conflicts_with_all = ["sequence_peers", "sequence_self"])]
+    pub sequence_peers_service: Option<String>,
 }
 
 impl Args {
@@ -186,6 +191,9 @@ impl Args {
         }
         if let Some(v) = &self.sequence_self {
             s.sequence_self = Some(v.clone());
+        }
+        if let Some(v) = &self.sequence_peers_service {
+            s.sequence_peers_service = Some(v.clone());
         }
         if let Some(v) = self.max_http_body_bytes {
             config.limits.max_http_body_bytes = v;

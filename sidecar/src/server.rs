@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use infergate_proto::config::{BackendConfig, SidecarConfig};
+use infergate_proto::config::{BackendConfig, Limits, ServerSettings, SidecarConfig};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
@@ -62,18 +62,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         .grpc_restrictions()
         .and_then(|r| Guard::grpc(&r))
         .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?;
-    let peers = match config.server.sequence_peers.as_slice() {
-        [] => None,
-        list => Some(Arc::new(
-            crate::peers::Peers::new(
-                list,
-                config.server.sequence_self.as_deref(),
-                config.server.grpc_port,
-                usize::try_from(config.limits.max_grpc_message_bytes).unwrap_or(usize::MAX),
-            )
-            .map_err(|e| anyhow::anyhow!("--sequence-peers: {e}"))?,
-        )),
-    };
+    let peers = sequence_peers(&config.server, &config.limits)?;
     let tracing = config
         .server
         .trace()
@@ -130,6 +119,40 @@ fn ipv6_unavailable(e: &std::io::Error) -> bool {
 }
 
 /// Binds and starts serving; returns once every listener accepts connections.
+/// The peers sequences are routed across: the fixed list, or the Service whose pods they are.
+fn sequence_peers(
+    server: &ServerSettings,
+    limits: &Limits,
+) -> anyhow::Result<Option<Arc<crate::peers::Peers>>> {
+    use crate::peers::kubernetes::Target;
+    use crate::peers::membership::Members;
+    let max_message_bytes = usize::try_from(limits.max_grpc_message_bytes).unwrap_or(usize::MAX);
+    let peers = match (
+        &server.sequence_peers_service,
+        server.sequence_peers.as_slice(),
+    ) {
+        (Some(service), _) => {
+            let target = Target::from_setting(service, server.grpc_port)
+                .map_err(|e| anyhow::anyhow!("--sequence-peers-service: {e}"))?;
+            let members = Members::discovered(&target.me, max_message_bytes)
+                .map_err(|e| anyhow::anyhow!("--sequence-peers-service: {e}"))?;
+            crate::peers::Peers::new(members, Some(target))
+        }
+        (None, []) => return Ok(None),
+        (None, list) => {
+            let members = Members::fixed(
+                list,
+                server.sequence_self.as_deref(),
+                server.grpc_port,
+                max_message_bytes,
+            )
+            .map_err(|e| anyhow::anyhow!("--sequence-peers: {e}"))?;
+            crate::peers::Peers::new(members, None)
+        }
+    };
+    Ok(Some(Arc::new(peers)))
+}
+
 pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result<Running> {
     let host = config.server.bind_host();
     let http = bind(host, config.server.http_port).await?;
@@ -199,7 +222,7 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
 
     if let Some(peers) = &state.peers {
         tracing::info!(me = peers.address(), peers = ?peers.states(false), "routing sequences across replicas");
-        background.push(peers.spawn_probes());
+        background.extend(peers.spawn());
     }
     match &state.upstream {
         // Ready once the upstream's models are discovered, and from then on as the upstream is.

@@ -3,6 +3,7 @@ and the client container of examples/triton-shm.yaml uses the pod's /dev/shm."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -60,10 +61,11 @@ def test_classification(kube, client, service):
 
 
 def test_whole_sequence(kube, client):
-    """Sequences of four requests on the two-replica example (simple_sequence, Triton's sequence
-    batcher), over REST, unary gRPC and a gRPC stream. Each replica's batcher refuses a request
-    without START for a sequence it has not seen, so a whole sequence answers only if ClientIP
-    affinity keeps it on one replica. The model answers (INPUT + START) * READY."""
+    """Sequences of four requests on the sequence example (simple_sequence, Triton's sequence
+    batcher, three replicas) through its Service, over REST, unary gRPC and a gRPC stream. Each
+    replica's batcher refuses a request without START for a sequence it has not seen, so a whole
+    sequence answers only if every request reaches the replica that holds it. The model answers
+    (INPUT + START) * READY."""
     host = scenario.service_ip(kube, "sequence")
     for sequence_id in (1000, 2000, 3000):
         got = scenario.call(kube, "calls.py", "sequence", host, "--model", "simple_sequence",
@@ -72,6 +74,100 @@ def test_whole_sequence(kube, client):
         assert got["rest"] == want, got
         assert got["grpc"] == want, got
         assert got["stream"] == want, got
+
+
+def sequence_pods(kube) -> list[str]:
+    """The addresses of the sequence example's pods whose containers are all ready."""
+    pods = kube.running_pods(NS, "app.kubernetes.io/instance=sequence")
+    return sorted(p["status"]["podIP"] for p in pods
+                  if all(c.get("ready") for c in p["status"].get("containerStatuses", [])))
+
+
+def running_sums(values):
+    out = []
+    for seq in values:
+        total, sums = 0, []
+        for v in seq:
+            total += v
+            sums.append(total)
+        out.append(sums)
+    return out
+
+
+def assert_sums(got, phase_steps=None):
+    want = running_sums(got["values"])
+    if phase_steps is not None:
+        want = [[sums[n] for n in phase_steps] for sums in want]
+    for proto in ("rest", "grpc", "stream"):
+        assert got[proto] == want, (proto, got)
+
+
+def peer_states(kube, client, ip) -> dict:
+    out = kube.exec(NS, client, "client", ["python3", "-c",
+                    "import urllib.request;"
+                    f"print(urllib.request.urlopen('http://{ip}:8003/status',timeout=10).read().decode())"])
+    peers = json.loads(out.stdout)["sequence_peers"]
+    return {p["address"]: p["state"] for p in peers["peers"]}
+
+
+def wait_for_peers(kube, client, ips):
+    """Every sidecar lists every pod as a ready peer (from the EndpointSlices and its probes)."""
+    want = {f"{ip}:8001": "ready" for ip in ips}
+    kube.wait_until(f"every sidecar to see {len(ips)} ready peers",
+                    lambda: all(peer_states(kube, client, ip) == want for ip in ips),
+                    timeout=120, interval=2)
+
+
+def test_sidecar_routing_has_a_headless_service_and_least_access(kube, served):
+    """routing: Sidecar gives the pods a headless Service listing them, and a Role with only
+    list and watch on EndpointSlices, bound to their service account."""
+    svc = kube.get("service", "-n", NS, "sequence-peers")
+    assert svc["spec"]["clusterIP"] == "None", svc["spec"]
+    role = kube.get("role", "-n", NS, "sequence-sequence-peers")
+    assert role["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                              "verbs": ["list", "watch"]}], role
+    (pod, *_) = kube.running_pods(NS, "app.kubernetes.io/instance=sequence")
+    account = pod["spec"]["serviceAccountName"]
+    assert account == "sequence-sequence-peers", account
+    can = kube.kubectl("auth", "can-i", "watch", "endpointslices.discovery.k8s.io", "-n", NS,
+                       f"--as=system:serviceaccount:{NS}:{account}", check=False).stdout.strip()
+    assert can == "yes", can
+    cannot = kube.kubectl("auth", "can-i", "list", "pods", "-n", NS,
+                          f"--as=system:serviceaccount:{NS}:{account}", check=False).stdout.strip()
+    assert cannot == "no", cannot
+
+
+def test_sequences_spread_over_every_pod(kube, served, client):
+    """Interleaved sequences of sequence_accumulator (a running sum kept in the Triton process),
+    each request sent to the next pod in turn, over REST, unary gRPC and gRPC streams: the sums
+    are those one replica would give."""
+    ips = sequence_pods(kube)
+    assert len(ips) == 3, ips
+    wait_for_peers(kube, client, ips)
+    got = scenario.call(kube, "calls.py", "spread", ",".join(ips), "--model",
+                        "sequence_accumulator", "--sequence-id", "50000")
+    assert_sums(got)
+
+
+def test_sequences_in_flight_survive_a_new_replica(kube, served, client):
+    """Sequences half sent over three pods; a fourth replica is added; the rest of each sequence
+    is sent round-robin over all four pods, and new sequences too: every sum is right."""
+    ips = sequence_pods(kube)
+    args = ["--model", "sequence_accumulator", "--sequence-id", "60000", "--sequences", "8",
+            "--length", "6"]
+    first = scenario.call(kube, "calls.py", "spread", ",".join(ips), *args, "--phase", "start")
+    assert_sums(first, range(0, 3))
+    kube.kubectl("patch", "infsvc", "sequence", "-n", NS, "--type=merge",
+                 "-p", '{"spec":{"replicas":4}}')
+    kube.wait_until("a fourth sequence pod, ready", lambda: len(sequence_pods(kube)) == 4 or None,
+                    timeout=300, interval=3)
+    ips = sequence_pods(kube)
+    wait_for_peers(kube, client, ips)
+    rest = scenario.call(kube, "calls.py", "spread", ",".join(ips), *args, "--phase", "finish")
+    assert_sums(rest, range(3, 6))
+    fresh = scenario.call(kube, "calls.py", "spread", ",".join(ips), "--model",
+                          "sequence_accumulator", "--sequence-id", "70000")
+    assert_sums(fresh)
 
 
 def shm_pod(kube) -> str:

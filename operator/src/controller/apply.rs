@@ -169,7 +169,7 @@ where
 
 /// The stored object, `None` when there is none. Any 404 counts: a kind the cluster does not
 /// serve answers a plain "404 page not found", not the API's NotFound status.
-async fn read<K>(api: &Api<K>, name: &str) -> Result<Option<K>, kube::Error>
+pub async fn read<K>(api: &Api<K>, name: &str) -> Result<Option<K>, kube::Error>
 where
     K: Resource + Clone + Debug + DeserializeOwned,
 {

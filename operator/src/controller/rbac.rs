@@ -32,7 +32,12 @@ pub const CLUSTER_RULES: &[Rule] = &[
     },
     Rule {
         api_groups: &[""],
-        resources: &["services", "configmaps"],
+        resources: &["services"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["configmaps"],
         verbs: &["get", "list", "watch", "create", "patch"],
     },
     Rule {
@@ -59,6 +64,23 @@ pub const CLUSTER_RULES: &[Rule] = &[
         api_groups: &["monitoring.coreos.com"],
         resources: &["podmonitors"],
         verbs: &["get", "create", "patch", "delete"],
+    },
+    // Sidecars that route sequences watch their peers' EndpointSlices: the operator gives their
+    // pods a Role for that, and may grant only what it holds itself.
+    Rule {
+        api_groups: &[""],
+        resources: &["serviceaccounts"],
+        verbs: &["get", "create", "patch", "delete"],
+    },
+    Rule {
+        api_groups: &["rbac.authorization.k8s.io"],
+        resources: &["roles", "rolebindings"],
+        verbs: &["get", "create", "patch", "delete"],
+    },
+    Rule {
+        api_groups: &["discovery.k8s.io"],
+        resources: &["endpointslices"],
+        verbs: &["list", "watch"],
     },
     Rule {
         api_groups: &[""],

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
@@ -291,6 +292,8 @@ async fn apply_children(
     )
     .await?;
     ctx.count(outcome);
+    // Before the Deployment: its pods need the service account.
+    apply_peer_objects(isvc, ctx, ns, children.peers.as_ref()).await?;
     let (outcome, deployment) = apply::apply(
         &Api::<Deployment>::namespaced(client.clone(), ns),
         &children.deployment,
@@ -338,6 +341,46 @@ async fn apply_children(
         ctx.count(outcome);
     }
     Ok(deployment)
+}
+
+/// The headless Service and the access of sidecars that route sequences among themselves, or
+/// (where the spec no longer asks for that) the deletion of ours.
+async fn apply_peer_objects(
+    isvc: &InferenceService,
+    ctx: &Context,
+    ns: &str,
+    peers: Option<&render::PeerObjects>,
+) -> Result<(), ApplyError> {
+    let client = &ctx.client;
+    let uid = isvc.uid().unwrap_or_default();
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), ns);
+    let roles = Api::<Role>::namespaced(client.clone(), ns);
+    let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
+    let Some(peers) = peers else {
+        // The headless Service is made first and deleted last: where it is absent (the common
+        // case, one read), so are the rest.
+        let service = render::peers_name(isvc);
+        if apply::read(&services, &service).await?.is_none() {
+            return Ok(());
+        }
+        let access = render::peer_access_name(isvc);
+        ctx.count(apply::delete_owned(&bindings, &access, &uid).await?);
+        ctx.count(apply::delete_owned(&roles, &access, &uid).await?);
+        ctx.count(apply::delete_owned(&accounts, &access, &uid).await?);
+        ctx.count(apply::delete_owned(&services, &service, &uid).await?);
+        return Ok(());
+    };
+    ctx.count(apply::apply(&services, &peers.service).await?.0);
+    let access = peers.role.name_any();
+    let outcome = match &peers.service_account {
+        Some(account) => apply::apply(&accounts, account).await?.0,
+        None => apply::delete_owned(&accounts, &access, &uid).await?,
+    };
+    ctx.count(outcome);
+    ctx.count(apply::apply(&roles, &peers.role).await?.0);
+    ctx.count(apply::apply(&bindings, &peers.role_binding).await?.0);
+    Ok(())
 }
 
 /// The clock at the precision the API server keeps for `metav1.Time` (whole seconds), so that a

@@ -653,7 +653,10 @@ pub struct Sequence {
     /// How the requests of one sequence reach the same pod. Stream: clients send a sequence on
     /// one gRPC stream (ModelStreamInfer), which stays on one pod. ClientIP: the Service pins a
     /// client address to a pod (breaks behind proxies that hide client addresses).
-    /// SingleReplica: at most one replica.
+    /// SingleReplica: at most one replica. Sidecar: the sidecars route each sequence to the
+    /// replica that holds it, over REST, gRPC and streams alike, and keep sequences in flight
+    /// where they are while replicas come and go (a headless Service `<name>-peers` lists the
+    /// pods; the sidecars watch its EndpointSlices).
     #[serde(default)]
     pub routing: SequenceRouting,
     /// With ClientIP routing, how long a client stays pinned to its pod after its last request,
@@ -661,6 +664,13 @@ pub struct Sequence {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 86400))]
     pub client_ip_timeout_seconds: Option<i32>,
+}
+
+impl Sequence {
+    /// Whether the sidecars route sequences between the replicas.
+    pub fn routed_by_sidecars(&self) -> bool {
+        self.enabled && self.routing == SequenceRouting::Sidecar
+    }
 }
 
 /// How the requests of a sequence reach one pod.
@@ -674,6 +684,8 @@ pub enum SequenceRouting {
     ClientIp,
     /// One replica only.
     SingleReplica,
+    /// The sidecars route each sequence to the replica that holds it (docs/sequences.md).
+    Sidecar,
 }
 
 /// How a change of the pods rolls out (the Deployment's strategy).

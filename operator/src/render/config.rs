@@ -53,6 +53,10 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
         let namespace = isvc.namespace().unwrap_or_default();
         server.trace_config = tracing.trace_config(&namespace, &isvc.name_any());
     }
+    if spec.extensions.sequence.routed_by_sidecars() {
+        // In the pod's namespace ($POD_NAMESPACE).
+        server.sequence_peers_service = Some(super::peers_name(isvc));
+    }
 
     let rest_only = spec.upstream.protocol == UpstreamProtocol::Rest;
     let mut upstream = match (rest_only, spec.upstream.rest_port) {

@@ -120,7 +120,7 @@ pub(super) fn deployment(
         affinity: pod.affinity.clone(),
         priority_class_name: pod.priority_class_name.clone(),
         runtime_class_name: pod.runtime_class_name.clone(),
-        service_account_name: pod.service_account_name.clone(),
+        service_account_name: super::peers::service_account_name(isvc),
         image_pull_secrets: non_empty(&pod.image_pull_secrets),
         security_context: pod.security_context.clone(),
         termination_grace_period_seconds: Some(pod.termination_grace_period_seconds),
@@ -375,25 +375,43 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
             ..SecurityContext::default()
         }),
         volume_mounts: Some(mounts),
-        env: side.tracing.as_ref().map(|_| tracing_env()),
+        env: sidecar_env(isvc),
         ..Container::default()
+    }
+}
+
+/// What the sidecar learns from the downward API: the pod's name for its spans, and its
+/// address and namespace where it routes sequences among its peers.
+fn sidecar_env(isvc: &InferenceService) -> Option<Vec<EnvVar>> {
+    let mut env = Vec::new();
+    if isvc.spec.sidecar.tracing.is_some() {
+        env.extend(tracing_env());
+    }
+    if isvc.spec.extensions.sequence.routed_by_sidecars() {
+        env.push(field_env("POD_IP", "status.podIP"));
+        env.push(field_env("POD_NAMESPACE", "metadata.namespace"));
+    }
+    (!env.is_empty()).then_some(env)
+}
+
+fn field_env(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field_path.to_string(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
     }
 }
 
 /// The pod's name on the sidecar's spans (the rest of their resource is in its configuration).
 fn tracing_env() -> Vec<EnvVar> {
     vec![
-        EnvVar {
-            name: "POD_NAME".to_string(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.name".to_string(),
-                    ..ObjectFieldSelector::default()
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        },
+        field_env("POD_NAME", "metadata.name"),
         EnvVar {
             name: "OTEL_RESOURCE_ATTRIBUTES".to_string(),
             value: Some("k8s.pod.name=$(POD_NAME)".to_string()),

@@ -12,6 +12,8 @@
 //! | ScaledObject (keda.sh/v1alpha1) | `<name>` | `autoscaling.engine: KEDA` |
 //! | PodMonitor (monitoring.coreos.com/v1) | `<name>` | `monitoring.podMonitor` |
 //! | NetworkPolicy (ingress to the sidecar's ports) | `<name>` | `networkPolicy` |
+//! | Service (headless, gRPC), Role, RoleBinding | `<name>-peers`, `<name>-sequence-peers` | `extensions.sequence.routing: Sidecar` |
+//! | ServiceAccount | `<name>-sequence-peers` | the same, without `pod.serviceAccountName` |
 //!
 //! Every object carries the owner reference of the InferenceService (controller, blocking owner
 //! deletion) and the labels of [`labels`]; selectors use only [`selector_labels`], which never
@@ -22,6 +24,7 @@ mod config;
 mod deployment;
 mod monitoring;
 mod network;
+mod peers;
 mod security;
 mod service;
 mod storage;
@@ -47,6 +50,7 @@ pub use deployment::{
     UPSTREAM_REST_PORT_NAME,
 };
 pub use monitoring::pod_monitor_resource;
+pub use peers::{PeerObjects, access_name as peer_access_name, peers_name};
 
 /// `app.kubernetes.io/name` of every object.
 pub const APP_NAME: &str = "infergate";
@@ -182,6 +186,8 @@ pub struct Children {
     pub pod_monitor: Option<DynamicObject>,
     /// Present with `networkPolicy`.
     pub network_policy: Option<NetworkPolicy>,
+    /// Present with `extensions.sequence.routing: Sidecar`.
+    pub peers: Option<PeerObjects>,
 }
 
 impl Children {
@@ -220,6 +226,30 @@ impl Children {
                 "NetworkPolicy",
             ));
         }
+        if let Some(peers) = &self.peers {
+            out.push(with_type(
+                serde_json::to_value(&peers.service)?,
+                "v1",
+                "Service",
+            ));
+            if let Some(account) = &peers.service_account {
+                out.push(with_type(
+                    serde_json::to_value(account)?,
+                    "v1",
+                    "ServiceAccount",
+                ));
+            }
+            out.push(with_type(
+                serde_json::to_value(&peers.role)?,
+                "rbac.authorization.k8s.io/v1",
+                "Role",
+            ));
+            out.push(with_type(
+                serde_json::to_value(&peers.role_binding)?,
+                "rbac.authorization.k8s.io/v1",
+                "RoleBinding",
+            ));
+        }
         Ok(out)
     }
 
@@ -241,6 +271,14 @@ impl Children {
         }
         if let Some(policy) = &self.network_policy {
             out.push(&policy.metadata);
+        }
+        if let Some(peers) = &self.peers {
+            out.push(&peers.service.metadata);
+            if let Some(account) = &peers.service_account {
+                out.push(&account.metadata);
+            }
+            out.push(&peers.role.metadata);
+            out.push(&peers.role_binding.metadata);
         }
         out
     }
@@ -302,6 +340,7 @@ pub fn build_children(
         scaled_object: autoscaling::scaled_object(isvc, &owner),
         pod_monitor: monitoring::pod_monitor(isvc, &owner),
         network_policy: network::network_policy(isvc, settings, &owner),
+        peers: peers::peer_objects(isvc, &owner),
     })
 }
 

@@ -82,6 +82,12 @@ pub struct ServerSettings {
     /// is a loopback address, this host's name or `$POD_IP`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequence_self: Option<String>,
+    /// In Kubernetes, instead of `sequence_peers`: the headless Service (`[NAMESPACE/]SERVICE`)
+    /// whose EndpointSlices list the replicas. The sidecar watches them and routes sequences
+    /// across the pods they name, at the slices' `grpc` port; this sidecar is `$POD_IP`. The
+    /// namespace defaults to `$POD_NAMESPACE`, then the pod's service-account namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_peers_service: Option<String>,
 }
 
 impl ServerSettings {
@@ -129,6 +135,7 @@ impl Default for ServerSettings {
             trace_config: Vec::new(),
             sequence_peers: Vec::new(),
             sequence_self: None,
+            sequence_peers_service: None,
         }
     }
 }

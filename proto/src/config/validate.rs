@@ -71,7 +71,25 @@ impl SidecarConfig {
                 );
             }
         }
-        if !s.sequence_peers.is_empty() && s.grpc_port == 0 {
+        if let Some(service) = &s.sequence_peers_service {
+            if !s.sequence_peers.is_empty() {
+                err(
+                    "server.sequence_peers_service",
+                    "give either sequence_peers or sequence_peers_service, not both".into(),
+                );
+            }
+            let name = service
+                .rsplit_once('/')
+                .map_or(service.as_str(), |(_, n)| n);
+            if name.is_empty() || service.split('/').count() > 2 {
+                err(
+                    "server.sequence_peers_service",
+                    format!("'{service}' is not [NAMESPACE/]SERVICE"),
+                );
+            }
+        }
+        let routed = !s.sequence_peers.is_empty() || s.sequence_peers_service.is_some();
+        if routed && s.grpc_port == 0 {
             err(
                 "server.grpc_port",
                 "sequence peers need a fixed gRPC port (peers reach each other there)".into(),

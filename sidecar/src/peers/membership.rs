@@ -1,9 +1,12 @@
-//! Who the peers are and which of them answer: the static list (`--sequence-peers`), this
-//! sidecar's own place in it, and each other peer's state, probed over its gRPC port.
+//! Who the peers are and which of them answer: the fixed list (`--sequence-peers`) or the one
+//! discovery keeps ([`super::kubernetes`]), this sidecar's own place in it, and each other peer's
+//! state, probed over its gRPC port.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use infergate_proto::inference::ServerReadyRequest;
 use infergate_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
@@ -47,6 +50,25 @@ pub struct Peer {
 }
 
 impl Peer {
+    fn connect(address: &str, max_message_bytes: usize) -> Result<Peer, String> {
+        let settings = H2Settings {
+            connect_timeout: Duration::from_secs(1),
+            stream_window: 16 << 20,
+            connection_window: 32 << 20,
+        };
+        let channel = H2Channel::lazy(&format!("http://{address}"), settings)
+            .map_err(|e| format!("peer '{address}': {e}"))?;
+        Ok(Peer {
+            address: address.to_string(),
+            client: GrpcInferenceServiceClient::new(channel)
+                .max_decoding_message_size(max_message_bytes)
+                .max_encoding_message_size(max_message_bytes),
+            // Until the first probe answers: asked for the sequences it may hold (a sidecar that
+            // starts among running peers must find their sequences at once), given none.
+            state: AtomicU8::new(PeerState::Live as u8),
+        })
+    }
+
     pub fn state(&self) -> PeerState {
         PeerState::from_u8(self.state.load(Ordering::Relaxed))
     }
@@ -56,42 +78,36 @@ impl Peer {
     }
 }
 
-/// The peers in the listed order, this sidecar among them.
-pub struct Members {
-    pub peers: Vec<Peer>,
+/// The peers as known at one moment, this sidecar among them. A request works on one snapshot
+/// from start to end, so a change of membership never moves it halfway.
+pub struct List {
+    pub peers: Vec<Arc<Peer>>,
     pub me: usize,
 }
 
+/// The peers: a fixed list (`--sequence-peers`), or one that discovery replaces as replicas
+/// come and go (`--sequence-peers-service`).
+pub struct Members {
+    list: RwLock<Arc<List>>,
+    me: String,
+    max_message_bytes: usize,
+}
+
 impl Members {
-    /// The list, and which entry is this sidecar: `me` if given, else the one entry whose port
-    /// is `grpc_port` on a loopback address, this host's name, or `$POD_IP`.
-    pub fn new(
+    /// The fixed list, and which entry is this sidecar: `me` if given, else the one entry whose
+    /// port is `grpc_port` on a loopback address, this host's name, or `$POD_IP`.
+    pub fn fixed(
         list: &[String],
         me: Option<&str>,
         grpc_port: u16,
         max_message_bytes: usize,
     ) -> Result<Members, String> {
-        let mut peers = Vec::with_capacity(list.len());
+        let mut peers: Vec<Arc<Peer>> = Vec::with_capacity(list.len());
         for address in list {
-            if peers.iter().any(|p: &Peer| p.address == *address) {
+            if peers.iter().any(|p| p.address == *address) {
                 return Err(format!("peer {address} is listed twice"));
             }
-            let settings = H2Settings {
-                connect_timeout: Duration::from_secs(1),
-                stream_window: 16 << 20,
-                connection_window: 32 << 20,
-            };
-            let channel = H2Channel::lazy(&format!("http://{address}"), settings)
-                .map_err(|e| format!("peer '{address}': {e}"))?;
-            peers.push(Peer {
-                address: address.clone(),
-                client: GrpcInferenceServiceClient::new(channel)
-                    .max_decoding_message_size(max_message_bytes)
-                    .max_encoding_message_size(max_message_bytes),
-                // Until the first probe answers: asked for the sequences it may hold (a sidecar
-                // that starts among running peers must find their sequences at once), given none.
-                state: AtomicU8::new(PeerState::Live as u8),
-            });
+            peers.push(Arc::new(Peer::connect(address, max_message_bytes)?));
         }
         let me = match me {
             Some(me) => list
@@ -100,7 +116,66 @@ impl Members {
                 .ok_or_else(|| format!("this sidecar's address {me} is not in the peer list"))?,
             None => find_self(list, grpc_port)?,
         };
-        Ok(Members { peers, me })
+        Ok(Members {
+            me: list[me].clone(),
+            list: RwLock::new(Arc::new(List { peers, me })),
+            max_message_bytes,
+        })
+    }
+
+    /// A list that discovery fills: this sidecar (`me`, its address as the others list it) alone
+    /// until [`Members::replace`] is first called.
+    pub fn discovered(me: &str, max_message_bytes: usize) -> Result<Members, String> {
+        let peers = vec![Arc::new(Peer::connect(me, max_message_bytes)?)];
+        Ok(Members {
+            me: me.to_string(),
+            list: RwLock::new(Arc::new(List { peers, me: 0 })),
+            max_message_bytes,
+        })
+    }
+
+    /// This sidecar's address.
+    pub fn me(&self) -> &str {
+        &self.me
+    }
+
+    /// The peers now.
+    pub fn current(&self) -> Arc<List> {
+        self.list.read().clone()
+    }
+
+    /// Replaces the list with `addresses` (this sidecar is kept in it, listed or not yet). Peers
+    /// that stay keep their connection and their last probed state; new ones start live.
+    pub fn replace(&self, addresses: &[String]) {
+        let old = self.current();
+        let mut wanted: Vec<&str> = addresses.iter().map(String::as_str).collect();
+        wanted.push(&self.me);
+        wanted.sort_unstable();
+        wanted.dedup();
+        if wanted.len() == old.peers.len()
+            && wanted
+                .iter()
+                .all(|a| old.peers.iter().any(|p| p.address == *a))
+        {
+            return;
+        }
+        let mut peers = Vec::with_capacity(wanted.len());
+        for address in wanted {
+            if let Some(peer) = old.peers.iter().find(|p| p.address == address) {
+                peers.push(peer.clone());
+                continue;
+            }
+            match Peer::connect(address, self.max_message_bytes) {
+                Ok(peer) => peers.push(Arc::new(peer)),
+                Err(e) => tracing::warn!(error = %e, "sequence peer left out"),
+            }
+        }
+        let Some(me) = peers.iter().position(|p| p.address == self.me) else {
+            return;
+        };
+        let names: Vec<&str> = peers.iter().map(|p| p.address.as_str()).collect();
+        tracing::info!(peers = ?names, "sequence peers changed");
+        *self.list.write() = Arc::new(List { peers, me });
     }
 
     /// Probes every other peer, forever.
@@ -109,11 +184,12 @@ impl Members {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let probes = self
+            let list = self.current();
+            let probes = list
                 .peers
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| *i != self.me)
+                .filter(|(i, _)| *i != list.me)
                 .map(|(_, peer)| async move {
                     let mut client = peer.client.clone();
                     let state =
@@ -155,5 +231,62 @@ fn find_self(list: &[String], grpc_port: u16) -> Result<usize, String> {
             "none of the peers is this sidecar (gRPC port {grpc_port} on a loopback address, this host's name or $POD_IP): name it with --sequence-self"
         )),
         _ => Err("more than one peer could be this sidecar: name it with --sequence-self".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addresses(list: &List) -> Vec<&str> {
+        list.peers.iter().map(|p| p.address.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn discovery_replaces_the_list_keeping_this_sidecar_and_the_states_it_probed() {
+        let members = Members::discovered("10.0.0.5:8001", 1 << 20).unwrap();
+        assert_eq!(addresses(&members.current()), ["10.0.0.5:8001"]);
+
+        members.replace(&["10.0.0.7:8001".into(), "10.0.0.6:8001".into()]);
+        let list = members.current();
+        assert_eq!(
+            addresses(&list),
+            ["10.0.0.5:8001", "10.0.0.6:8001", "10.0.0.7:8001"]
+        );
+        assert_eq!(list.peers[list.me].address, "10.0.0.5:8001");
+        assert_eq!(
+            list.peers[2].state(),
+            PeerState::Live,
+            "new peers start live"
+        );
+        list.peers[2].set_state(PeerState::Ready);
+
+        // A peer leaves and another joins: the one that stays keeps its state.
+        members.replace(&[
+            "10.0.0.7:8001".into(),
+            "10.0.0.8:8001".into(),
+            "10.0.0.5:8001".into(),
+        ]);
+        let now = members.current();
+        assert_eq!(
+            addresses(&now),
+            ["10.0.0.5:8001", "10.0.0.7:8001", "10.0.0.8:8001"]
+        );
+        assert_eq!(now.peers[1].state(), PeerState::Ready);
+        assert!(Arc::ptr_eq(&now.peers[1], &list.peers[2]));
+        // The snapshot a request took is unchanged.
+        assert_eq!(list.peers.len(), 3);
+        assert_eq!(list.peers[1].address, "10.0.0.6:8001");
+    }
+
+    #[tokio::test]
+    async fn a_fixed_list_finds_this_sidecar_or_refuses() {
+        let list = ["127.0.0.1:9101".to_string(), "127.0.0.1:9102".to_string()];
+        let members = Members::fixed(&list, None, 9102, 1 << 20).unwrap();
+        assert_eq!(members.me(), "127.0.0.1:9102");
+        assert_eq!(members.current().me, 1);
+        let twice = ["127.0.0.1:9101".to_string(), "127.0.0.1:9101".to_string()];
+        assert!(Members::fixed(&twice, None, 9101, 1 << 20).is_err());
+        assert!(Members::fixed(&list, None, 9200, 1 << 20).is_err());
     }
 }

@@ -3,9 +3,10 @@
 //!
 //! The protocol between sidecars (docs/sequences.md has it with its guarantees):
 //!
-//! - Every sidecar knows the same list of peers (`--sequence-peers`, each one's gRPC address)
-//!   and probes the others' `ServerReady` twice a second: ready, live (answering, not ready:
-//!   starting or draining), or down.
+//! - Every sidecar knows the same list of peers, each one's gRPC address: a fixed list
+//!   (`--sequence-peers`), or in Kubernetes the pods of a headless Service, whose EndpointSlices
+//!   each sidecar watches ([`kubernetes`]). Each sidecar probes the others' `ServerReady` twice
+//!   a second: ready, live (answering, not ready: starting or draining), or down.
 //! - A sequence's ranking of the peers is rendezvous hashing of (model, sequence id) over the
 //!   listed addresses ([`rendezvous`]); its owner is the first ready peer of the ranking.
 //! - A request with `sequence_start` goes to the owner and is served there. Every sidecar
@@ -26,6 +27,7 @@
 
 mod forward;
 mod held;
+pub mod kubernetes;
 pub mod membership;
 mod rendezvous;
 
@@ -43,7 +45,7 @@ use crate::error::{Error, Result};
 use crate::trace::Kind;
 use forward::{Failed, forward};
 use held::Held;
-use membership::{Members, PeerState};
+use membership::{List, Members, Peer, PeerState};
 
 pub use forward::ROUTE_METADATA;
 
@@ -54,6 +56,8 @@ const DEFAULT_IDLE: Duration = Duration::from_secs(1);
 pub struct Peers {
     members: Arc<Members>,
     held: Held,
+    /// Where the membership comes from in Kubernetes; `None`: a fixed list.
+    discovery: Option<kubernetes::Target>,
 }
 
 /// Where a request comes from.
@@ -82,64 +86,62 @@ impl Route {
 }
 
 impl Peers {
-    pub fn new(
-        list: &[String],
-        me: Option<&str>,
-        grpc_port: u16,
-        max_message_bytes: usize,
-    ) -> std::result::Result<Peers, String> {
-        let members = Members::new(list, me, grpc_port, max_message_bytes)?;
-        Ok(Peers {
+    pub fn new(members: Members, discovery: Option<kubernetes::Target>) -> Peers {
+        Peers {
             members: Arc::new(members),
             held: Held::default(),
-        })
+            discovery,
+        }
     }
 
-    /// Probes the other peers until aborted.
-    pub fn spawn_probes(&self) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(self.members.clone().probe())
+    /// Probes the other peers, and keeps the membership where it is discovered, until aborted.
+    pub fn spawn(&self) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = vec![tokio::spawn(self.members.clone().probe())];
+        if let Some(target) = &self.discovery {
+            tasks.push(tokio::spawn(kubernetes::watch(
+                self.members.clone(),
+                target.clone(),
+            )));
+        }
+        tasks
     }
 
     /// This sidecar's address, as listed.
     pub fn address(&self) -> &str {
-        &self.members.peers[self.members.me].address
+        self.members.me()
     }
 
-    /// The listed peers and their states, this sidecar's (ready or not) included.
+    /// The peers and their states, this sidecar's (ready or not) included.
     pub fn states(&self, ready: bool) -> Vec<(String, PeerState)> {
-        (0..self.members.peers.len())
-            .map(|i| (self.members.peers[i].address.clone(), self.state(i, ready)))
+        let list = self.members.current();
+        (0..list.peers.len())
+            .map(|i| (list.peers[i].address.clone(), state(&list, i, ready)))
             .collect()
     }
+}
 
-    /// A peer's state; this sidecar's is `ready` (not starting, not draining), or live.
-    fn state(&self, i: usize, ready: bool) -> PeerState {
-        match (i == self.members.me, ready) {
-            (true, true) => PeerState::Ready,
-            (true, false) => PeerState::Live,
-            (false, _) => self.members.peers[i].state(),
-        }
+/// A peer's state; this sidecar's is `ready` (not starting, not draining), or live.
+fn state(list: &List, i: usize, ready: bool) -> PeerState {
+    match (i == list.me, ready) {
+        (true, true) => PeerState::Ready,
+        (true, false) => PeerState::Live,
+        (false, _) => list.peers[i].state(),
     }
+}
 
-    /// The peers in the sequence's order, those at least `at_least`; this sidecar `ready` or not.
-    fn ranking(
-        &self,
-        model: &str,
-        id: &CorrelationId,
-        at_least: PeerState,
-        ready: bool,
-    ) -> Vec<usize> {
-        let addresses: Vec<&str> = self
-            .members
-            .peers
-            .iter()
-            .map(|p| p.address.as_str())
-            .collect();
-        rendezvous::rank(&addresses, model, id)
-            .into_iter()
-            .filter(|&i| self.state(i, ready) as u8 >= at_least as u8)
-            .collect()
-    }
+/// The peers in the sequence's order, those at least `at_least`; this sidecar `ready` or not.
+fn ranking(
+    list: &List,
+    model: &str,
+    id: &CorrelationId,
+    at_least: PeerState,
+    ready: bool,
+) -> Vec<usize> {
+    let addresses: Vec<&str> = list.peers.iter().map(|p| p.address.as_str()).collect();
+    rendezvous::rank(&addresses, model, id)
+        .into_iter()
+        .filter(|&i| state(list, i, ready) as u8 >= at_least as u8)
+        .collect()
 }
 
 /// One inference, served here or by the peer that holds its sequence. `ready`: whether this
@@ -174,8 +176,15 @@ pub fn check_decoupled(
     let (Some(peers), Some(sequence)) = (peers, sequence_of(repository, request)) else {
         return Ok(());
     };
-    let ranking = peers.ranking(&request.model_name, &sequence.id, PeerState::Ready, ready);
-    let owner_here = ranking.first().is_none_or(|&i| i == peers.members.me);
+    let list = peers.members.current();
+    let ranking = ranking(
+        &list,
+        &request.model_name,
+        &sequence.id,
+        PeerState::Ready,
+        ready,
+    );
+    let owner_here = ranking.first().is_none_or(|&i| i == list.me);
     if owner_here || peers.held.contains(&request.model_name, &sequence.id) {
         return Ok(());
     }
@@ -225,7 +234,8 @@ impl Peers {
         ready: bool,
     ) -> Result<InferResponse> {
         let model = request.model_name.clone();
-        let me = self.members.me;
+        let list = self.members.current();
+        let me = list.me;
         let mut asked = match route {
             Route::Client => Vec::new(),
             // A peer sent it: a START because this sidecar owns it, anything else because the
@@ -236,11 +246,14 @@ impl Peers {
             Route::Forwarded(asked) => asked,
         };
         if sequence.start {
-            for i in self.ranking(&model, &sequence.id, PeerState::Ready, ready) {
+            for i in ranking(&list, &model, &sequence.id, PeerState::Ready, ready) {
                 if i == me {
                     return self.serve_here(repository, request, &sequence).await;
                 }
-                match self.forward_to(i, &request, &[self.address()]).await {
+                match self
+                    .forward_to(&list.peers[i], &request, &[self.address()])
+                    .await
+                {
                     Err(Failed::Unreachable(_)) => continue,
                     Err(Failed::Answered(e)) => return Err(e),
                     Ok(response) => {
@@ -261,19 +274,18 @@ impl Peers {
         // down, since a peer that has just started may hold sequences before every other has
         // probed it (asking one that is really down costs a refused connection, on a path that
         // otherwise ends in an error).
-        let answering = self.ranking(&model, &sequence.id, PeerState::Live, ready);
-        let down = self
-            .ranking(&model, &sequence.id, PeerState::Down, ready)
+        let answering = ranking(&list, &model, &sequence.id, PeerState::Live, ready);
+        let down = ranking(&list, &model, &sequence.id, PeerState::Down, ready)
             .into_iter()
             .filter(|i| !answering.contains(i));
         let walk: Vec<usize> = answering.iter().copied().chain(down).collect();
         for i in walk {
-            let address = self.members.peers[i].address.as_str();
+            let address = list.peers[i].address.as_str();
             if i == me || asked.iter().any(|a| a == address) {
                 continue;
             }
             let route: Vec<&str> = asked.iter().map(String::as_str).collect();
-            match self.forward_to(i, &request, &route).await {
+            match self.forward_to(&list.peers[i], &request, &route).await {
                 // Gone since the last probe: neither holds nor answers.
                 Err(Failed::Unreachable(_)) => continue,
                 Err(Failed::Answered(e)) => return Err(e),
@@ -299,11 +311,10 @@ impl Peers {
 
     async fn forward_to(
         &self,
-        i: usize,
+        peer: &Peer,
         request: &InferRequest,
         route: &[&str],
     ) -> std::result::Result<InferResponse, Failed> {
-        let peer = &self.members.peers[i];
         let mut span = request.trace.as_ref().map(|scope| {
             let mut span = scope.start("sequence peer", Kind::Client, Instant::now());
             span.attribute(KeyValue::new("server.address", peer.address.clone()));

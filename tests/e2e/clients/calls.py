@@ -4,7 +4,7 @@ Run inside the client image (it is passed to `python3 -` on standard input):
 
     calls.py CHECK HOST [options]
 
-CHECK is one of binary, classification, sequence, shm, large, metrics. The last line printed is a
+CHECK is one of binary, classification, sequence, spread, shm, large, metrics. The last line printed is a
 JSON object with what the server answered; the test compares it with what it expects. Any error
 of the client (a refused call, a wrong status) ends the script with a non-zero status.
 """
@@ -124,6 +124,55 @@ def check_sequence(args):
     return out
 
 
+def check_spread(args):
+    """Sequences whose requests go round-robin over every pod (HOST: the pods' addresses, comma
+    separated), interleaved: request n of sequence s goes to pod (s + n) % pods, over REST,
+    unary gRPC, and gRPC streams (one stream per pod). Phase "start" sends the first half of
+    each sequence, "finish" the rest, "whole" both; the answers are returned per sequence."""
+    hosts = args.host.split(",")
+    pods = [clients(h) for h in hosts]
+    values = [[s * 10 + n + 1 for n in range(args.length)] for s in range(args.sequences)]
+    half = args.length // 2
+    steps = {"start": range(0, half), "finish": range(half, args.length),
+             "whole": range(args.length)}[args.phase]
+
+    def request(module, v):
+        i = module.InferInput("INPUT", [1, 1], "INT32")
+        i.set_data_from_numpy(np.array([[v]], dtype=np.int32))
+        return [i]
+
+    import queue
+    streams = []
+    for _, grpc in pods:
+        results = queue.Queue()
+        grpc.start_stream(callback=lambda result, error, q=results: q.put((result, error)))
+        streams.append(results)
+
+    out = {"values": values, "pods": len(hosts)}
+    for proto, base in (("rest", 0), ("grpc", 1), ("stream", 2)):
+        answers = [[] for _ in values]
+        for n in steps:
+            for s, seq in enumerate(values):
+                pod = (s + n) % len(hosts)
+                http, grpc = pods[pod]
+                flags = dict(sequence_id=args.sequence_id + 10 * s + base,
+                             sequence_start=n == 0, sequence_end=n == args.length - 1)
+                if proto == "rest":
+                    r = http.infer(args.model, request(httpclient, seq[n]), **flags)
+                elif proto == "grpc":
+                    r = grpc.infer(args.model, request(grpcclient, seq[n]), **flags)
+                else:
+                    grpc.async_stream_infer(args.model, request(grpcclient, seq[n]), **flags)
+                    r, error = streams[pod].get(timeout=60)
+                    if error is not None:
+                        raise RuntimeError(f"stream to {hosts[pod]}: {error}")
+                answers[s].append(int(r.as_numpy("OUTPUT").reshape(-1)[0]))
+        out[proto] = answers
+    for _, grpc in pods:
+        grpc.stop_stream()
+    return out
+
+
 def check_shm(args):
     """`simple` with inputs and outputs in system shared memory, registered over REST and gRPC;
     the regions are in the pod's /dev/shm, which this container shares with the sidecar."""
@@ -196,7 +245,8 @@ def check_metrics(args):
 
 
 CHECKS = {"binary": check_binary, "classification": check_classification,
-          "sequence": check_sequence, "shm": check_shm, "large": check_large,
+          "sequence": check_sequence, "spread": check_spread, "shm": check_shm,
+          "large": check_large,
           "metrics": check_metrics}
 
 
@@ -208,6 +258,9 @@ def main():
     p.add_argument("--classes", type=int, default=2)
     p.add_argument("--elements", type=int, default=16)
     p.add_argument("--sequence-id", type=int, default=1000)
+    p.add_argument("--sequences", type=int, default=6)
+    p.add_argument("--length", type=int, default=6)
+    p.add_argument("--phase", choices=["start", "finish", "whole"], default="whole")
     p.add_argument("--port", type=int, default=8002)
     args = p.parse_args()
     print(json.dumps(CHECKS[args.check](args)))

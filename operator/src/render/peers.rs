@@ -1,0 +1,114 @@
+//! What sidecar routing of sequences needs (`extensions.sequence.routing: Sidecar`): a headless
+//! Service whose EndpointSlices list the pods, and the least access that lets the sidecars
+//! watch them: a Role allowing `list` and `watch` on `endpointslices` in the resource's
+//! namespace, bound to the pods' service account (the one `pod.serviceAccountName` names, else
+//! `<name>-sequence-peers`, made for it).
+
+use k8s_openapi::api::core::v1::{Service, ServiceAccount, ServicePort, ServiceSpec};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+
+use super::{child_meta, selector_labels};
+use crate::crd::InferenceService;
+
+/// Name of the headless Service, the Role, the RoleBinding and (where the resource names none)
+/// the service account.
+pub fn peers_name(isvc: &InferenceService) -> String {
+    format!("{}-peers", isvc.name_any())
+}
+
+/// Name of the Role, the RoleBinding and the service account made for the pods.
+pub fn access_name(isvc: &InferenceService) -> String {
+    format!("{}-sequence-peers", isvc.name_any())
+}
+
+/// The objects, where the resource routes sequences by sidecar.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PeerObjects {
+    pub service: Service,
+    /// `None` where `pod.serviceAccountName` names the pods' account.
+    pub service_account: Option<ServiceAccount>,
+    pub role: Role,
+    pub role_binding: RoleBinding,
+}
+
+pub(super) fn peer_objects(isvc: &InferenceService, owner: &OwnerReference) -> Option<PeerObjects> {
+    if !isvc.spec.extensions.sequence.routed_by_sidecars() {
+        return None;
+    }
+    let access = access_name(isvc);
+    let account = service_account_name(isvc)?;
+    Some(PeerObjects {
+        service: headless_service(isvc, owner),
+        service_account: isvc
+            .spec
+            .pod
+            .service_account_name
+            .is_none()
+            .then(|| ServiceAccount {
+                metadata: child_meta(isvc, access.clone(), owner),
+                ..ServiceAccount::default()
+            }),
+        role: Role {
+            metadata: child_meta(isvc, access.clone(), owner),
+            rules: Some(vec![PolicyRule {
+                api_groups: Some(vec!["discovery.k8s.io".to_string()]),
+                resources: Some(vec!["endpointslices".to_string()]),
+                verbs: vec!["list".to_string(), "watch".to_string()],
+                ..PolicyRule::default()
+            }]),
+        },
+        role_binding: RoleBinding {
+            metadata: child_meta(isvc, access.clone(), owner),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".to_string(),
+                kind: "Role".to_string(),
+                name: access,
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".to_string(),
+                name: account,
+                namespace: isvc.namespace(),
+                ..Subject::default()
+            }]),
+        },
+    })
+}
+
+/// The pods' service account where sidecars route sequences: the resource's own, else ours.
+pub(super) fn service_account_name(isvc: &InferenceService) -> Option<String> {
+    if !isvc.spec.extensions.sequence.routed_by_sidecars() {
+        return isvc.spec.pod.service_account_name.clone();
+    }
+    Some(
+        isvc.spec
+            .pod
+            .service_account_name
+            .clone()
+            .unwrap_or_else(|| access_name(isvc)),
+    )
+}
+
+/// `<name>-peers`: headless (no cluster address, no load balancing), on the sidecars' gRPC port,
+/// where the peers reach each other. Only its EndpointSlices are used.
+fn headless_service(isvc: &InferenceService, owner: &OwnerReference) -> Service {
+    Service {
+        metadata: child_meta(isvc, peers_name(isvc), owner),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_string()),
+            selector: Some(selector_labels(isvc)),
+            ports: Some(vec![ServicePort {
+                name: Some("grpc".to_string()),
+                port: isvc.spec.sidecar.ports.grpc,
+                target_port: Some(IntOrString::String("grpc".to_string())),
+                protocol: Some("TCP".to_string()),
+                app_protocol: Some("kubernetes.io/h2c".to_string()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
