@@ -1,4 +1,11 @@
-//! Prometheus text exposition on the metrics port, with Triton's `nv_inference_*` families.
+//! Prometheus text exposition on the metrics port: Triton's `nv_inference_*` families, written
+//! here, then the sidecar's own ([`own`], through prometheus-client).
+//!
+//! Triton's families are written by hand because their names are Triton's: its counters have no
+//! `_total` suffix (`nv_inference_request_success`), and prometheus-client's encoders add one to
+//! every counter, which would rename the families that dashboards made for Triton read.
+
+mod own;
 
 use std::fmt::Write;
 
@@ -8,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use http::{StatusCode, header};
 
-use crate::core::sequence::SequenceCounters;
 use crate::state::SharedState;
 
 pub fn router(state: SharedState) -> Router {
@@ -147,152 +153,8 @@ pub fn render(state: &SharedState) -> String {
         }
     }
     crate::host_metrics::render(&mut out);
-    render_sequences(&mut out, &models);
-    render_upstream(&mut out, state);
+    own::render(state, &mut out);
     out
-}
-
-/// The upstream: calls by protocol, how many tensor bytes went through shared memory instead
-/// of the socket, and how full the pool is.
-fn render_upstream(out: &mut String, state: &SharedState) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let Some(handle) = &state.upstream else {
-        return;
-    };
-    let staging = &handle.upstream.staging;
-    let counters = &staging.counters;
-    let status = staging.status();
-    let mut family = |name: &str, help: &str, kind: &str, rows: &[(&str, u64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, value) in rows {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
-    family(
-        "infergate_staging_bytes_total",
-        "Tensor bytes moved to and from the upstream through the staging pool",
-        "counter",
-        &[
-            ("{direction=\"input\"}", counters.input_bytes.load(Relaxed)),
-            (
-                "{direction=\"output\"}",
-                counters.output_bytes.load(Relaxed),
-            ),
-        ],
-    );
-    family(
-        "infergate_passthrough_bytes_total",
-        "Tensor bytes the upstream read from and wrote to clients' shared-memory regions itself",
-        "counter",
-        &[
-            (
-                "{direction=\"input\"}",
-                handle.upstream.passthrough.input_bytes.load(Relaxed),
-            ),
-            (
-                "{direction=\"output\"}",
-                handle.upstream.passthrough.output_bytes.load(Relaxed),
-            ),
-        ],
-    );
-    family(
-        "infergate_upstream_calls_total",
-        "Inference calls made to the upstream, by the protocol they went over",
-        "counter",
-        &[
-            (
-                "{protocol=\"grpc\"}",
-                handle.upstream.calls.grpc.load(Relaxed),
-            ),
-            (
-                "{protocol=\"rest\"}",
-                handle.upstream.calls.rest.load(Relaxed),
-            ),
-        ],
-    );
-    family(
-        "infergate_staging_pool_full_total",
-        "Tensors sent over the socket because the staging pool had no free slot",
-        "counter",
-        &[("", counters.pool_full.load(Relaxed))],
-    );
-    family(
-        "infergate_staging_registrations_total",
-        "Registrations of the staging pool with the upstream",
-        "counter",
-        &[("", counters.registrations.load(Relaxed))],
-    );
-    family(
-        "infergate_staging_pool_bytes",
-        "Size of the staging pool",
-        "gauge",
-        &[("", status.byte_size)],
-    );
-    family(
-        "infergate_staging_pool_in_use_bytes",
-        "Bytes of the staging pool held by requests in flight",
-        "gauge",
-        &[("", status.in_use)],
-    );
-    family(
-        "infergate_staging_pool_active",
-        "1 while the staging pool is registered with the upstream",
-        "gauge",
-        &[("", u64::from(status.state == "Active"))],
-    );
-}
-
-/// Name, help, type and reader of one sequence metric family.
-type SequenceFamily = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&SequenceCounters) -> u64,
-);
-
-/// Sequence-batcher state of sequence models: slots in use, sequences waiting, idle releases.
-fn render_sequences(out: &mut String, models: &[std::sync::Arc<crate::core::model::Model>]) {
-    let families: [SequenceFamily; 3] = [
-        (
-            "infergate_sequence_active",
-            "Sequences holding a slot",
-            "gauge",
-            |c| c.active,
-        ),
-        (
-            "infergate_sequence_backlog",
-            "Sequences waiting for a slot",
-            "gauge",
-            |c| c.backlog,
-        ),
-        (
-            "infergate_sequence_idle_timeouts_total",
-            "Sequences released after their idle timeout",
-            "counter",
-            |c| c.timeouts,
-        ),
-    ];
-    let sequencers: Vec<_> = models
-        .iter()
-        .filter_map(|m| m.sequencer.as_ref().map(|s| (m, s.counters())))
-        .collect();
-    if sequencers.is_empty() {
-        return;
-    }
-    for (name, help, kind, value) in families {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (model, counters) in &sequencers {
-            let _ = writeln!(
-                out,
-                "{name}{{model=\"{}\",version=\"{}\"}} {}",
-                escape(&model.name),
-                model.version,
-                value(counters)
-            );
-        }
-    }
 }
 
 fn escape(value: &str) -> String {
