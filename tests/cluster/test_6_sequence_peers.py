@@ -3,16 +3,17 @@ gives an InferenceService with `routing: Sidecar` its headless Service and a Rol
 with nothing but the token of the pods' service account, watch the EndpointSlices and follow
 them as peers are listed and removed, and sequences sent round-robin over them answer exactly.
 
-There is no kubelet here, so the "pods" are sidecars on loopback addresses (127.0.0.1-3), listed
-by an EndpointSlice this test writes as the EndpointSlice controller would."""
+There is no kubelet here, so the "pods" are sidecars on this host's address, each on ports of
+its own, listed by EndpointSlices this test writes as the EndpointSlice controller would (one
+slice per sidecar, since a slice has one port per name; the API server refuses loopback
+addresses in slices)."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import urllib.request
-
-import pytest
 
 from conftest import Process, _env_path
 from controlplane import free_port, wait_for
@@ -21,20 +22,33 @@ NAME = "seq"
 MODEL = "sequence_accumulator"
 
 
-def slice_doc(namespace: str, addresses: list[str], grpc_port: int) -> dict:
+def host_address() -> str:
+    """This host's first global IPv4 address."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], check=True,
+                         capture_output=True, text=True).stdout
+    return out.split()[3].split("/")[0]
+
+
+def slice_doc(namespace: str, index: int, address: str, grpc_port: int) -> dict:
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": f"{NAME}-peers-test", "namespace": namespace,
+        "metadata": {"name": f"{NAME}-peers-test-{index}", "namespace": namespace,
                      "labels": {"kubernetes.io/service-name": f"{NAME}-peers",
                                 "endpointslice.kubernetes.io/managed-by": "cluster-test"}},
         "addressType": "IPv4",
         "ports": [{"name": "grpc", "port": grpc_port, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [a], "conditions": {"ready": True}} for a in addresses],
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
     }
 
 
-def write_slice(cluster, namespace, addresses, grpc_port):
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(slice_doc(namespace, addresses, grpc_port)))
+def list_peers(cluster, namespace, address, listed: dict[int, int], unlisted: list[int]):
+    """One slice per listed sidecar (index: gRPC port); the slices of `unlisted` deleted."""
+    docs = [slice_doc(namespace, i, address, port) for i, port in listed.items()]
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                           "items": docs}))
+    for i in unlisted:
+        cluster.kubectl("delete", "endpointslice", f"{NAME}-peers-test-{i}", "-n", namespace,
+                        "--ignore-not-found")
 
 
 def peers_seen(admin: str) -> dict:
@@ -67,20 +81,20 @@ def run_sequences(https: list[str], first_id: int, count: int = 6, length: int =
     assert got == want
 
 
-@pytest.fixture
-def routed(cluster, operator, namespace):
+def apply_routed(cluster, namespace, replicas):
     doc = {
         "apiVersion": "infergate.dev/v1alpha1", "kind": "InferenceService",
         "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {"replicas": 3, "model": {"image": "registry.example/model:1"},
+        "spec": {"replicas": replicas, "model": {"image": "registry.example/model:1"},
                  "extensions": {"sequence": {"enabled": True, "routing": "Sidecar"}}},
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
-    return namespace
 
 
-def test_the_operator_gives_the_pods_a_headless_service_and_least_access(cluster, routed):
-    ns = routed
+def test_the_operator_gives_the_pods_a_headless_service_and_least_access(cluster, operator,
+                                                                         namespace):
+    ns = namespace
+    apply_routed(cluster, ns, replicas=3)
     wait_for("the peer objects", lambda: cluster.kubectl(
         "get", "rolebinding", f"{NAME}-sequence-peers", "-n", ns, check=False).returncode == 0,
         timeout=60)
@@ -108,66 +122,80 @@ def test_the_operator_gives_the_pods_a_headless_service_and_least_access(cluster
                            ("serviceaccount", f"{NAME}-sequence-peers"))), timeout=60)
 
 
-def test_sidecars_follow_the_endpointslices_with_the_pods_token(cluster, routed, workdir):
-    ns = routed
+def test_sidecars_follow_the_endpointslices_with_the_pods_token(cluster, operator, namespace,
+                                                               workdir):
+    # No pods of the Deployment: the test's sidecars stand in for them, in slices of its own.
+    ns = namespace
+    apply_routed(cluster, ns, replicas=0)
     wait_for("the pods' service account", lambda: cluster.kubectl(
         "get", "rolebinding", f"{NAME}-sequence-peers", "-n", ns, check=False).returncode == 0,
         timeout=60)
     token = cluster.kubectl("create", "token", f"{NAME}-sequence-peers", "-n", ns,
                             "--duration=1h").stdout.strip()
     kubeconfig = cluster.token_kubeconfig(workdir / f"{ns}-pods.kubeconfig", token)
-    grpc_port, http_port = free_port(), free_port()
+    address = host_address()
     sidecars = {}
     try:
         for i in (1, 2, 3):
-            ip = f"127.0.0.{i}"
-            admin = free_port()
-            sidecars[ip] = (Process(f"sidecar-{ip}", [
-                str(_env_path("INFERGATE_SIDECAR_BIN")), "--host", ip,
-                "--http-port", str(http_port), "--grpc-port", str(grpc_port),
+            grpc, http_port, admin = free_port(), free_port(), free_port()
+            process = Process(f"sidecar-{i}", [
+                str(_env_path("INFERGATE_SIDECAR_BIN")), "--host", address,
+                "--http-port", str(http_port), "--grpc-port", str(grpc),
                 "--metrics-port", "0", "--admin-port", str(admin),
                 "--sequence-peers-service", f"{NAME}-peers",
             ], workdir / f"{ns}-sidecar-{i}.log",
-                env={**os.environ, "KUBECONFIG": str(kubeconfig), "POD_IP": ip,
-                     "POD_NAMESPACE": ns}), f"127.0.0.1:{admin}")
-        https = {ip: f"{ip}:{http_port}" for ip in sidecars}
+                env={**os.environ, "KUBECONFIG": str(kubeconfig), "POD_IP": address,
+                     "POD_NAMESPACE": ns})
+            sidecars[i] = {"process": process, "grpc": grpc, "http": f"{address}:{http_port}",
+                           "admin": f"{address}:{admin}"}
 
-        def all_see(ips):
-            want = {f"{ip}:{grpc_port}": "ready" for ip in ips}
+        def all_see(indices):
+            want = {f"{address}:{sidecars[i]['grpc']}": "ready" for i in indices}
 
             def check():
-                for ip in ips:
-                    process, admin = sidecars[ip]
+                for i in indices:
+                    process = sidecars[i]["process"]
                     assert process.alive(), process.output()[-3000:]
-                    if peers_seen(admin) != want:
+                    if peers_seen(sidecars[i]["admin"]) != want:
                         return False
                 return True
-            wait_for(f"{ips} to see each other", check, timeout=60)
+            try:
+                wait_for(f"sidecars {indices} to see each other", check, timeout=60)
+            except TimeoutError as e:
+                seen = {i: peers_seen(sidecars[i]["admin"]) for i in indices}
+                logs = "\n".join(sidecars[i]["process"].output()[-2000:] for i in indices)
+                raise AssertionError(f"{e}\nwant {want}\nseen {seen}\n{logs}") from None
 
-        # Two listed: they find each other; the third, unlisted, sees only itself.
-        write_slice(cluster, ns, ["127.0.0.1", "127.0.0.2"], grpc_port)
-        all_see(["127.0.0.1", "127.0.0.2"])
-        run_sequences([https["127.0.0.1"], https["127.0.0.2"]], 100)
+        def http(*indices):
+            return [sidecars[i]["http"] for i in indices]
+
+        def listed(*indices):
+            return {i: sidecars[i]["grpc"] for i in indices}
+
+        # Two listed: they find each other.
+        list_peers(cluster, ns, address, listed(1, 2), [3])
+        all_see([1, 2])
+        run_sequences(http(1, 2), 100)
 
         # Sequences in flight when the third is listed finish, and new ones use all three.
         started = 200
         for s in range(4):
-            infer(https["127.0.0.1"], started + s, s, start=True, end=False)
-        write_slice(cluster, ns, ["127.0.0.1", "127.0.0.2", "127.0.0.3"], grpc_port)
-        all_see(list(sidecars))
+            infer(http(1)[0], started + s, s, start=True, end=False)
+        list_peers(cluster, ns, address, listed(1, 2, 3), [])
+        all_see([1, 2, 3])
         for s in range(4):
-            for n, http in enumerate(https.values()):
-                got = infer(http, started + s, 1, start=False, end=False)
+            for n, to in enumerate(http(1, 2, 3)):
+                got = infer(to, started + s, 1, start=False, end=False)
                 assert got == s + n + 1, (s, n, got)
-        run_sequences(list(https.values()), 300)
+        run_sequences(http(1, 2, 3), 300)
 
-        # One removed from the slice: the others stop listing it.
-        write_slice(cluster, ns, ["127.0.0.2", "127.0.0.3"], grpc_port)
-        all_see(["127.0.0.2", "127.0.0.3"])
-        run_sequences([https["127.0.0.2"], https["127.0.0.3"]], 400)
-        for ip, (process, _) in sidecars.items():
-            log = process.output()
-            assert "Forbidden" not in log and "forbidden" not in log, (ip, log[-3000:])
+        # One removed from the slices: the others stop listing it.
+        list_peers(cluster, ns, address, listed(2, 3), [1])
+        all_see([2, 3])
+        run_sequences(http(2, 3), 400)
+        for i, sidecar in sidecars.items():
+            log = sidecar["process"].output()
+            assert "forbidden" not in log.lower(), (i, log[-3000:])
     finally:
-        for process, _ in sidecars.values():
-            process.stop()
+        for sidecar in sidecars.values():
+            sidecar["process"].stop()

@@ -4,13 +4,14 @@ Run inside the client image (it is passed to `python3 -` on standard input):
 
     calls.py CHECK HOST [options]
 
-CHECK is one of binary, classification, sequence, spread, shm, large, metrics. The last line printed is a
+CHECK is one of binary, classification, sequence, spread, rolling, shm, large, metrics. The last line printed is a
 JSON object with what the server answered; the test compares it with what it expects. Any error
 of the client (a refused call, a wrong status) ends the script with a non-zero status.
 """
 
 import argparse
 import json
+import os
 import sys
 import urllib.request
 
@@ -127,14 +128,10 @@ def check_sequence(args):
 def check_spread(args):
     """Sequences whose requests go round-robin over every pod (HOST: the pods' addresses, comma
     separated), interleaved: request n of sequence s goes to pod (s + n) % pods, over REST,
-    unary gRPC, and gRPC streams (one stream per pod). Phase "start" sends the first half of
-    each sequence, "finish" the rest, "whole" both; the answers are returned per sequence."""
+    unary gRPC, and gRPC streams (one stream per pod). The answers are returned per sequence."""
     hosts = args.host.split(",")
     pods = [clients(h) for h in hosts]
     values = [[s * 10 + n + 1 for n in range(args.length)] for s in range(args.sequences)]
-    half = args.length // 2
-    steps = {"start": range(0, half), "finish": range(half, args.length),
-             "whole": range(args.length)}[args.phase]
 
     def request(module, v):
         i = module.InferInput("INPUT", [1, 1], "INT32")
@@ -149,28 +146,78 @@ def check_spread(args):
         streams.append(results)
 
     out = {"values": values, "pods": len(hosts)}
-    for proto, base in (("rest", 0), ("grpc", 1), ("stream", 2)):
-        answers = [[] for _ in values]
-        for n in steps:
-            for s, seq in enumerate(values):
-                pod = (s + n) % len(hosts)
-                http, grpc = pods[pod]
-                flags = dict(sequence_id=args.sequence_id + 10 * s + base,
-                             sequence_start=n == 0, sequence_end=n == args.length - 1)
-                if proto == "rest":
-                    r = http.infer(args.model, request(httpclient, seq[n]), **flags)
-                elif proto == "grpc":
-                    r = grpc.infer(args.model, request(grpcclient, seq[n]), **flags)
-                else:
-                    grpc.async_stream_infer(args.model, request(grpcclient, seq[n]), **flags)
-                    r, error = streams[pod].get(timeout=60)
-                    if error is not None:
-                        raise RuntimeError(f"stream to {hosts[pod]}: {error}")
-                answers[s].append(int(r.as_numpy("OUTPUT").reshape(-1)[0]))
-        out[proto] = answers
-    for _, grpc in pods:
-        grpc.stop_stream()
+    try:
+        for proto, base in (("rest", 0), ("grpc", 1), ("stream", 2)):
+            answers = [[] for _ in values]
+            for n in range(args.length):
+                for s, seq in enumerate(values):
+                    pod = (s + n) % len(hosts)
+                    http, grpc = pods[pod]
+                    flags = dict(sequence_id=args.sequence_id + 10 * s + base,
+                                 sequence_start=n == 0, sequence_end=n == args.length - 1)
+                    if proto == "rest":
+                        r = http.infer(args.model, request(httpclient, seq[n]), **flags)
+                    elif proto == "grpc":
+                        r = grpc.infer(args.model, request(grpcclient, seq[n]), **flags)
+                    else:
+                        grpc.async_stream_infer(args.model, request(grpcclient, seq[n]), **flags)
+                        r, error = streams[pod].get(timeout=60)
+                        if error is not None:
+                            raise RuntimeError(f"stream to {hosts[pod]}: {error}")
+                    answers[s].append(int(r.as_numpy("OUTPUT").reshape(-1)[0]))
+            out[proto] = answers
+    finally:
+        for _, grpc in pods:
+            grpc.stop_stream()
     return out
+
+
+def check_rolling(args):
+    """Sequences kept going while the pods change. Each round sends one request of every
+    sequence, request n of sequence s to pod (s + n) % pods of the addresses in --hosts-file (read
+    again every round), over REST on even rounds and unary gRPC on odd ones, a fraction of a
+    second apart (well inside the models' idle timeout). Once --stop-file exists, --length more
+    rounds, the last with END. Returns, per sequence, the values sent, the answers and the pod
+    of each request."""
+    import os
+    import time
+
+    def request(module, v):
+        i = module.InferInput("INPUT", [1, 1], "INT32")
+        i.set_data_from_numpy(np.array([[v]], dtype=np.int32))
+        return [i]
+
+    connections = {}
+    sent = [[] for _ in range(args.sequences)]
+    answers = [[] for _ in range(args.sequences)]
+    pods = [[] for _ in range(args.sequences)]
+    n, left = 0, None
+    while left is None or left > 0:
+        if left is None and os.path.exists(args.stop_file):
+            left = args.length
+        with open(args.hosts_file) as f:
+            hosts = f.read().split()
+        last = left == 1
+        for s in range(args.sequences):
+            host = hosts[(s + n) % len(hosts)]
+            if host not in connections:
+                connections[host] = clients(host)
+            http, grpc = connections[host]
+            value = s * 10 + n % 10 + 1
+            flags = dict(sequence_id=args.sequence_id + s, sequence_start=n == 0,
+                         sequence_end=last)
+            if n % 2 == 0:
+                r = http.infer(args.model, request(httpclient, value), **flags)
+            else:
+                r = grpc.infer(args.model, request(grpcclient, value), **flags)
+            sent[s].append(value)
+            answers[s].append(int(r.as_numpy("OUTPUT").reshape(-1)[0]))
+            pods[s].append(host)
+        n += 1
+        if left is not None:
+            left -= 1
+        time.sleep(0.2)
+    return {"values": sent, "answers": answers, "pods": pods}
 
 
 def check_shm(args):
@@ -245,7 +292,8 @@ def check_metrics(args):
 
 
 CHECKS = {"binary": check_binary, "classification": check_classification,
-          "sequence": check_sequence, "spread": check_spread, "shm": check_shm,
+          "sequence": check_sequence, "spread": check_spread, "rolling": check_rolling,
+          "shm": check_shm,
           "large": check_large,
           "metrics": check_metrics}
 
@@ -260,10 +308,18 @@ def main():
     p.add_argument("--sequence-id", type=int, default=1000)
     p.add_argument("--sequences", type=int, default=6)
     p.add_argument("--length", type=int, default=6)
-    p.add_argument("--phase", choices=["start", "finish", "whole"], default="whole")
+    p.add_argument("--hosts-file", default="/tmp/hosts")
+    p.add_argument("--stop-file", default="/tmp/stop-rolling")
     p.add_argument("--port", type=int, default=8002)
     args = p.parse_args()
-    print(json.dumps(CHECKS[args.check](args)))
+    try:
+        print(json.dumps(CHECKS[args.check](args)), flush=True)
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        sys.stderr.flush()
+        # A client's threads (gRPC streams) must not keep a failed check alive.
+        os._exit(1)
 
 
 if __name__ == "__main__":
