@@ -73,7 +73,7 @@ fn main() -> ExitCode {
         let state = match server::build_state(&config, log) {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!(error = %e, "cannot load the models");
+                tracing::error!(error = %e, "cannot start");
                 return ExitCode::FAILURE;
             }
         };

@@ -337,3 +337,24 @@ def test_shared_memory_cannot_follow_a_sequence_to_another_replica(cluster):
     # Where it is held (exactly one replica) it is served; elsewhere refused.
     assert (served, refused) == (1, len(servers) - 1)
     assert http_step(servers[0], model, sid, 0, False, True) == 1 + 2
+
+
+@pytest.mark.parametrize("args, env, words", [
+    (["--sequence-peers-service", "models/seq-peers"], {}, "$POD_IP is not set"),
+    (["--sequence-peers-service", "seq-peers"], {"POD_IP": "pod-a", "POD_NAMESPACE": "models"},
+     "is not an IP address"),
+    (["--sequence-peers-service", "seq-peers"], {"POD_IP": "10.0.0.1"}, "no namespace given"),
+    (["--sequence-peers-service", "a/b/c"], {"POD_IP": "10.0.0.1"}, "is not [NAMESPACE/]SERVICE"),
+])
+def test_discovery_without_what_it_needs_stops_the_sidecar_at_start(args, env, words):
+    """--sequence-peers-service needs the pod's address and a Service name: without them the
+    sidecar does not start (and so never serves sequences as if it were alone)."""
+    import subprocess
+    binary = os.environ.get("INFERGATE_SIDECAR_BIN", str(conftest.DEFAULT_SIDECAR_BIN))
+    base = {k: v for k, v in os.environ.items() if k not in ("POD_IP", "POD_NAMESPACE")}
+    (grpc_port,) = free_ports(1)
+    done = subprocess.run([binary, "--http-port", "0", "--grpc-port", str(grpc_port),
+                           "--metrics-port", "0", "--admin-port", "0", *args],
+                          capture_output=True, text=True, timeout=30, env={**base, **env})
+    assert done.returncode != 0
+    assert words in done.stdout + done.stderr, done.stdout + done.stderr
