@@ -46,9 +46,19 @@ fn render_prints_a_yaml_stream() {
     let stdout = text(&out.stdout);
     let docs = infergate_operator::yaml::documents(&stdout).unwrap();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    // The example routes sequences by sidecar: its peers' objects come before the Deployment.
     assert_eq!(
         kinds,
-        ["ConfigMap", "Deployment", "Service", "PodDisruptionBudget"]
+        [
+            "ConfigMap",
+            "Service",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Deployment",
+            "Service",
+            "PodDisruptionBudget"
+        ]
     );
     assert!(stdout.contains("image: sc:1"));
     // Without a uid in the input, a placeholder is used and said so.

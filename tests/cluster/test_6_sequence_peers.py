@@ -89,21 +89,22 @@ def apply_routed(cluster, namespace, replicas):
                  "extensions": {"sequence": {"enabled": True, "routing": "Sidecar"}}},
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+    # The RoleBinding is the last of the objects the operator makes for it.
+    wait_for("the peer objects", lambda: cluster.kubectl(
+        "get", "rolebinding", f"{NAME}-sequence-peers", "-n", namespace,
+        check=False).returncode == 0, timeout=60)
 
 
 def test_the_operator_gives_the_pods_a_headless_service_and_least_access(cluster, operator,
                                                                          namespace):
     ns = namespace
     apply_routed(cluster, ns, replicas=3)
-    wait_for("the peer objects", lambda: cluster.kubectl(
-        "get", "rolebinding", f"{NAME}-sequence-peers", "-n", ns, check=False).returncode == 0,
-        timeout=60)
     svc = cluster.get_json("service", f"{NAME}-peers", "-n", ns)
     assert svc["spec"]["clusterIP"] == "None"
     role = cluster.get_json("role", f"{NAME}-sequence-peers", "-n", ns)
     assert role["rules"] == [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
                               "verbs": ["list", "watch"]}]
-    deploy = cluster.get_json("deployment", NAME, "-n", ns)
+    deploy = wait_for("the Deployment", lambda: cluster.get_json("deployment", NAME, "-n", ns))
     assert deploy["spec"]["template"]["spec"]["serviceAccountName"] == f"{NAME}-sequence-peers"
     account = f"system:serviceaccount:{ns}:{NAME}-sequence-peers"
     for verb, resource, want in (("watch", "endpointslices.discovery.k8s.io", "yes"),
@@ -127,9 +128,6 @@ def test_sidecars_follow_the_endpointslices_with_the_pods_token(cluster, operato
     # No pods of the Deployment: the test's sidecars stand in for them, in slices of its own.
     ns = namespace
     apply_routed(cluster, ns, replicas=0)
-    wait_for("the pods' service account", lambda: cluster.kubectl(
-        "get", "rolebinding", f"{NAME}-sequence-peers", "-n", ns, check=False).returncode == 0,
-        timeout=60)
     token = cluster.kubectl("create", "token", f"{NAME}-sequence-peers", "-n", ns,
                             "--duration=1h").stdout.strip()
     kubeconfig = cluster.token_kubeconfig(workdir / f"{ns}-pods.kubeconfig", token)

@@ -191,41 +191,15 @@ pub struct Children {
 }
 
 impl Children {
-    /// The objects as JSON values, in apply order (ConfigMap first, so that new pods find it).
+    /// The objects as JSON values, in apply order (the ConfigMap and the peers' service account
+    /// first, so that new pods find them).
     pub fn to_values(&self) -> Result<Vec<serde_json::Value>, serde_json::Error> {
-        let mut out = vec![
-            with_type(serde_json::to_value(&self.config_map)?, "v1", "ConfigMap"),
-            with_type(
-                serde_json::to_value(&self.deployment)?,
-                "apps/v1",
-                "Deployment",
-            ),
-            with_type(serde_json::to_value(&self.service)?, "v1", "Service"),
-        ];
-        if let Some(pdb) = &self.pdb {
-            out.push(with_type(
-                serde_json::to_value(pdb)?,
-                "policy/v1",
-                "PodDisruptionBudget",
-            ));
-        }
-        if let Some(hpa) = &self.hpa {
-            out.push(with_type(
-                serde_json::to_value(hpa)?,
-                "autoscaling/v2",
-                "HorizontalPodAutoscaler",
-            ));
-        }
-        for object in self.scaled_object.iter().chain(&self.pod_monitor) {
-            out.push(serde_json::to_value(object)?);
-        }
-        if let Some(policy) = &self.network_policy {
-            out.push(with_type(
-                serde_json::to_value(policy)?,
-                "networking.k8s.io/v1",
-                "NetworkPolicy",
-            ));
-        }
+        let mut out = vec![with_type(
+            serde_json::to_value(&self.config_map)?,
+            "v1",
+            "ConfigMap",
+        )];
+        // Before the Deployment: its pods need the service account.
         if let Some(peers) = &self.peers {
             out.push(with_type(
                 serde_json::to_value(&peers.service)?,
@@ -250,16 +224,56 @@ impl Children {
                 "RoleBinding",
             ));
         }
+        out.push(with_type(
+            serde_json::to_value(&self.deployment)?,
+            "apps/v1",
+            "Deployment",
+        ));
+        out.push(with_type(
+            serde_json::to_value(&self.service)?,
+            "v1",
+            "Service",
+        ));
+        if let Some(pdb) = &self.pdb {
+            out.push(with_type(
+                serde_json::to_value(pdb)?,
+                "policy/v1",
+                "PodDisruptionBudget",
+            ));
+        }
+        if let Some(hpa) = &self.hpa {
+            out.push(with_type(
+                serde_json::to_value(hpa)?,
+                "autoscaling/v2",
+                "HorizontalPodAutoscaler",
+            ));
+        }
+        for object in self.scaled_object.iter().chain(&self.pod_monitor) {
+            out.push(serde_json::to_value(object)?);
+        }
+        if let Some(policy) = &self.network_policy {
+            out.push(with_type(
+                serde_json::to_value(policy)?,
+                "networking.k8s.io/v1",
+                "NetworkPolicy",
+            ));
+        }
         Ok(out)
     }
 
     /// Metadata of every object, in apply order.
     pub fn metas(&self) -> Vec<&ObjectMeta> {
-        let mut out = vec![
-            &self.config_map.metadata,
-            &self.deployment.metadata,
-            &self.service.metadata,
-        ];
+        let mut out = vec![&self.config_map.metadata];
+        if let Some(peers) = &self.peers {
+            out.push(&peers.service.metadata);
+            if let Some(account) = &peers.service_account {
+                out.push(&account.metadata);
+            }
+            out.push(&peers.role.metadata);
+            out.push(&peers.role_binding.metadata);
+        }
+        out.push(&self.deployment.metadata);
+        out.push(&self.service.metadata);
         if let Some(pdb) = &self.pdb {
             out.push(&pdb.metadata);
         }
@@ -271,14 +285,6 @@ impl Children {
         }
         if let Some(policy) = &self.network_policy {
             out.push(&policy.metadata);
-        }
-        if let Some(peers) = &self.peers {
-            out.push(&peers.service.metadata);
-            if let Some(account) = &peers.service_account {
-                out.push(&account.metadata);
-            }
-            out.push(&peers.role.metadata);
-            out.push(&peers.role_binding.metadata);
         }
         out
     }
