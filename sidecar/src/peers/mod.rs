@@ -274,11 +274,11 @@ impl Peers {
         // down, since a peer that has just started may hold sequences before every other has
         // probed it (asking one that is really down costs a refused connection, on a path that
         // otherwise ends in an error).
-        let answering = ranking(&list, &model, &sequence.id, PeerState::Live, ready);
-        let down = ranking(&list, &model, &sequence.id, PeerState::Down, ready)
-            .into_iter()
-            .filter(|i| !answering.contains(i));
-        let walk: Vec<usize> = answering.iter().copied().chain(down).collect();
+        let (answering, down): (Vec<usize>, Vec<usize>) =
+            ranking(&list, &model, &sequence.id, PeerState::Down, ready)
+                .into_iter()
+                .partition(|&i| state(&list, i, ready) as u8 >= PeerState::Live as u8);
+        let walk = answering.into_iter().chain(down);
         for i in walk {
             let address = list.peers[i].address.as_str();
             if i == me || asked.iter().any(|a| a == address) {
