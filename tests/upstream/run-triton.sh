@@ -174,7 +174,12 @@ if [ "$#" -eq 0 ]; then
     tests/upstream/test_trace_upstream.py -q -p no:cacheprovider
   RC=$?
   set -e
-  [ "$RC" -eq 0 ] || exit "$RC"
+  if [ "$RC" -ne 0 ]; then
+    # Triton's own complaints (an OTLP export it dropped, a model error) say which side failed.
+    log "Triton's last errors and warnings (triton.log):"
+    grep -E '^[EW][0-9]|\[Error\]|\[Warning\]|OTLP' "$WORK/triton.log" | tail -n 20 >&2 || true
+    exit "$RC"
+  fi
 fi
 if [ "$#" -eq 0 ]; then
   check() { "$TEST_VENV/bin/python" tests/upstream/restart_check.py "$1" "$SIDECAR_HTTP" "$SIDECAR_GRPC"; }
