@@ -996,6 +996,62 @@ fn sidecar_routing_gives_a_headless_service_and_only_endpointslice_access() {
     assert!(pod(&stream).service_account_name.is_none());
 }
 
+/// The preStop paths of every container that has one.
+fn drain_paths(children: &render::Children) -> Vec<(String, String)> {
+    all_containers(pod(children))
+        .into_iter()
+        .filter_map(|c| {
+            let hook = c.lifecycle.as_ref()?.pre_stop.as_ref()?;
+            let path = hook.http_get.as_ref()?.path.clone()?;
+            Some((c.name.clone(), path))
+        })
+        .collect()
+}
+
+#[test]
+fn with_sidecar_routing_a_terminating_pod_waits_for_its_sequences() {
+    let spec = |routing: &str, more: &str| {
+        with_spec(
+            "seq",
+            &format!(
+                "  replicas: 3\n{MINIMAL}  models:\n    - {{name: simple_sequence}}\n  extensions:\n    sequence: {{enabled: true, routing: {routing}}}\n{more}"
+            ),
+        )
+    };
+    // The default grace period (60 s) less the preStop sleep (5 s) and 10 s to stop.
+    let routed = build(&spec("Sidecar", ""));
+    let want = "/drain?seconds=5&sequences=45".to_string();
+    assert_eq!(drain_paths(&routed), [("model".to_string(), want.clone())]);
+    let regular = build(&spec("Sidecar", "  sidecar:\n    mode: Regular\n"));
+    assert_eq!(drain_paths(&regular).len(), 2);
+    assert!(drain_paths(&regular).iter().all(|(_, p)| *p == want));
+
+    let longer = build(&spec(
+        "Sidecar",
+        "  pod:\n    terminationGracePeriodSeconds: 90\n",
+    ));
+    assert_eq!(drain_paths(&longer)[0].1, "/drain?seconds=5&sequences=75");
+    // A grace period too short for it leaves only the sleep.
+    let short = build(&spec(
+        "Sidecar",
+        "  pod:\n    terminationGracePeriodSeconds: 12\n",
+    ));
+    assert_eq!(drain_paths(&short)[0].1, "/drain?seconds=5");
+    // No sleep: the hook still waits for the sequences.
+    let no_sleep = build(&with_spec(
+        "seq",
+        &format!(
+            "  replicas: 3\n{}  models:\n    - {{name: simple_sequence}}\n  extensions:\n    sequence: {{enabled: true, routing: Sidecar}}\n",
+            MINIMAL.replace("  model:\n", "  model:\n    preStopSleepSeconds: 0\n")
+        ),
+    ));
+    assert_eq!(drain_paths(&no_sleep)[0].1, "/drain?seconds=0&sequences=50");
+
+    // Other routings do not wait: their sequences are not found on other replicas anyway.
+    let client_ip = build(&spec("ClientIP", ""));
+    assert_eq!(drain_paths(&client_ip)[0].1, "/drain?seconds=5");
+}
+
 #[test]
 fn sidecar_routing_needs_room_for_the_peers_service_name() {
     let name = "a".repeat(60);

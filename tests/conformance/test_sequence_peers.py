@@ -12,6 +12,7 @@ import sys
 import queue
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -85,8 +86,7 @@ class Cluster:
                 conftest._stop(s.process)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def three_sidecars(tmp_path_factory):
     c = Cluster(tmp_path_factory, 3)
     try:
         for i in range(3):
@@ -95,6 +95,18 @@ def cluster(tmp_path_factory):
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Three sidecars the module's tests share."""
+    yield from three_sidecars(tmp_path_factory)
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path_factory):
+    """Three sidecars of the test's own, which it may kill or drain."""
+    yield from three_sidecars(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -265,40 +277,142 @@ def test_a_peer_joining_under_load_breaks_no_sequence(tmp_path_factory):
         c.stop()
 
 
-def test_a_peer_killed_mid_sequence_ends_its_sequences_with_an_error(tmp_path_factory):
+def test_a_peer_killed_mid_sequence_ends_its_sequences_with_an_error(fresh_cluster):
     """Twelve sequences, four owned by each of three sidecars, are started; one sidecar is
     killed (SIGKILL). The sequences it held end with the model's START error, never a wrong
     answer; the others continue exactly. A new START of an ended sequence works."""
+    c = fresh_cluster
+    model = "sequence_accumulator"
+    listed = c.peers.split(",")
+    by_owner = {0: [], 1: [], 2: []}
+    while min(len(v) for v in by_owner.values()) < 4:
+        sid = unique_id()
+        if len(by_owner[owner(listed, model, sid)]) < 4:
+            by_owner[owner(listed, model, sid)].append(sid)
+    ids = [sid for v in by_owner.values() for sid in v]
+    for s, sid in enumerate(ids):
+        for k, value in enumerate([5, 6]):
+            out = http_step(c.servers[(s + k) % 3], model, sid, value, k == 0, False)
+            assert out == [5, 11][k], (sid, out)
+    c.servers[2].process.kill()
+    c.servers[2].process.wait(timeout=10)
+    c.wait_until_seen({0, 1})
+    survivors = c.running()
+    for s, sid in enumerate(ids):
+        out = http_step(survivors[s % 2], model, sid, 7, False, True)
+        if sid in by_owner[2]:
+            assert out == ("error", 400, start_error(sid, model)), (sid, out)
+            # Starting it again works, on a survivor.
+            assert http_step(survivors[(s + 1) % 2], model, sid, 4, True, False) == 4
+            assert http_step(survivors[s % 2], model, sid, 2, False, True) == 6
+        else:
+            assert out == 18, (sid, out)
+
+
+def test_a_peer_without_the_model_is_passed_over(tmp_path_factory):
+    """A peer that does not serve the model (here unloaded there; in a pod, one still starting)
+    holds none of its sequences: the walk goes past its NOT_FOUND to the peer that holds the
+    sequence, over REST and gRPC."""
     c = Cluster(tmp_path_factory, 3)
     try:
-        for i in range(3):
-            c.start(i)
-        c.wait_until_seen({0, 1, 2})
+        c.start(0)
+        c.start(2)
+        c.wait_until_seen({0, 2})
         model = "sequence_accumulator"
         listed = c.peers.split(",")
-        by_owner = {0: [], 1: [], 2: []}
-        while min(len(v) for v in by_owner.values()) < 4:
+        # First in the order of all three is 1, then 0: started while 1 is away, it is held by
+        # 0, and the walk from 2 asks 1 first.
+        sid = unique_id()
+        while not (owner(listed, model, sid) == 1
+                   and owner([listed[0], listed[2]], model, sid) == 0):
             sid = unique_id()
-            if len(by_owner[owner(listed, model, sid)]) < 4:
-                by_owner[owner(listed, model, sid)].append(sid)
-        ids = [sid for v in by_owner.values() for sid in v]
+        assert http_step(c.servers[2], model, sid, 5, True, False) == 5
+        c.start(1)
+        r = urllib.request.urlopen(urllib.request.Request(
+            f"http://{c.servers[1].http}/v2/repository/models/{model}/unload", data=b"{}",
+            method="POST"), timeout=10)
+        assert r.status == 200
+        c.wait_until_seen({0, 1, 2})
+        assert http_step(c.servers[2], model, sid, 6, False, False) == 11
+        assert grpc_step(c.servers[2], model, sid, 7, False, True) == 18
+    finally:
+        c.stop()
+
+
+def admin_address(server):
+    """The admin port's address, from the sidecar's log of what it bound."""
+    for line in list(server.log_lines):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        address = doc.get("fields", doc).get("admin_addr")
+        if address:
+            return conftest.connectable(address)
+    raise AssertionError(f"no admin_addr logged:\n{server.log_tail()}")
+
+
+def drain(server, query, answers):
+    """Calls the preStop hook (`/drain?QUERY`), which answers when the drain is over."""
+    with urllib.request.urlopen(f"http://{admin_address(server)}/drain?{query}", timeout=120) as r:
+        answers.append(json.loads(r.read()))
+
+
+def test_a_draining_peer_keeps_its_sequences_until_they_end(fresh_cluster):
+    """The pod of one of three sidecars terminates (its preStop hook drains it, with
+    `sequences=`) while six sequences run, three of them held there. It turns not ready and no
+    client sends it anything more, yet every sequence continues exactly through the other two,
+    which send it the requests of its own: its drain lasts until those have ended, not longer."""
+    c = fresh_cluster
+    model = "sequence_accumulator"
+    listed = c.peers.split(",")
+    leaving, staying = [], []
+    while len(leaving) < 3 or len(staying) < 3:
+        sid = unique_id()
+        mine = leaving if owner(listed, model, sid) == 2 else staying
+        if len(mine) < 3:
+            mine.append(sid)
+    ids = leaving + staying
+    for s, sid in enumerate(ids):
+        assert http_step(c.servers[s % 3], model, sid, 5, True, False) == 5, sid
+
+    answers = []
+    drainer = threading.Thread(target=drain, args=(c.servers[2], "seconds=1&sequences=60",
+                                                   answers))
+    drainer.start()
+    c.wait_until_seen({0, 1})
+    staying_servers = c.servers[:2]
+    for k, value in enumerate([6, 7, 8]):
         for s, sid in enumerate(ids):
-            for k, value in enumerate([5, 6]):
-                out = http_step(c.servers[(s + k) % 3], model, sid, value, k == 0, False)
-                assert out == [5, 11][k], (sid, out)
-        c.servers[2].process.kill()
-        c.servers[2].process.wait(timeout=10)
+            step = grpc_step if k % 2 else http_step
+            out = step(staying_servers[(s + k) % 2], model, sid, value, False, False)
+            assert out == 5 + sum([6, 7, 8][:k + 1]), (sid, k, out)
+    time.sleep(1.5)  # past the drain's own seconds: it waits for the sequences held there
+    assert drainer.is_alive(), answers
+    for s, sid in enumerate(ids):
+        assert http_step(staying_servers[s % 2], model, sid, 1, False, True) == 27, sid
+    drainer.join(timeout=10)
+    assert not drainer.is_alive(), "the drain went on after the sequences held there ended"
+    assert answers == [{"draining": True, "seconds": 1, "sequences_held": 0}], answers
+
+
+def test_a_drain_ends_at_its_bound_with_sequences_still_held(tmp_path_factory):
+    """A sequence held by a draining sidecar that no client goes on with: the drain ends at its
+    bound (`seconds` + `sequences`, here before the model's 5 s idle timeout), and says how many
+    sequences were still held there."""
+    c = Cluster(tmp_path_factory, 2)
+    try:
+        c.start(0)
+        c.start(1)
         c.wait_until_seen({0, 1})
-        survivors = c.running()
-        for s, sid in enumerate(ids):
-            out = http_step(survivors[s % 2], model, sid, 7, False, True)
-            if sid in by_owner[2]:
-                assert out == ("error", 400, start_error(sid, model)), (sid, out)
-                # Starting it again works, on a survivor.
-                assert http_step(survivors[(s + 1) % 2], model, sid, 4, True, False) == 4
-                assert http_step(survivors[s % 2], model, sid, 2, False, True) == 6
-            else:
-                assert out == 18, (sid, out)
+        model = "sequence_accumulator"
+        sid = unique_id()
+        while owner(c.peers.split(","), model, sid) != 1:
+            sid = unique_id()
+        assert http_step(c.servers[0], model, sid, 5, True, False) == 5
+        answers = []
+        drain(c.servers[1], "seconds=1&sequences=1", answers)
+        assert answers == [{"draining": True, "seconds": 1, "sequences_held": 1}], answers
     finally:
         c.stop()
 

@@ -6,10 +6,16 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 import scenario
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from rendezvous import owner  # noqa: E402
 
 NS = scenario.NS
 
@@ -150,6 +156,45 @@ def test_sequences_spread_over_every_pod(kube, served, client):
     assert_sums(got)
 
 
+ROLLING_HOSTS, ROLLING_STOP = "/tmp/rolling-hosts", "/tmp/rolling-stop"
+
+
+def set_rolling_hosts(kube, client, ips):
+    kube.exec(NS, client, "client", ["sh", "-c", f"echo {' '.join(ips)} > {ROLLING_HOSTS}"])
+
+
+def start_rolling(kube, client, ips, *args) -> subprocess.Popen:
+    """calls.py rolling on sequence_accumulator over `ips` (tests/e2e/clients/calls.py), in the
+    client pod, until `stop_rolling`."""
+    kube.exec(NS, client, "client", ["rm", "-f", ROLLING_STOP, ROLLING_STOP + ".rounds"])
+    set_rolling_hosts(kube, client, ips)
+    argv = kube.kubectl_argv("exec", "-i", "-n", NS, client, "-c", "client", "--", "python3", "-",
+                             "rolling", "-", "--model", "sequence_accumulator", "--length", "12",
+                             "--hosts-file", ROLLING_HOSTS, "--stop-file", ROLLING_STOP, *args)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdin.write((scenario.CLIENTS / "calls.py").read_text())
+    proc.stdin.close()
+    proc.stdin = None
+
+    def rounds():
+        assert proc.poll() is None, proc.communicate()
+        done = kube.exec(NS, client, "client", ["cat", ROLLING_STOP + ".rounds"], check=False)
+        return done.returncode == 0 and int(done.stdout or 0) >= 2
+    # Every sequence has started (the first round) before anything changes.
+    kube.wait_until("the rolling client's first rounds", rounds, timeout=60)
+    return proc
+
+
+def stop_rolling(kube, client, proc) -> dict:
+    """Lets the rolling client end its sequences; what it sent and got."""
+    assert proc.poll() is None, proc.communicate()
+    kube.exec(NS, client, "client", ["touch", ROLLING_STOP])
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-4000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def test_sequences_in_flight_survive_a_new_replica(kube, served, client):
     """Eight sequences kept going round-robin over the three pods; a fourth replica is added;
     once every sidecar lists it, the same sequences go on round-robin over all four pods, then
@@ -157,17 +202,7 @@ def test_sequences_in_flight_survive_a_new_replica(kube, served, client):
     share of the requests."""
     ips = sequence_pods(kube)
     assert len(ips) == 3, ips
-    hosts_file, stop_file = "/tmp/rolling-hosts", "/tmp/rolling-stop"
-    kube.exec(NS, client, "client", ["sh", "-c", f"rm -f {stop_file}; echo {' '.join(ips)} > {hosts_file}"])
-    argv = kube.kubectl_argv("exec", "-i", "-n", NS, client, "-c", "client", "--", "python3", "-",
-                             "rolling", "-", "--model", "sequence_accumulator",
-                             "--sequence-id", "60000", "--sequences", "8", "--length", "12",
-                             "--hosts-file", hosts_file, "--stop-file", stop_file)
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    proc.stdin.write((scenario.CLIENTS / "calls.py").read_text())
-    proc.stdin.close()
-    proc.stdin = None
+    proc = start_rolling(kube, client, ips, "--sequence-id", "60000", "--sequences", "8")
     try:
         kube.kubectl("patch", "infsvc", "sequence", "-n", NS, "--type=merge",
                      "-p", '{"spec":{"replicas":4}}')
@@ -175,18 +210,87 @@ def test_sequences_in_flight_survive_a_new_replica(kube, served, client):
                         lambda: len(sequence_pods(kube)) == 4 or None, timeout=300, interval=3)
         ips = sequence_pods(kube)
         wait_for_peers(kube, client, ips)
-        assert proc.poll() is None, proc.communicate()
-        kube.exec(NS, client, "client", ["sh", "-c", f"echo {' '.join(ips)} > {hosts_file}"])
-        kube.exec(NS, client, "client", ["touch", stop_file])
-        out, err = proc.communicate(timeout=180)
+        set_rolling_hosts(kube, client, ips)
+        got = stop_rolling(kube, client, proc)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err[-4000:]
-    got = json.loads(out.strip().splitlines()[-1])
     assert got["answers"] == running_sums(got["values"]), got
     counts = {ip: sum(seq.count(ip) for seq in got["pods"]) for ip in ips}
     assert all(n > 0 for n in counts.values()), counts
+
+
+def terminating_sequence_pods(kube) -> list[dict]:
+    return [p for p in kube.pods(NS, "app.kubernetes.io/instance=sequence")
+            if p["metadata"].get("deletionTimestamp")]
+
+
+def test_sequences_in_flight_survive_a_replica_removed(kube, served, client):
+    """Eight sequences, two held by each of the four pods (their ids chosen by the owner
+    computation, tests/tools/rendezvous.py), kept going round-robin; the InferenceService is
+    scaled to three. The leaving pod's preStop hook drains it: clients stop sending it anything
+    (as the Service would), yet it stays, past its preStop sleep, because the other sidecars
+    still send it the requests of its two sequences; once every sequence has ended it goes.
+    Every answer is the running sum one replica would give."""
+    ips = sequence_pods(kube)
+    assert len(ips) == 4, ips
+    wait_for_peers(kube, client, ips)
+    peers = [f"{ip}:8001" for ip in ips]
+    by_pod = {ip: [] for ip in ips}
+    sequence_id = 70000
+    while min(len(ids) for ids in by_pod.values()) < 2:
+        sequence_id += 1
+        ids = by_pod[ips[owner(peers, "sequence_accumulator", sequence_id)]]
+        if len(ids) < 2:
+            ids.append(sequence_id)
+    ids = [i for pod_ids in by_pod.values() for i in pod_ids]
+    proc = start_rolling(kube, client, ips, "--sequence-ids", ",".join(map(str, ids)))
+    try:
+        kube.kubectl("patch", "infsvc", "sequence", "-n", NS, "--type=merge",
+                     "-p", '{"spec":{"replicas":3}}')
+        leaving = kube.wait_until("a sequence pod terminating",
+                                  lambda: terminating_sequence_pods(kube), timeout=60)[0]
+        name, gone_ip = leaving["metadata"]["name"], leaving["status"]["podIP"]
+        set_rolling_hosts(kube, client, [ip for ip in ips if ip != gone_ip])
+        # What the leaving pod's sidecar says while it drains, for the failures below.
+        sidecar_log = subprocess.Popen(
+            kube.kubectl_argv("logs", "-f", "-n", NS, name, "-c", "infergate", "--since=60s"),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        hooks = [(c["name"], c.get("lifecycle", {}).get("preStop"))
+                 for c in leaving["spec"]["containers"]]
+
+        log = []
+
+        def said():
+            if not log:
+                if sidecar_log.poll() is None:
+                    sidecar_log.terminate()
+                log.append(sidecar_log.communicate()[0])
+            return f"preStop hooks {hooks}; the leaving sidecar's log:\n{log[0][-6000:]}"
+        # Past the preStop sleep (5 s) the pod is still there: its sequences are running.
+        time.sleep(12)
+        if proc.poll() is not None:
+            pytest.fail(f"the client failed: {proc.communicate()[1][-3000:]}\n{said()}")
+        assert terminating_sequence_pods(kube), f"the leaving pod went with its sequences running; {said()}"
+        got = stop_rolling(kube, client, proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    ended = time.monotonic()
+    assert got["answers"] == running_sums(got["values"]), got
+    # Its own sequences ended, it goes, well before its wait (75 s) runs out.
+    kube.wait_until(f"{name} gone", lambda: not terminating_sequence_pods(kube) or None,
+                    timeout=120, interval=1)
+    took = time.monotonic() - ended
+    assert took < 40, f"the leaving pod waited {took:.0f} s past the end of its sequences; {said()}"
+    # Its drain waited for its two sequences, and they ended.
+    said()
+    waited = [json.loads(line) for line in log[0].splitlines()
+              if "the sequences held here" in line]
+    assert [(w["message"], w.get("held")) for w in waited] == [
+        ("waiting for the sequences held here to end", 2),
+        ("the sequences held here have ended", None)], said()
+    assert sorted(sequence_pods(kube)) == sorted(ip for ip in ips if ip != gone_ip)
 
 
 def shm_pod(kube) -> str:

@@ -255,7 +255,8 @@ pub struct ModelContainer {
     pub probes: ModelProbes,
     /// Seconds the pod keeps serving after it starts terminating, before the model server is
     /// stopped: its preStop hook asks the sidecar to drain (readiness off, clients sent to other
-    /// pods, calls that still arrive answered) and waits this long. 0: no preStop hook.
+    /// pods, calls that still arrive answered) and waits this long. 0: no preStop hook, unless
+    /// the sidecars route sequences (the pod then still waits for the sequences it holds).
     #[serde(default = "default_pre_stop_sleep")]
     #[schemars(range(min = 0, max = 300))]
     pub pre_stop_sleep_seconds: i64,
@@ -843,7 +844,9 @@ pub struct PodOverrides {
     #[schemars(schema_with = "free_object")]
     pub security_context: Option<PodSecurityContext>,
     /// Seconds between the start of termination and the kill; cover the preStop sleep, the
-    /// longest request and the sidecar's drain.
+    /// longest request and the sidecar's drain. Where the sidecars route sequences, what is
+    /// left past the preStop sleep and 10 s is how long a terminating pod waits for the
+    /// sequences it holds to end.
     #[serde(default = "default_grace")]
     #[schemars(range(min = 0))]
     pub termination_grace_period_seconds: i64,

@@ -57,7 +57,7 @@ use super::config::{CONFIG_DIR, CONFIG_FILE, config_map_name, labels_dir};
 use super::security::restricted_defaults;
 use super::storage;
 use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, selector_labels};
-use crate::crd::{InferenceService, SidecarMode, UpstreamProtocol};
+use crate::crd::{InferenceService, InferenceServiceSpec, SidecarMode, UpstreamProtocol};
 
 pub use crate::pod_names::{
     CONFIG_VOLUME, LABELS_VOLUME_PREFIX, MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME,
@@ -280,19 +280,41 @@ fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
 
 /// The preStop hook: the sidecar's `/drain` on its admin port, which turns readiness off, sends
 /// clients to other pods (GOAWAY, `Connection: close`), keeps answering the calls that still
-/// arrive, and answers after `seconds`. Only then is the container stopped.
-fn pre_stop_drain(admin_port: i32, seconds: i64) -> Option<Lifecycle> {
-    (seconds > 0).then(|| Lifecycle {
+/// arrive, and answers after `model.preStopSleepSeconds`. Only then is the container stopped.
+/// Where the sidecars route sequences, it then waits for the sequences held in this pod to end
+/// (`sequences=`), within the grace period.
+fn pre_stop_drain(spec: &InferenceServiceSpec) -> Option<Lifecycle> {
+    let seconds = spec.model.pre_stop_sleep_seconds;
+    let sequences = sequence_drain_seconds(spec);
+    let path = match sequences {
+        0 => format!("/drain?seconds={seconds}"),
+        n => format!("/drain?seconds={seconds}&sequences={n}"),
+    };
+    (seconds > 0 || sequences > 0).then(|| Lifecycle {
         pre_stop: Some(LifecycleHandler {
             http_get: Some(HTTPGetAction {
-                path: Some(format!("/drain?seconds={seconds}")),
-                port: IntOrString::Int(admin_port),
+                path: Some(path),
+                port: IntOrString::Int(spec.sidecar.ports.admin),
                 ..HTTPGetAction::default()
             }),
             ..LifecycleHandler::default()
         }),
         ..Lifecycle::default()
     })
+}
+
+/// Seconds of the grace period kept for the containers to stop once the hook has answered: the
+/// model server's own shutdown and the sidecar's drain of the calls in flight.
+const STOP_SECONDS: i64 = 10;
+
+/// How long a terminating pod waits for the sequences it holds, where the sidecars route them:
+/// what the grace period leaves after the preStop sleep and `STOP_SECONDS`.
+fn sequence_drain_seconds(spec: &InferenceServiceSpec) -> i64 {
+    if !spec.extensions.sequence.routed_by_sidecars() {
+        return 0;
+    }
+    (spec.pod.termination_grace_period_seconds - spec.model.pre_stop_sleep_seconds - STOP_SECONDS)
+        .max(0)
 }
 
 /// The sidecar container.
@@ -354,9 +376,7 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
         // regular one is stopped with it, so it waits on the same drain.
         lifecycle: match side.mode {
             SidecarMode::Native => None,
-            SidecarMode::Regular => {
-                pre_stop_drain(side.ports.admin, spec.model.pre_stop_sleep_seconds)
-            }
+            SidecarMode::Regular => pre_stop_drain(spec),
         },
         resources: Some(resources),
         security_context: Some(SecurityContext {
@@ -478,7 +498,7 @@ fn model_container(isvc: &InferenceService, model_storage: Option<&VolumeMount>)
             .probes
             .enabled
             .then(|| tcp_probe(m.probes.liveness_failure_threshold)),
-        lifecycle: pre_stop_drain(spec.sidecar.ports.admin, m.pre_stop_sleep_seconds),
+        lifecycle: pre_stop_drain(spec),
         ..Container::default()
     }
 }

@@ -63,9 +63,12 @@ impl Held {
             .remove(&(model.to_string(), id.clone()));
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.sequences.lock().len()
+    /// How many sequences are held here now (those past their idle timeout are dropped).
+    pub fn live(&self) -> usize {
+        let now = Instant::now();
+        let mut sequences = self.sequences.lock();
+        sequences.retain(|_, e| now.duration_since(e.last) <= e.idle + MARGIN);
+        sequences.len()
     }
 }
 
@@ -89,6 +92,26 @@ mod tests {
             e.last = Instant::now() - Duration::from_secs(2);
         });
         assert!(!held.contains("m", &id));
-        assert_eq!(held.len(), 0);
+        assert_eq!(held.live(), 0);
+    }
+
+    #[test]
+    fn live_counts_the_sequences_not_ended_nor_idle() {
+        let held = Held::default();
+        for n in 0..3 {
+            held.served(
+                "m",
+                &CorrelationId::Number(n),
+                Duration::from_secs(5),
+                false,
+            );
+        }
+        assert_eq!(held.live(), 3);
+        held.served("m", &CorrelationId::Number(0), Duration::from_secs(5), true);
+        assert_eq!(held.live(), 2);
+        held.sequences.lock().values_mut().take(1).for_each(|e| {
+            e.last = Instant::now() - Duration::from_secs(7);
+        });
+        assert_eq!(held.live(), 1);
     }
 }

@@ -41,7 +41,7 @@ use crate::core::pipeline;
 use crate::core::repository::Repository;
 use crate::core::request::{InferRequest, InferResponse};
 use crate::core::sequence::{CorrelationId, SequenceParams};
-use crate::error::{Error, Result};
+use crate::error::{Code, Error, Result};
 use crate::trace::Kind;
 use forward::{Failed, forward};
 use held::Held;
@@ -104,6 +104,12 @@ impl Peers {
             )));
         }
         tasks
+    }
+
+    /// How many sequences this sidecar holds now: started here or found here, neither ended nor
+    /// past their idle timeout. A draining sidecar waits for them (`drain.rs`).
+    pub fn held_sequences(&self) -> usize {
+        self.held.live()
     }
 
     /// This sidecar's address, as listed.
@@ -192,6 +198,13 @@ pub fn check_decoupled(
         "sequence {} of the decoupled model '{}' belongs to another replica, and decoupled requests are not forwarded between replicas: send the sequence to one replica",
         sequence.id, request.model_name
     )))
+}
+
+/// Whether a peer's error says it holds none of the model's sequences, so the walk goes on: it
+/// does not serve the model (a pod still starting has not found its models yet), or it is not
+/// ready and cannot serve at all (starting, or draining with its model server gone).
+fn holds_none(error: &Error, peer: PeerState) -> bool {
+    error.code == Code::NotFound || (error.code == Code::Unavailable && peer != PeerState::Ready)
 }
 
 /// A request's sequence: its id, flags and the model's idle timeout, where the model has a
@@ -288,6 +301,7 @@ impl Peers {
             match self.forward_to(&list.peers[i], &request, &route).await {
                 // Gone since the last probe: neither holds nor answers.
                 Err(Failed::Unreachable(_)) => continue,
+                Err(Failed::Answered(e)) if holds_none(&e, state(&list, i, ready)) => continue,
                 Err(Failed::Answered(e)) => return Err(e),
                 Ok(response) => return Ok(response),
             }
@@ -336,5 +350,27 @@ impl Peers {
             span.end(Instant::now());
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_walk_passes_over_peers_that_hold_none_of_the_models_sequences() {
+        let missing = Error::not_found("Request for unknown model: 'm' is not found");
+        let down = Error::unavailable("the model server is unavailable");
+        // A peer without the model holds none of its sequences, whatever its state.
+        assert!(holds_none(&missing, PeerState::Ready));
+        assert!(holds_none(&missing, PeerState::Live));
+        // A peer not ready that cannot serve holds none either (starting, or stopped after
+        // its drain); a ready one that fails may hold the sequence: its error is the answer.
+        assert!(holds_none(&down, PeerState::Live));
+        assert!(!holds_none(&down, PeerState::Ready));
+        assert!(!holds_none(
+            &Error::invalid_arg("wrong shape"),
+            PeerState::Live
+        ));
     }
 }

@@ -175,10 +175,11 @@ def check_spread(args):
 def check_rolling(args):
     """Sequences kept going while the pods change. Each round sends one request of every
     sequence, request n of sequence s to pod (s + n) % pods of the addresses in --hosts-file (read
-    again every round), over REST on even rounds and unary gRPC on odd ones, a fraction of a
-    second apart (well inside the models' idle timeout). Once --stop-file exists, --length more
-    rounds, the last with END. Returns, per sequence, the values sent, the answers and the pod
-    of each request."""
+    again every round), over REST on even rounds and unary gRPC on odd ones (the rounds done so
+    far in --stop-file plus ".rounds"), a fraction of a second apart (well inside the models' idle timeout). Once --stop-file exists, --length more
+    rounds, the last with END. The sequences are --sequence-ids, or --sequences from
+    --sequence-id on. Returns, per sequence, the values sent, the answers and the pod of each
+    request."""
     import os
     import time
 
@@ -187,10 +188,12 @@ def check_rolling(args):
         i.set_data_from_numpy(np.array([[v]], dtype=np.int32))
         return [i]
 
+    ids = ([int(i) for i in args.sequence_ids.split(",")] if args.sequence_ids
+           else [args.sequence_id + s for s in range(args.sequences)])
     connections = {}
-    sent = [[] for _ in range(args.sequences)]
-    answers = [[] for _ in range(args.sequences)]
-    pods = [[] for _ in range(args.sequences)]
+    sent = [[] for _ in ids]
+    answers = [[] for _ in ids]
+    pods = [[] for _ in ids]
     n, left = 0, None
     while left is None or left > 0:
         if left is None and os.path.exists(args.stop_file):
@@ -198,14 +201,13 @@ def check_rolling(args):
         with open(args.hosts_file) as f:
             hosts = f.read().split()
         last = left == 1
-        for s in range(args.sequences):
+        for s, sequence_id in enumerate(ids):
             host = hosts[(s + n) % len(hosts)]
             if host not in connections:
                 connections[host] = clients(host)
             http, grpc = connections[host]
             value = s * 10 + n % 10 + 1
-            flags = dict(sequence_id=args.sequence_id + s, sequence_start=n == 0,
-                         sequence_end=last)
+            flags = dict(sequence_id=sequence_id, sequence_start=n == 0, sequence_end=last)
             if n % 2 == 0:
                 r = http.infer(args.model, request(httpclient, value), **flags)
             else:
@@ -216,6 +218,8 @@ def check_rolling(args):
         n += 1
         if left is not None:
             left -= 1
+        with open(args.stop_file + ".rounds", "w") as f:
+            f.write(str(n))
         time.sleep(0.2)
     return {"values": sent, "answers": answers, "pods": pods}
 
@@ -307,6 +311,7 @@ def main():
     p.add_argument("--elements", type=int, default=16)
     p.add_argument("--sequence-id", type=int, default=1000)
     p.add_argument("--sequences", type=int, default=6)
+    p.add_argument("--sequence-ids", default="", help="comma-separated (rolling)")
     p.add_argument("--length", type=int, default=6)
     p.add_argument("--hosts-file", default="/tmp/hosts")
     p.add_argument("--stop-file", default="/tmp/stop-rolling")
