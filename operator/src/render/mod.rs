@@ -194,69 +194,29 @@ impl Children {
     /// The objects as JSON values, in apply order (the ConfigMap and the peers' service account
     /// first, so that new pods find them).
     pub fn to_values(&self) -> Result<Vec<serde_json::Value>, serde_json::Error> {
-        let mut out = vec![with_type(
-            serde_json::to_value(&self.config_map)?,
-            "v1",
-            "ConfigMap",
-        )];
+        let mut out = vec![typed(&self.config_map)?];
         // Before the Deployment: its pods need the service account.
         if let Some(peers) = &self.peers {
-            out.push(with_type(
-                serde_json::to_value(&peers.service)?,
-                "v1",
-                "Service",
-            ));
+            out.push(typed(&peers.service)?);
             if let Some(account) = &peers.service_account {
-                out.push(with_type(
-                    serde_json::to_value(account)?,
-                    "v1",
-                    "ServiceAccount",
-                ));
+                out.push(typed(account)?);
             }
-            out.push(with_type(
-                serde_json::to_value(&peers.role)?,
-                "rbac.authorization.k8s.io/v1",
-                "Role",
-            ));
-            out.push(with_type(
-                serde_json::to_value(&peers.role_binding)?,
-                "rbac.authorization.k8s.io/v1",
-                "RoleBinding",
-            ));
+            out.push(typed(&peers.role)?);
+            out.push(typed(&peers.role_binding)?);
         }
-        out.push(with_type(
-            serde_json::to_value(&self.deployment)?,
-            "apps/v1",
-            "Deployment",
-        ));
-        out.push(with_type(
-            serde_json::to_value(&self.service)?,
-            "v1",
-            "Service",
-        ));
+        out.push(typed(&self.deployment)?);
+        out.push(typed(&self.service)?);
         if let Some(pdb) = &self.pdb {
-            out.push(with_type(
-                serde_json::to_value(pdb)?,
-                "policy/v1",
-                "PodDisruptionBudget",
-            ));
+            out.push(typed(pdb)?);
         }
         if let Some(hpa) = &self.hpa {
-            out.push(with_type(
-                serde_json::to_value(hpa)?,
-                "autoscaling/v2",
-                "HorizontalPodAutoscaler",
-            ));
+            out.push(typed(hpa)?);
         }
         for object in self.scaled_object.iter().chain(&self.pod_monitor) {
             out.push(serde_json::to_value(object)?);
         }
         if let Some(policy) = &self.network_policy {
-            out.push(with_type(
-                serde_json::to_value(policy)?,
-                "networking.k8s.io/v1",
-                "NetworkPolicy",
-            ));
+            out.push(typed(policy)?);
         }
         Ok(out)
     }
@@ -290,19 +250,22 @@ impl Children {
     }
 }
 
-/// k8s-openapi already writes apiVersion and kind; this puts them first for readable output.
-fn with_type(value: serde_json::Value, api_version: &str, kind: &str) -> serde_json::Value {
+/// `object` as JSON with its type's `apiVersion` and `kind` (k8s-openapi's constants), first for
+/// readable output.
+fn typed<K: k8s_openapi::Resource + serde::Serialize>(
+    object: &K,
+) -> serde_json::Result<serde_json::Value> {
     let mut out = serde_json::Map::new();
-    out.insert("apiVersion".into(), api_version.into());
-    out.insert("kind".into(), kind.into());
-    if let serde_json::Value::Object(map) = value {
+    out.insert("apiVersion".into(), K::API_VERSION.into());
+    out.insert("kind".into(), K::KIND.into());
+    if let serde_json::Value::Object(map) = serde_json::to_value(object)? {
         for (k, v) in map {
             if k != "apiVersion" && k != "kind" {
                 out.insert(k, v);
             }
         }
     }
-    serde_json::Value::Object(out)
+    Ok(serde_json::Value::Object(out))
 }
 
 /// Builds every child of `isvc`. Fails when the resource has no name or uid, or breaks a rule that
