@@ -193,6 +193,18 @@ def test_bytes_element_errors(grpc_stub):
     expect(grpc_stub, bytes_req(serialize_bytes([b"ab", b"c"]), 1), "INVALID_ARGUMENT",
            "[request id: <id_unknown>] unexpected number of string elements 2 for inference input 'INPUT0' "
            "for model 'identity_bytes', expecting 1")
+    # One too many ends the count: the message gives that count, not the buffer's total.
+    expect(grpc_stub, bytes_req(serialize_bytes([b"a", b"b", b"c", b"d"]), 2), "INVALID_ARGUMENT",
+           "[request id: <id_unknown>] unexpected number of string elements 3 for inference input 'INPUT0' "
+           "for model 'identity_bytes', expecting 2")
+    # The core counts an element that runs past the end (it takes the rest of the buffer) ...
+    expect(grpc_stub, bytes_req(serialize_bytes([b"x"]) + b"\x05\x00\x00\x00ab", 3), "INVALID_ARGUMENT",
+           "[request id: <id_unknown>] expected 3 string elements for inference input 'INPUT0' "
+           "for model 'identity_bytes', got 2")
+    # ... and, the count right, the model's backend refuses it, in its own words (no request id).
+    expect(grpc_stub, bytes_req(serialize_bytes([b"x"]) + b"\x05\x00\x00\x00ab", 2), "INVALID_ARGUMENT",
+           "incomplete string data for inference input 'INPUT0', expecting string of length 5 but only "
+           "2 bytes available")
     expect(grpc_stub, bytes_req(b"\x05\x00", 1), "INVALID_ARGUMENT",
            "[request id: <id_unknown>] incomplete string length indicator for inference input 'INPUT0' "
            "for model 'identity_bytes', expecting 4 bytes but only 2 bytes available. "
@@ -228,6 +240,16 @@ def test_version_string_texts(grpc_stub, version, message):
     req = simple_request()
     req.model_version = version
     expect(grpc_stub, req, "INVALID_ARGUMENT", message)
+
+
+@pytest.mark.parametrize("name", ["simple", "nope", ""])
+def test_statistics_read_the_version_first(grpc_stub, name):
+    """ModelStatistics reads the version before it looks the model up, as every other RPC does."""
+    with pytest.raises(Exception) as info:
+        grpc_stub.ModelStatistics(service_pb2.ModelStatisticsRequest(name=name, version="x"))
+    assert grpc_error(info.value) == (
+        "INVALID_ARGUMENT", "failed to get model version from specified version string 'x' (details: stol), "
+                            "version should be an integral value > 0")
 
 
 def test_version_string_read_as_stol(grpc_stub):

@@ -360,16 +360,44 @@ def test_element_count_overflow_2_62_by_4(raw_http):
              "exceed maximum size of 9223372036854775807"), resp
 
 
-def _byte_overflow(n: int) -> str:
-    return (f"byte size overflow for input 'INPUT0': element count ({n}) * data type size (4) exceeds maximum "
-            "allowed size (9223372036854775807)")
+# Binary and gRPC inputs are sized by Triton's core (GetByteSize), in its words, without a request id.
+CORE_BYTE_OVERFLOW = "byte size for tensor 'INPUT0' exceeds maximum size of 9223372036854775807"
 
 
+@pytest.mark.triton251_differs("the byte size of a shape that overflows wraps around (checked since 2026)")
 @pytest.mark.parametrize("n", [2**62, 2**63 - 1])
 def test_byte_size_overflow_binary_and_grpc(raw_http, grpc_stub, n):
     body, headers = binary_body(one_input([n], binary_data_size=4), b"\x01\x00\x00\x00")
-    assert error_of(raw_http("POST", ID_INT32, body, headers)) == (400, _byte_overflow(n))
-    assert grpc_call(grpc_stub.ModelInfer, grpc_one_input([n])) == ("INVALID_ARGUMENT", _byte_overflow(n))
+    assert error_of(raw_http("POST", ID_INT32, body, headers)) == (400, CORE_BYTE_OVERFLOW)
+    assert grpc_call(grpc_stub.ModelInfer, grpc_one_input([n])) == ("INVALID_ARGUMENT", CORE_BYTE_OVERFLOW)
+
+
+@pytest.mark.triton251_differs("a shape that cannot be sized fails the size check with a negative size")
+@pytest.mark.parametrize("datatype,model,raw,words", [
+    ("INT32", "identity_int32", b"\x01\x00\x00\x00", "tensor 'INPUT0' contains an invalid dimension [-2]"),
+    ("BYTES", "identity_bytes", b"\x01\x00\x00\x00a", "tensor 'INPUT0' contains an invalid dimension in shape [-2]"),
+])
+def test_dimension_below_minus_one_grpc(grpc_stub, datatype, model, raw, words):
+    """gRPC shapes are signed: -1 is 'not specified'; lower ones pass a variable dimension and fail
+    where the core sizes the tensor (a request's -1 has its own message, test_errors_grpc)."""
+    req = service_pb2.ModelInferRequest(model_name=model)
+    req.inputs.add(name="INPUT0", datatype=datatype, shape=[-2])
+    req.raw_input_contents.append(raw)
+    assert grpc_call(grpc_stub.ModelInfer, req) == ("INVALID_ARGUMENT", words)
+
+
+@pytest.mark.parametrize("batch", [-1, -2, 2**32 + 1])
+def test_batch_dimension_is_held_in_32_bits(grpc_stub, batch):
+    """Triton keeps the batch size in 32 bits and compares each input's first dimension with it
+    widened again: a batch of -1, -2 or 2^32 + 1 never matches the next input's."""
+    req = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        req.inputs.add(name=name, datatype="INT32", shape=[batch, 16])
+        req.raw_input_contents.append(bytes(64))
+    # The input named is the second Triton visits: its map's order puts INPUT0 there.
+    assert grpc_call(grpc_stub.ModelInfer, req) == (
+        "INVALID_ARGUMENT",
+        "[request id: <id_unknown>] input 'INPUT0' batch size does not match other inputs for 'simple'")
 
 
 def test_huge_shape_with_four_bytes_is_never_allocated(raw_http, grpc_stub):
@@ -389,6 +417,26 @@ def test_huge_shape_json_data_checked_against_input_limit(raw_http):
     resp = raw_http("POST", ID_INT32, json.dumps(one_input([1 << 40], [1])))
     assert resp.status == 400, resp
     assert resp.error.startswith("JSON input 'INPUT0' has a byte_size (4398046511104) that exceeds "), resp
+
+
+@pytest.mark.triton251_differs("a dimension beyond int64 in JSON with data crashes Triton 2.51", run=False)
+@pytest.mark.parametrize("dim,shown", [(2**64 - 2, -2), (2**63, -(2**63))])
+def test_dimension_beyond_int64_is_read_as_a_negative_one(raw_http, dim, shown):
+    """Triton reads a REST dimension as unsigned and keeps it signed: one beyond int64 is negative,
+    refused by the HTTP front end before JSON data is read, and by the core for binary data."""
+    resp = raw_http("POST", ID_INT32, json.dumps(one_input([dim], [1])))
+    assert error_of(resp) == (
+        400, f"invalid shape for input 'INPUT0': shape [{shown}] contains one or more invalid dimensions"), resp
+    body, headers = binary_body(one_input([dim], binary_data_size=4), b"\x01\x00\x00\x00")
+    assert error_of(raw_http("POST", ID_INT32, body, headers)) == (
+        400, f"tensor 'INPUT0' contains an invalid dimension [{shown}]")
+
+
+def test_dimension_of_all_ones_is_a_wildcard_in_binary_data(raw_http):
+    body, headers = binary_body(one_input([2**64 - 1], binary_data_size=4), b"\x01\x00\x00\x00")
+    assert error_of(raw_http("POST", ID_INT32, body, headers)) == (
+        400, "[request id: <id_unknown>] All input dimensions should be specified for input 'INPUT0' for model "
+             "'identity_int32', got [-1]")
 
 
 def test_dimension_beyond_uint64(raw_http):
@@ -542,7 +590,7 @@ def test_invalid_utf8_in_url_gets_a_json_error(raw_http, method, path):
 
 
 # --------------------------------------------------------------------------- wrong datatypes
-INVALID_DATATYPE = ("[request id: <id_unknown>] inference input 'INPUT0' data-type is 'INVALID', but model "
+INVALID_DATATYPE = ("[request id: <id_unknown>] inference input 'INPUT0' data-type is '<invalid>', but model "
                     "'identity_int32' expects 'INT32'")
 
 @pytest.mark.parametrize("datatype", ["int32", "", "TYPE_INT32", "INT32 ", "STRING", "INT\u00ff32"])

@@ -109,6 +109,20 @@ def test_rate_count_and_frequency_change_and_a_model_keeps_its_own(http_url, grp
     ('{"trace_rate": 5}', 500, "attempt to access JSON non-string as string"),
     ('{"trace_file": "/tmp/trace.json"}', 501,
      "trace file location can not be updated through network protocol"),
+    ('{"trace_file": null}', 501, "trace file location can not be updated through network protocol"),
+    ('{"trace_rate": "3000000000"}', 400,
+     "Unable to parse 'trace_rate', value is out of range [ 0, 4294967295 ], got: 3000000000"),
+    ('{"trace_count": "3000000000"}', 400,
+     "Unable to parse 'trace_count', value is out of range [ -1, 2147483647 ], got: 3000000000"),
+    # Triton reads trace_file, trace_level, trace_rate, trace_count, log_frequency in that order,
+    # whatever order the body gives them in: the first refusal in its order is the answer.
+    ('{"trace_count": "x", "trace_file": "f"}', 501,
+     "trace file location can not be updated through network protocol"),
+    ('{"trace_rate": 5, "trace_level": "TIMESTAMPS"}', 500, "attempt to access JSON non-array as array"),
+    ('{"log_frequency": 5, "trace_count": "-7"}', 400,
+     "Unable to parse 'trace_count'. Expecting value >= -1, got:-7"),
+    ('{"trace_count": "x", "trace_rate": "1", "trace_level": ["OFF", "TENSORS"]}', 400,
+     "Expect only one trace level 'OFF' is specified"),
 ])
 def test_bad_settings_are_refused_with_tritons_words(http_url, body, status, error, restore):
     r = post(http_url, "/v2/trace/setting", body)
@@ -123,6 +137,13 @@ def test_bad_settings_over_grpc(grpc_client, restore):
          "Expect only one trace level 'OFF' is specified"),
         ({"trace_file": "x"}, "UNIMPLEMENTED",
          "trace file location can not be updated through network protocol"),
+        # gRPC words one message with a space REST does not have.
+        ({"trace_count": "-5"}, "INVALID_ARGUMENT", "Unable to parse 'trace_count'. Expecting value >= -1, got: -5"),
+        # gRPC settings are lists: a single-valued one given two values is refused.
+        ({"trace_rate": ["1", "2"]}, "INVALID_ARGUMENT", "expect only 1 value for 'trace_rate'"),
+        ({"trace_count": ["1", "2"]}, "INVALID_ARGUMENT", "expect only 1 value for 'trace_count'"),
+        ({"log_frequency": ["1", "2"]}, "INVALID_ARGUMENT", "expect only 1 value for 'log_frequency'"),
+        ({"trace_count": "x", "trace_rate": ["1", "2"]}, "INVALID_ARGUMENT", "expect only 1 value for 'trace_rate'"),
     ]:
         with pytest.raises(InferenceServerException) as e:
             grpc_client.update_trace_settings(settings=settings)

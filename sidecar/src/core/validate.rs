@@ -10,7 +10,7 @@ use crate::error::{Error, Result, request_prefix};
 use crate::shm::registry::ShmTarget;
 use crate::tensor::Tensor;
 use crate::tensor::bytes_elements::{self, BytesError};
-use crate::tensor::shape::{byte_size, element_count, format_shape};
+use crate::tensor::shape::{CountError, count_elements, format_shape};
 
 /// A request that may run: inputs with known datatypes, the outputs to return, the batch size.
 #[derive(Debug)]
@@ -81,8 +81,10 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
     );
     check_input_count(model, &request.inputs, &order, &prefix)?;
 
-    // Every input known; for a batching model, the batch size from each one's first dimension.
-    let mut batch_size: Option<u64> = None;
+    // Every input known; for a batching model, the batch size from each one's first dimension,
+    // held as Triton holds it: in 32 bits, set by the first input that gives a non-zero one and
+    // compared, widened again, with the others' (so -1 or 2^32 + 1 do not match themselves).
+    let mut batch_size: u32 = 0;
     for &i in &order {
         let input = &request.inputs[i];
         if model.input(&input.name).is_none() {
@@ -100,20 +102,16 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
                 input.name
             )));
         };
-        // A negative batch dimension (gRPC only) fails the shape check below.
-        let batch = u64::try_from(first).unwrap_or(0);
-        match batch_size {
-            None | Some(0) => batch_size = Some(batch),
-            Some(b) if b != batch => {
-                return Err(Error::invalid_arg(format!(
-                    "{prefix}input '{}' batch size does not match other inputs for '{m}'",
-                    input.name
-                )));
-            }
-            Some(_) => {}
+        if batch_size == 0 {
+            batch_size = first as u32;
+        } else if first != i64::from(batch_size) {
+            return Err(Error::invalid_arg(format!(
+                "{prefix}input '{}' batch size does not match other inputs for '{m}'",
+                input.name
+            )));
         }
     }
-    if model.max_batch_size > 0 && batch_size.unwrap_or(0) > u64::from(model.max_batch_size) {
+    if model.max_batch_size > 0 && batch_size > model.max_batch_size {
         return Err(Error::invalid_arg(format!(
             "{prefix}inference request batch-size must be <= {} for '{m}'",
             model.max_batch_size
@@ -135,17 +133,22 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
         };
         let datatype = check_datatype(&input, spec, m, &prefix)?;
         check_shape(model, spec, &input, m, &prefix)?;
-        // Triton sizes a batch of 0 as the shape without its batch dimension; sizes that agree
-        // only because of that are refused all the same (the tensor itself holds nothing).
-        let zero_batch = model.max_batch_size > 0 && batch_size == Some(0);
+        // From here the shape is the one the model runs with: Triton's batch size in front, or,
+        // for a batch of 0, no batch dimension at all (Triton sizes it so; sizes that agree only
+        // because of that are refused all the same, the tensor itself holding nothing).
+        let zero_batch = model.max_batch_size > 0 && batch_size == 0;
+        if model.max_batch_size > 0 && !zero_batch {
+            input.shape[0] = i64::from(batch_size);
+        }
         let counted = if zero_batch {
             input.shape.get(1..).unwrap_or(&[])
         } else {
             &input.shape[..]
         };
-        let count = element_count(counted, &input.name)?;
-        match byte_size(datatype, count, &input.name)? {
-            Some(expected) => {
+        match datatype.element_size() {
+            Some(element_size) => {
+                let name = shown_name(&input, raw_input);
+                let expected = tensor_byte_size(counted, element_size, name)?;
                 let got = input.byte_len();
                 let expected = if zero_batch && expected == got {
                     0
@@ -154,26 +157,21 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
                 };
                 if expected != got {
                     return Err(Error::invalid_arg(format!(
-                        "{prefix}input byte size mismatch for input '{}' for model '{m}'. Expected {expected}, got {got}",
-                        shown_name(&input, raw_input)
+                        "{prefix}input byte size mismatch for input '{name}' for model '{m}'. Expected {expected}, got {got}"
                     )));
                 }
             }
             None => {
+                let count = string_element_count(counted, shown_name(&input, raw_input))?;
                 // Strings are checked element by element: their bytes are needed here.
                 input.read_region()?;
+                let name = shown_name(&input, raw_input);
                 let count = if zero_batch && !input.data.is_empty() {
                     0
                 } else {
                     count
                 };
-                check_bytes_elements(
-                    &input.data,
-                    count,
-                    shown_name(&input, raw_input),
-                    m,
-                    &prefix,
-                )?
+                check_bytes_elements(&input.data, count, name, m, &prefix)?
             }
         }
         checked[i] = Some((
@@ -186,19 +184,66 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
             input.shm,
         ));
     }
+    // What the core lets through, the model's backend then refuses: a string element whose
+    // length runs past the end of its buffer (Triton's backends' `ValidateStringBuffer`).
+    for &i in &order {
+        if let Some((tensor, _)) = &checked[i] {
+            check_string_buffer(tensor, shown_name_of(&tensor.name, raw_input))?;
+        }
+    }
     let (inputs, input_regions) = checked.into_iter().flatten().unzip();
 
     Ok(Validated {
         inputs,
         input_regions,
         outputs,
-        batch_size: batch_size.unwrap_or(1),
+        batch_size: u64::from(batch_size.max(1)),
     })
 }
 
 /// The input's name as Triton's messages give it: the input of a raw body is `raw_input`.
 fn shown_name(input: &InputTensor, raw_input: bool) -> &str {
-    if raw_input { "raw_input" } else { &input.name }
+    shown_name_of(&input.name, raw_input)
+}
+
+fn shown_name_of(name: &str, raw_input: bool) -> &str {
+    if raw_input { "raw_input" } else { name }
+}
+
+/// Bytes of a fixed-size tensor, refused as Triton's core refuses a shape it cannot size (its
+/// `GetByteSize`: these words carry no request id).
+fn tensor_byte_size(shape: &[i64], element_size: usize, name: &str) -> Result<u64> {
+    let overflow = || {
+        Error::invalid_arg(format!(
+            "byte size for tensor '{name}' exceeds maximum size of {}",
+            i64::MAX
+        ))
+    };
+    match count_elements(shape) {
+        Ok(count) => count
+            .checked_mul(element_size as u64)
+            .filter(|b| *b <= i64::MAX as u64)
+            .ok_or_else(overflow),
+        Err(CountError::InvalidDimension) => Err(Error::invalid_arg(format!(
+            "tensor '{name}' contains an invalid dimension {}",
+            format_shape(shape)
+        ))),
+        Err(CountError::Overflow) => Err(overflow()),
+    }
+}
+
+/// Elements of a BYTES tensor, refused in the words of Triton's core (`GetElementCount`).
+fn string_element_count(shape: &[i64], name: &str) -> Result<u64> {
+    count_elements(shape).map_err(|e| match e {
+        CountError::InvalidDimension => Error::invalid_arg(format!(
+            "tensor '{name}' contains an invalid dimension in shape {}",
+            format_shape(shape)
+        )),
+        CountError::Overflow => Error::invalid_arg(format!(
+            "element count for tensor '{name}' exceeds maximum size of {}",
+            i64::MAX
+        )),
+    })
 }
 
 /// The first name that comes again, in order. A set, not a scan of those before: a hostile
@@ -269,7 +314,8 @@ fn check_datatype(
             let got = if parsed.is_some() {
                 input.datatype.as_str()
             } else {
-                "INVALID"
+                // Triton's name for a datatype it does not know.
+                "<invalid>"
             };
             Err(Error::invalid_arg(format!(
                 "{prefix}inference input '{}' data-type is '{got}', but model '{model}' expects '{}'",
@@ -292,8 +338,7 @@ fn check_shape(
     } else {
         &input.shape[..]
     };
-    let batch_ok = model.max_batch_size == 0 || input.shape.first().is_some_and(|&b| b >= 0);
-    let mut matches = batch_ok && dims.len() == spec.dims.len();
+    let mut matches = dims.len() == spec.dims.len();
     if matches {
         for (&got, &want) in dims.iter().zip(&spec.dims) {
             if got == -1 {
@@ -303,7 +348,8 @@ fn check_shape(
                     format_shape(&input.shape)
                 )));
             }
-            if got < 0 || (want != -1 && got != want) {
+            // Other negative dimensions pass a variable one here; sizing refuses them.
+            if want != -1 && got != want {
                 matches = false;
                 break;
             }
@@ -325,6 +371,9 @@ fn check_shape(
     )))
 }
 
+/// A BYTES tensor's elements counted as Triton's core counts them (`ValidateBytesInputs`): each
+/// length indicator whole, an element that runs past the end taking the rest of the buffer and
+/// counting all the same, one too many ending the count.
 fn check_bytes_elements(
     data: &[u8],
     expected: u64,
@@ -332,35 +381,44 @@ fn check_bytes_elements(
     model: &str,
     prefix: &str,
 ) -> Result<()> {
-    let mut count = 0u64;
-    for element in bytes_elements::iter(data) {
-        match element {
-            Ok(_) => count += 1,
-            Err(BytesError::IncompleteLength { available }) => {
-                return Err(Error::invalid_arg(format!(
-                    "{prefix}incomplete string length indicator for inference input '{name}' for model '{model}', expecting 4 bytes but only {available} bytes available. Please make sure the string length indicator is in one buffer."
-                )));
-            }
-            Err(BytesError::IncompleteData) => {
-                return Err(Error::invalid_arg(format!(
-                    "{prefix}incomplete string data for inference input '{name}' for model '{model}'"
-                )));
-            }
+    let mut rest = data;
+    let mut checked = 0u64;
+    while !rest.is_empty() {
+        let Some((indicator, after)) = rest.split_first_chunk::<4>() else {
+            return Err(Error::invalid_arg(format!(
+                "{prefix}incomplete string length indicator for inference input '{name}' for model '{model}', expecting 4 bytes but only {} bytes available. Please make sure the string length indicator is in one buffer.",
+                rest.len()
+            )));
+        };
+        checked += 1;
+        if checked > expected {
+            return Err(Error::invalid_arg(format!(
+                "{prefix}unexpected number of string elements {checked} for inference input '{name}' for model '{model}', expecting {expected}"
+            )));
         }
-        if count > expected {
-            break;
-        }
+        let length = u32::from_le_bytes(*indicator) as usize;
+        rest = after.get(length..).unwrap_or(&[]);
     }
-    if count > expected {
-        let total = bytes_elements::count(data).unwrap_or(count);
+    if checked != expected {
         return Err(Error::invalid_arg(format!(
-            "{prefix}unexpected number of string elements {total} for inference input '{name}' for model '{model}', expecting {expected}"
+            "{prefix}expected {expected} string elements for inference input '{name}' for model '{model}', got {checked}"
         )));
     }
-    if count < expected {
-        return Err(Error::invalid_arg(format!(
-            "{prefix}expected {expected} string elements for inference input '{name}' for model '{model}', got {count}"
-        )));
+    Ok(())
+}
+
+/// The check the model's backend makes of a BYTES input the core let through: the one thing
+/// left to find is an element longer than what remains.
+fn check_string_buffer(tensor: &Tensor, name: &str) -> Result<()> {
+    if tensor.datatype != DataType::Bytes {
+        return Ok(());
+    }
+    for element in bytes_elements::iter(&tensor.data) {
+        if let Err(BytesError::IncompleteData { length, available }) = element {
+            return Err(Error::invalid_arg(format!(
+                "incomplete string data for inference input '{name}', expecting string of length {length} but only {available} bytes available"
+            )));
+        }
     }
     Ok(())
 }

@@ -252,6 +252,8 @@ impl GrpcInferenceService for Inference {
         request: Request<ModelStatisticsRequest>,
     ) -> Reply<ModelStatisticsResponse> {
         let r = request.into_inner();
+        // The version is read first, as Triton reads it, whatever the name.
+        crate::core::repository::parse_version(&r.version)?;
         let models = if r.name.is_empty() {
             self.state.repository.ready_models()
         } else {
@@ -469,12 +471,19 @@ impl GrpcInferenceService for Inference {
             tracing.view(model)
         } else {
             // No values: back to the server's setting, as `null` is over HTTP.
-            let update: crate::trace::Update = r
+            let update: trace::Update = r
                 .settings
                 .into_iter()
-                .map(|(key, v)| (key, (!v.value.is_empty()).then_some(v.value)))
+                .map(|(key, v)| {
+                    let given = if v.value.is_empty() {
+                        trace::Given::Clear
+                    } else {
+                        trace::Given::Values(v.value)
+                    };
+                    (key, given)
+                })
                 .collect();
-            tracing.update(model, &update)?
+            tracing.update(model, &update, trace::Via::Grpc)?
         };
         let settings = view
             .into_iter()

@@ -264,15 +264,12 @@ fn check_output_parameters(output: &Value<'_>) -> Result<()> {
     }
 }
 
+/// The shape, read as Triton reads it: unsigned JSON integers kept in signed 64 bits, so one
+/// beyond `i64::MAX` becomes negative and is refused where the shape is checked or sized.
 fn shape(dims: &[Value<'_>]) -> Result<Vec<i64>> {
     dims.iter()
         .map(|d| match d.as_u64() {
-            Some(u) => i64::try_from(u).map_err(|_| {
-                Error::invalid_arg(format!(
-                    "shape dimension {u} exceeds the maximum of {}",
-                    i64::MAX
-                ))
-            }),
+            Some(u) => Ok(u as i64),
             None => Err(parse_err(
                 "shape",
                 "attempt to access JSON non-unsigned-integer as unsigned-integer",

@@ -8,10 +8,10 @@ use axum::response::Response;
 use serde_json::{Map, Value as J};
 
 use super::{infer, json_ok, read_body};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::json::{self, Value};
 use crate::state::SharedState;
-use crate::trace::{Update, View};
+use crate::trace::{Given, Update, Via, View};
 
 /// Largest settings body: a handful of short strings.
 const MAX_BODY_BYTES: u64 = 64 * 1024;
@@ -47,8 +47,8 @@ async fn post(st: &SharedState, model: Option<&str>, body: Body) -> Result<View>
     let raw = read_body(body, MAX_BODY_BYTES, None, st.limits.http_body_timeout()).await?;
     // An empty body is a syntax error here, as in Triton ("The document is empty.").
     let doc = json::parse(&raw, 16).map_err(infer::body_json_error)?;
-    let update = update_of(&doc)?;
-    st.tracing.update(model, &update)
+    let update = update_of(&doc);
+    st.tracing.update(model, &update, Via::Rest)
 }
 
 /// The keys Triton reads from a body; others are ignored whatever their type.
@@ -60,11 +60,12 @@ const READ_KEYS: [&str; 5] = [
     "trace_file",
 ];
 
-/// The settings a body names, read with Triton's JSON accessors (and their words when a value
-/// has the wrong type). Anything but an object names none.
-fn update_of(doc: &Value<'_>) -> Result<Update> {
+/// The settings a body names, each read with Triton's JSON accessors (a value of the wrong type
+/// is kept with their words, to be refused in Triton's reading order). Anything but an object
+/// names none.
+fn update_of(doc: &Value<'_>) -> Update {
     let Value::Object(members) = doc else {
-        return Ok(Update::new());
+        return Update::new();
     };
     let mut update = Update::new();
     for (key, value) in members {
@@ -72,27 +73,29 @@ fn update_of(doc: &Value<'_>) -> Result<Update> {
         if !READ_KEYS.contains(&key.as_str()) {
             continue;
         }
-        let values = match value {
-            Value::Null => None,
-            _ if key == "trace_level" => {
-                let Value::Array(items) = value else {
-                    return Err(Error::internal("attempt to access JSON non-array as array"));
-                };
-                Some(items.iter().map(string).collect::<Result<Vec<_>>>()?)
-            }
-            _ => Some(vec![string(value)?]),
+        let given = match value {
+            Value::Null => Given::Clear,
+            _ if key == "trace_level" => match value {
+                Value::Array(items) => items
+                    .iter()
+                    .map(string)
+                    .collect::<Option<Vec<_>>>()
+                    .map_or(Given::Unreadable(NOT_A_STRING), Given::Values),
+                _ => Given::Unreadable("attempt to access JSON non-array as array"),
+            },
+            _ => string(value).map_or(Given::Unreadable(NOT_A_STRING), |s| Given::Values(vec![s])),
         };
-        update.push((key, values));
+        update.push((key, given));
     }
-    Ok(update)
+    update
 }
 
-fn string(value: &Value<'_>) -> Result<String> {
+const NOT_A_STRING: &str = "attempt to access JSON non-string as string";
+
+fn string(value: &Value<'_>) -> Option<String> {
     match value {
-        Value::String(s) => Ok(String::from_utf8_lossy(s).into_owned()),
-        _ => Err(Error::internal(
-            "attempt to access JSON non-string as string",
-        )),
+        Value::String(s) => Some(String::from_utf8_lossy(s).into_owned()),
+        _ => None,
     }
 }
 

@@ -5,8 +5,8 @@
 pub enum BytesError {
     /// Fewer than 4 bytes remain where a length was expected.
     IncompleteLength { available: usize },
-    /// An element's length runs past the end of the buffer.
-    IncompleteData,
+    /// An element's length runs past the end of the buffer: `length` said, `available` left.
+    IncompleteData { length: u32, available: usize },
 }
 
 /// Iterates the elements of a serialized BYTES buffer.
@@ -30,14 +30,16 @@ impl<'a> Iterator for BytesIter<'a> {
             self.rest = &[];
             return Some(Err(BytesError::IncompleteLength { available }));
         }
-        let len =
-            u32::from_le_bytes([self.rest[0], self.rest[1], self.rest[2], self.rest[3]]) as usize;
+        let length = u32::from_le_bytes([self.rest[0], self.rest[1], self.rest[2], self.rest[3]]);
         let body = &self.rest[4..];
-        if body.len() < len {
+        if body.len() < length as usize {
             self.rest = &[];
-            return Some(Err(BytesError::IncompleteData));
+            return Some(Err(BytesError::IncompleteData {
+                length,
+                available: body.len(),
+            }));
         }
-        let (element, rest) = body.split_at(len);
+        let (element, rest) = body.split_at(length as usize);
         self.rest = rest;
         Some(Ok(element))
     }
@@ -79,6 +81,12 @@ mod tests {
             count(&[1, 0]),
             Err(BytesError::IncompleteLength { available: 2 })
         );
-        assert_eq!(count(&[5, 0, 0, 0, b'a']), Err(BytesError::IncompleteData));
+        assert_eq!(
+            count(&[5, 0, 0, 0, b'a']),
+            Err(BytesError::IncompleteData {
+                length: 5,
+                available: 1
+            })
+        );
     }
 }

@@ -4,26 +4,43 @@ use infergate_proto::DataType;
 
 use crate::error::{Error, Result};
 
-/// Number of elements of input `name`'s `shape`. Negative dimensions and products beyond
-/// `i64::MAX` are errors.
-pub fn element_count(shape: &[i64], name: &str) -> Result<u64> {
+/// Why a shape has no element count, as Triton's `GetElementCount` tells them apart.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CountError {
+    /// A dimension below zero.
+    InvalidDimension,
+    /// A product beyond `i64::MAX`.
+    Overflow,
+}
+
+/// Number of elements of `shape` (an empty shape holds one).
+pub fn count_elements(shape: &[i64]) -> std::result::Result<u64, CountError> {
     let mut count: i64 = 1;
     for &dim in shape {
         if dim < 0 {
-            return Err(Error::invalid_arg(format!(
-                "invalid shape for input '{name}': shape {} has a negative dimension",
-                format_shape(shape)
-            )));
+            return Err(CountError::InvalidDimension);
         }
-        count = count.checked_mul(dim).ok_or_else(|| {
-            Error::invalid_arg(format!(
-                "invalid shape for input '{name}': shape {} causes total element count to exceed maximum size of {}",
-                format_shape(shape),
-                i64::MAX
-            ))
-        })?;
+        count = count.checked_mul(dim).ok_or(CountError::Overflow)?;
     }
     Ok(count as u64)
+}
+
+/// Number of elements of input `name`'s `shape`, refused in the words of Triton's HTTP front
+/// end (which counts the elements a JSON `data` must hold before reading it).
+pub fn element_count(shape: &[i64], name: &str) -> Result<u64> {
+    count_elements(shape).map_err(|e| {
+        let why = match e {
+            CountError::InvalidDimension => "contains one or more invalid dimensions".to_string(),
+            CountError::Overflow => format!(
+                "causes total element count to exceed maximum size of {}",
+                i64::MAX
+            ),
+        };
+        Error::invalid_arg(format!(
+            "invalid shape for input '{name}': shape {} {why}",
+            format_shape(shape)
+        ))
+    })
 }
 
 /// Byte size of `count` fixed-size elements of input `name`; `None` for BYTES.

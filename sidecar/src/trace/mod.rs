@@ -28,7 +28,7 @@ use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
 use parking_lot::Mutex;
 
 pub use export::DEFAULT_SERVICE_NAME;
-pub use settings::{Update, View};
+pub use settings::{Given, Update, Via, View};
 pub use span::{ContextHeaders, Kind, Scope, Span};
 
 use crate::error::Result;
@@ -113,10 +113,10 @@ impl Tracing {
     }
 
     /// Changes the settings of `model` (or the server's); answers them as they are then.
-    pub fn update(&self, model: Option<&str>, update: &Update) -> Result<View> {
+    pub fn update(&self, model: Option<&str>, update: &Update, via: Via) -> Result<View> {
         let view = {
             let mut settings = self.settings.lock();
-            settings.update(model, update)?;
+            settings.update(model, update, via)?;
             settings.view(model)
         };
         self.refresh();

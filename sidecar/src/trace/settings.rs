@@ -43,8 +43,36 @@ struct Resolved {
     log_frequency: u32,
 }
 
-/// A change asked for: per key, its new values (`None`: back to the server's, or the start's).
-pub type Update = Vec<(String, Option<Vec<String>>)>;
+/// One setting as a request gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Given {
+    /// REST `null`, or gRPC without values: back to the server's setting (or the start's).
+    Clear,
+    Values(Vec<String>),
+    /// A REST value of the wrong JSON type, with the words of Triton's JSON accessor.
+    Unreadable(&'static str),
+}
+
+/// A change asked for: settings by name, in the request's order (the first of a repeated name
+/// counts, as Triton's lookups find it).
+pub type Update = Vec<(String, Given)>;
+
+/// Which front end a change came through: Triton's two word one message differently.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    Rest,
+    Grpc,
+}
+
+/// The settings Triton reads from a change, in the order it reads them: the first refusal in
+/// this order is the answer, whatever order the request gave them in.
+const READ_ORDER: [&str; 5] = [
+    "trace_file",
+    "trace_level",
+    "trace_rate",
+    "trace_count",
+    "log_frequency",
+];
 
 /// What `trace_level` (the only list) and every other key answer, in Triton's order.
 pub type View = Vec<(&'static str, Vec<String>)>;
@@ -129,41 +157,50 @@ impl Settings {
 
     /// Applies `update` to a model's settings (or the server's) as Triton does, all or nothing:
     /// unknown keys are ignored, as are the ones only the start sets (`trace_mode`, the exporter's).
-    pub fn update(&mut self, model: Option<&str>, update: &Update) -> Result<()> {
+    pub fn update(&mut self, model: Option<&str>, update: &Update, via: Via) -> Result<()> {
         let mut changes = Overrides::default();
         let mut cleared = Overrides::default();
-        for (key, values) in update {
-            match key.as_str() {
-                "trace_file" if values.is_some() => {
-                    return Err(Error::unsupported(
-                        "trace file location can not be updated through network protocol",
-                    ));
-                }
-                "trace_level" => match values {
+        for key in READ_ORDER {
+            let Some((_, given)) = update.iter().find(|(k, _)| k == key) else {
+                continue;
+            };
+            if key == "trace_file" {
+                return Err(Error::unsupported(
+                    "trace file location can not be updated through network protocol",
+                ));
+            }
+            let values = match given {
+                Given::Clear => None,
+                Given::Values(values) => Some(values),
+                Given::Unreadable(words) => return Err(Error::internal(*words)),
+            };
+            if key == "trace_level" {
+                match values {
                     None => cleared.levels = Some(Vec::new()),
                     Some(names) => changes.levels = Some(parse_levels(names)?),
-                },
-                "trace_rate" => match first(values) {
-                    None => cleared.rate = Some(0),
-                    Some(text) => {
-                        let rate = parse_unsigned(key, text)?;
-                        // Triton checks the rate where spans are made; in its own mode without
-                        // a file it takes 0, which then never matters.
-                        if rate == 0 && self.config.mode == TraceMode::OpenTelemetry {
-                            return Err(invalid_setting("sample rate must be non-zero"));
-                        }
-                        changes.rate = Some(rate);
+                }
+                continue;
+            }
+            let Some(text) = single(key, values)? else {
+                match key {
+                    "trace_rate" => cleared.rate = Some(0),
+                    "trace_count" => cleared.count = Some(0),
+                    _ => cleared.log_frequency = Some(0),
+                }
+                continue;
+            };
+            match key {
+                "trace_rate" => {
+                    let rate = parse_unsigned(key, text)?;
+                    // Triton checks the rate where spans are made; in its own mode without a
+                    // file it takes 0, which then never matters.
+                    if rate == 0 && self.config.mode == TraceMode::OpenTelemetry {
+                        return Err(invalid_setting("sample rate must be non-zero"));
                     }
-                },
-                "trace_count" => match first(values) {
-                    None => cleared.count = Some(0),
-                    Some(text) => changes.count = Some(parse_count(text)?),
-                },
-                "log_frequency" => match first(values) {
-                    None => cleared.log_frequency = Some(0),
-                    Some(text) => changes.log_frequency = Some(parse_unsigned(key, text)?),
-                },
-                _ => {}
+                    changes.rate = Some(rate);
+                }
+                "trace_count" => changes.count = Some(parse_count(text, via)?),
+                _ => changes.log_frequency = Some(parse_unsigned(key, text)?),
             }
         }
         let turns_on = changes.levels.as_ref().is_some_and(|l| !l.is_empty());
@@ -246,8 +283,15 @@ impl Settings {
     }
 }
 
-fn first(values: &Option<Vec<String>>) -> Option<&str> {
-    values.as_ref().and_then(|v| v.first()).map(String::as_str)
+/// The one value of a single-valued setting (`None`: cleared). gRPC can send several.
+fn single<'a>(key: &str, values: Option<&'a Vec<String>>) -> Result<Option<&'a str>> {
+    match values.map(Vec::as_slice) {
+        None | Some([]) => Ok(None),
+        Some([one]) => Ok(Some(one)),
+        Some(_) => Err(Error::invalid_arg(format!(
+            "expect only 1 value for '{key}'"
+        ))),
+    }
 }
 
 /// A server-wide setting: a new value, or back to the start's.
@@ -295,22 +339,39 @@ fn parse_levels(names: &[String]) -> Result<Vec<TraceLevel>> {
     Ok(levels)
 }
 
-/// An unsigned setting as Triton reads it (`std::stoul`, kept to 32 bits: "-1" wraps around).
+/// An unsigned setting as Triton reads it: `std::stoi` into 32 unsigned bits ("-1" wraps
+/// around, beyond `int` is out of range).
 fn parse_unsigned(key: &str, text: &str) -> Result<u32> {
-    match cxx_number::stol(text) {
+    match cxx_number::stoi(text) {
         Ok(n) => Ok(n as u32),
-        Err(CxxParseError::Invalid | CxxParseError::OutOfRange) => Err(Error::invalid_arg(
-            format!("Unable to parse '{key}', got: {text}"),
-        )),
+        Err(CxxParseError::Invalid) => Err(Error::invalid_arg(format!(
+            "Unable to parse '{key}', got: {text}"
+        ))),
+        Err(CxxParseError::OutOfRange) => Err(Error::invalid_arg(format!(
+            "Unable to parse '{key}', value is out of range [ 0, {} ], got: {text}",
+            u32::MAX
+        ))),
     }
 }
 
-fn parse_count(text: &str) -> Result<i32> {
-    let count = cxx_number::stoi(text)
-        .map_err(|_| Error::invalid_arg(format!("Unable to parse 'trace_count', got: {text}")))?;
+fn parse_count(text: &str, via: Via) -> Result<i32> {
+    let count = cxx_number::stoi(text).map_err(|e| match e {
+        CxxParseError::Invalid => {
+            Error::invalid_arg(format!("Unable to parse 'trace_count', got: {text}"))
+        }
+        CxxParseError::OutOfRange => Error::invalid_arg(format!(
+            "Unable to parse 'trace_count', value is out of range [ -1, {} ], got: {text}",
+            i32::MAX
+        )),
+    })?;
     if count < -1 {
+        // Triton's REST and gRPC front ends space this one differently.
+        let space = match via {
+            Via::Rest => "",
+            Via::Grpc => " ",
+        };
         return Err(Error::invalid_arg(format!(
-            "Unable to parse 'trace_count'. Expecting value >= -1, got:{text}"
+            "Unable to parse 'trace_count'. Expecting value >= -1, got:{space}{text}"
         )));
     }
     Ok(count)
@@ -330,10 +391,11 @@ mod tests {
         pairs
             .iter()
             .map(|(k, v)| {
-                (
-                    k.to_string(),
-                    v.map(|v| v.iter().map(|s| s.to_string()).collect()),
-                )
+                let given = match v {
+                    None => Given::Clear,
+                    Some(v) => Given::Values(v.iter().map(|s| s.to_string()).collect()),
+                };
+                (k.to_string(), given)
             })
             .collect()
     }
@@ -361,14 +423,18 @@ mod tests {
             ]
         );
         let e = s
-            .update(None, &set(&[("trace_level", Some(&["TIMESTAMPS"]))]))
+            .update(
+                None,
+                &set(&[("trace_level", Some(&["TIMESTAMPS"]))]),
+                Via::Rest,
+            )
             .unwrap_err();
         assert_eq!(
             e.message,
             "Attempting to set invalid trace setting :trace file name is not given"
         );
         assert!(!s.any_enabled());
-        s.update(None, &set(&[("log_frequency", Some(&["2"]))]))
+        s.update(None, &set(&[("log_frequency", Some(&["2"]))]), Via::Rest)
             .unwrap();
         assert_eq!(value(&s.view(None), "log_frequency"), ["2"]);
     }
@@ -382,11 +448,16 @@ mod tests {
                 ("trace_level", Some(&["TIMESTAMPS"])),
                 ("trace_rate", Some(&["1"])),
             ]),
+            Via::Rest,
         )
         .unwrap();
-        s.update(Some("simple"), &set(&[("trace_rate", Some(&["3"]))]))
-            .unwrap();
-        s.update(None, &set(&[("trace_rate", Some(&["7"]))]))
+        s.update(
+            Some("simple"),
+            &set(&[("trace_rate", Some(&["3"]))]),
+            Via::Rest,
+        )
+        .unwrap();
+        s.update(None, &set(&[("trace_rate", Some(&["7"]))]), Via::Rest)
             .unwrap();
         assert_eq!(value(&s.view(Some("simple")), "trace_rate"), ["3"]);
         assert_eq!(value(&s.view(Some("other")), "trace_rate"), ["7"]);
@@ -394,12 +465,16 @@ mod tests {
             value(&s.view(Some("simple")), "trace_level"),
             ["TIMESTAMPS"]
         );
-        s.update(Some("simple"), &set(&[("trace_rate", None)]))
+        s.update(Some("simple"), &set(&[("trace_rate", None)]), Via::Rest)
             .unwrap();
         assert_eq!(value(&s.view(Some("simple")), "trace_rate"), ["7"]);
         // Cleared server-wide: back to the start's value.
-        s.update(None, &set(&[("trace_rate", None), ("trace_level", None)]))
-            .unwrap();
+        s.update(
+            None,
+            &set(&[("trace_rate", None), ("trace_level", None)]),
+            Via::Rest,
+        )
+        .unwrap();
         assert_eq!(value(&s.view(None), "trace_rate"), ["1000"]);
         assert_eq!(value(&s.view(None), "trace_level"), ["OFF"]);
     }
@@ -414,6 +489,7 @@ mod tests {
                 ("trace_rate", Some(&["2"])),
                 ("trace_count", Some(&["2"])),
             ]),
+            Via::Rest,
         )
         .unwrap();
         let sampled: Vec<bool> = (0..8).map(|_| s.sample("simple").is_some()).collect();
@@ -423,7 +499,7 @@ mod tests {
         );
         assert_eq!(value(&s.view(None), "trace_count"), ["0"]);
         // A model with its own count uses its own.
-        s.update(Some("m"), &set(&[("trace_count", Some(&["1"]))]))
+        s.update(Some("m"), &set(&[("trace_count", Some(&["1"]))]), Via::Rest)
             .unwrap();
         assert!(s.sample("m").is_none());
         assert!(s.sample("m").is_some());
@@ -440,10 +516,15 @@ mod tests {
                 ("trace_level", Some(&["TIMESTAMPS"])),
                 ("trace_rate", Some(&["1"])),
             ]),
+            Via::Rest,
         )
         .unwrap();
-        s.update(Some("quiet"), &set(&[("trace_level", Some(&["OFF"]))]))
-            .unwrap();
+        s.update(
+            Some("quiet"),
+            &set(&[("trace_level", Some(&["OFF"]))]),
+            Via::Rest,
+        )
+        .unwrap();
         assert!(s.sample("quiet").is_none());
         assert_eq!(s.sample("loud"), Some(vec![TraceLevel::Timestamps]));
     }
@@ -487,7 +568,7 @@ mod tests {
                 "trace file location can not be updated through network protocol",
             ),
         ] {
-            let e = s.update(None, &update).unwrap_err();
+            let e = s.update(None, &update, Via::Rest).unwrap_err();
             assert_eq!(
                 (e.http_status().as_u16(), e.message.as_str()),
                 (status, words)
@@ -498,10 +579,11 @@ mod tests {
         s.update(
             None,
             &set(&[("bogus", Some(&["1"])), ("trace_level", Some(&["FOO"]))]),
+            Via::Rest,
         )
         .unwrap();
         assert_eq!(s.view(None), before);
-        s.update(None, &set(&[("trace_rate", Some(&["-1"]))]))
+        s.update(None, &set(&[("trace_rate", Some(&["-1"]))]), Via::Rest)
             .unwrap();
         assert_eq!(value(&s.view(None), "trace_rate"), ["4294967295"]);
     }
