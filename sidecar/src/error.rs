@@ -22,6 +22,10 @@ pub enum Code {
 pub struct Error {
     pub code: Code,
     pub message: String,
+    /// Raised by the model (its backend) once the request was accepted, rather than by the checks
+    /// before: Triton's gRPC stream answers such an error as the request's final response, with
+    /// the model's name, where it answers a refused request with the error alone.
+    pub from_model: bool,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -31,6 +35,15 @@ impl Error {
         Error {
             code,
             message: message.into(),
+            from_model: false,
+        }
+    }
+
+    /// The same error, marked as raised by the model (see `from_model`).
+    pub fn from_model(self) -> Self {
+        Error {
+            from_model: true,
+            ..self
         }
     }
     pub fn invalid_arg(message: impl Into<String>) -> Self {

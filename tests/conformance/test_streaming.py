@@ -119,6 +119,34 @@ def test_stream_errors_do_not_close_stream(grpc_stub):
     assert stream.close() == []
 
 
+def test_stream_error_of_a_running_request_is_its_final_response(grpc_stub):
+    """A refused request is answered with the error and its id alone; an error the model raises
+    once the request runs (here the backend's refusal of a string element cut short) is the
+    request's final response: the error, the model's name and the version asked for, and
+    `triton_final_response`."""
+    refused = service_pb2.ModelInferRequest(model_name="identity_bytes", id="refused")
+    refused.inputs.add(name="INPUT0", datatype="BYTES", shape=[3])
+    refused.raw_input_contents.append(b"\x01\x00\x00\x00a")
+    running = service_pb2.ModelInferRequest(model_name="identity_bytes", id="running")
+    running.inputs.add(name="INPUT0", datatype="BYTES", shape=[1])
+    running.raw_input_contents.append(b"\x05\x00\x00\x00ab")
+    stream = Stream(grpc_stub)
+    stream.send(refused)
+    stream.send(running)
+    first, second = stream.recv(), stream.recv()
+    assert first.error_message == ("[request id: refused] expected 3 string elements for inference input "
+                                   "'INPUT0' for model 'identity_bytes', got 1")
+    assert (first.infer_response.id, first.infer_response.model_name) == ("refused", "")
+    assert dict(first.infer_response.parameters) == {}
+    assert second.error_message == ("incomplete string data for inference input 'INPUT0', expecting string "
+                                    "of length 5 but only 2 bytes available")
+    response = second.infer_response
+    assert (response.id, response.model_name, response.model_version) == ("running", "identity_bytes", "")
+    assert response.parameters["triton_final_response"].bool_param is True
+    assert len(response.outputs) == 0
+    assert stream.close() == []
+
+
 def test_stream_with_client_callbacks(grpc_client):
     """simple_grpc_sequence_stream_infer_client.py style: results routed by echoed id."""
     results = queue.Queue()

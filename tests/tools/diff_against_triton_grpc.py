@@ -35,11 +35,26 @@ VOLATILE = {"id"}
 
 
 def answer(stub, method, message):
+    if method == "ModelStreamInfer":
+        return stream_answer(stub, message)
     try:
         reply = getattr(stub, method)(message, timeout=10)
     except grpc.RpcError as error:
         return (error.code().name, error.details())
     return ("OK", normalise(method, reply))
+
+
+def stream_answer(stub, message):
+    """A request alone on a stream: the stream's responses (an error travels inside one)."""
+    try:
+        replies = list(stub.ModelStreamInfer(iter([message]), timeout=10))
+    except grpc.RpcError as error:
+        return (error.code().name, error.details())
+    out = []
+    for reply in replies:
+        reply.infer_response.id = ""
+        out.append((reply.error_message, reply.infer_response))
+    return ("OK", out)
 
 
 def normalise(method, reply):
@@ -319,4 +334,8 @@ cases += [
 
 for label, method, message in cases:
     check(label, method, message)
+# Every inference again, alone on a stream (ModelStreamInfer), where errors travel in responses.
+for label, method, message in cases:
+    if method == "ModelInfer":
+        check(f"stream {label}", "ModelStreamInfer", message)
 print(f"{diffs} differences of {total}")

@@ -134,7 +134,7 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
             if let Some(spans) = spans {
                 spans.finish(None, &[], Some(&e));
             }
-            return Err(e);
+            return Err(e.from_model());
         }
     };
     let infer_end = Instant::now();
@@ -146,7 +146,7 @@ pub async fn infer(repository: &Repository, request: InferRequest) -> Result<Inf
             if let Some(spans) = spans {
                 spans.finish(Some(infer_end), &[], Some(&e));
             }
-            return Err(e);
+            return Err(e.from_model());
         }
     };
     prepared.succeed(compute_start, infer_end);
@@ -207,7 +207,7 @@ pub async fn infer_decoupled(
                     }),
                     Err((e, rejected)) => {
                         failed = Some(rejected);
-                        Err(e)
+                        Err(e.from_model())
                     }
                 };
                 if sender.send(answer).await.is_err() || failed.is_some() {
@@ -232,7 +232,7 @@ pub async fn infer_decoupled(
                 if let Some(spans) = spans {
                     spans.finish(None, &[], Some(&e));
                 }
-                let _ = sender.send(Err(e)).await;
+                let _ = sender.send(Err(e.from_model())).await;
             }
             (Ok(()), None) => {
                 prepared.succeed(compute_start, infer_end);

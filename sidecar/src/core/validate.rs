@@ -417,7 +417,8 @@ fn check_string_buffer(tensor: &Tensor, name: &str) -> Result<()> {
         if let Err(BytesError::IncompleteData { length, available }) = element {
             return Err(Error::invalid_arg(format!(
                 "incomplete string data for inference input '{name}', expecting string of length {length} but only {available} bytes available"
-            )));
+            ))
+            .from_model());
         }
     }
     Ok(())

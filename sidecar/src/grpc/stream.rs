@@ -168,6 +168,7 @@ async fn answer(
     context: &HashMap<String, String>,
 ) -> ModelStreamInferResponse {
     let id = request.id.clone();
+    let model = (request.model_name.clone(), request.model_version.clone());
     if state.health.is_shutting_down() {
         return error(
             id,
@@ -197,6 +198,7 @@ async fn answer(
                 infer_response: Some(message),
             }
         }
+        Err(e) if e.from_model => model_error(id, model, e.message),
         Err(e) => error(id, e.message),
     }
 }
@@ -230,6 +232,7 @@ async fn answer_decoupled(
 ) {
     let id = request.id.clone();
     let model_name = request.model_name.clone();
+    let model_version = request.model_version.clone();
     let empty_final =
         convert::bool_parameter(&request.parameters, "triton_enable_empty_final_response");
     if state.health.is_shutting_down() {
@@ -283,12 +286,7 @@ async fn answer_decoupled(
                 if let Some(root) = root.take() {
                     trace::end_root(root, trace::Front::Grpc, Some(&e));
                 }
-                let mut message = error(id.clone(), e.message);
-                if let Some(response) = message.infer_response.as_mut() {
-                    response
-                        .parameters
-                        .insert(FINAL_RESPONSE.to_string(), final_flag(true));
-                }
+                let message = model_error(id.clone(), (model_name, model_version), e.message);
                 // The pipeline sends nothing after an error.
                 let _ = tx.send(Ok(message)).await;
                 return;
@@ -327,6 +325,28 @@ fn final_flag(last: bool) -> InferParameter {
     }
 }
 
+/// An error the model raised while the request ran: Triton answers it as the request's final
+/// response, naming the model (and the version the request asked for).
+fn model_error(
+    id: String,
+    (model_name, model_version): (String, String),
+    message: String,
+) -> ModelStreamInferResponse {
+    let mut parameters = HashMap::new();
+    parameters.insert(FINAL_RESPONSE.to_string(), final_flag(true));
+    ModelStreamInferResponse {
+        error_message: message,
+        infer_response: Some(ModelInferResponse {
+            id,
+            model_name,
+            model_version,
+            parameters,
+            ..Default::default()
+        }),
+    }
+}
+
+/// A request refused before it ran: the error alone, with the request's id.
 fn error(id: String, message: String) -> ModelStreamInferResponse {
     ModelStreamInferResponse {
         error_message: message,
