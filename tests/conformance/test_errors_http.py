@@ -98,6 +98,9 @@ def test_head(raw_http, path, status):
     # No handler of Triton's allows HEAD: known paths answer 405, unknown ones 404.
     resp = raw_http("HEAD", path)
     assert (resp.status, resp.body) == (status, b""), resp
+    # Where a 405 lists the methods the path takes (RFC 9110 asks it to), HEAD is not among them.
+    allow = resp.headers.get("allow", "")
+    assert "HEAD" not in allow.upper().replace(" ", "").split(","), resp
 
 
 def test_query_string_ignored(raw_http):

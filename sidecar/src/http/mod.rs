@@ -79,7 +79,31 @@ async fn triton_path_rules(
     if empty_segment || bad_version {
         return json_error(StatusCode::NOT_FOUND, "Not Found");
     }
-    next.run(request).await
+    let mut response = next.run(request).await;
+    if response.status() == StatusCode::METHOD_NOT_ALLOWED {
+        refuse_head_in_allow(&mut response);
+    }
+    response
+}
+
+/// A 405's `Allow` lists what the path takes; the router would list HEAD beside GET, which no
+/// path here takes.
+fn refuse_head_in_allow(response: &mut Response) {
+    let Some(allow) = response
+        .headers()
+        .get(http::header::ALLOW)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return;
+    };
+    let methods: Vec<&str> = allow
+        .split(',')
+        .map(str::trim)
+        .filter(|m| !m.eq_ignore_ascii_case("HEAD"))
+        .collect();
+    if let Ok(value) = http::HeaderValue::from_str(&methods.join(",")) {
+        response.headers_mut().insert(http::header::ALLOW, value);
+    }
 }
 
 /// The router's own refusals (a path segment that is not UTF-8, for one) are plain text; every
