@@ -197,7 +197,13 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
         inputs,
         input_regions,
         outputs,
-        batch_size: u64::from(batch_size.max(1)),
+        // A model without batching runs a request as one; a batching one with the batch given
+        // (0 included).
+        batch_size: if model.max_batch_size > 0 {
+            u64::from(batch_size)
+        } else {
+            1
+        },
     })
 }
 
