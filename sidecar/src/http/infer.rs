@@ -311,7 +311,7 @@ fn json_data(
         && size > limits.max_input_bytes
     {
         return Err(Error::invalid_arg(format!(
-            "JSON input '{name}' has a byte_size ({size}) that exceeds the maximum allowed value of {} bytes (limits.max_http_body_bytes)",
+            "JSON input '{name}' has a byte_size ({size} bytes) that exceeds the maximum allowed value of {} bytes. Use --http-max-input-size to increase the limit.",
             limits.max_input_bytes
         )));
     }
