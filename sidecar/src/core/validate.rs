@@ -9,8 +9,7 @@ use super::request::{InferRequest, InputTensor, RequestedOutput};
 use crate::error::{Error, Result, request_prefix};
 use crate::shm::registry::ShmTarget;
 use crate::tensor::Tensor;
-use crate::tensor::bytes_elements::{self, BytesError};
-use crate::tensor::shape::{CountError, count_elements, format_shape};
+use crate::tensor::shape::{CountError, checked_byte_size, count_elements, format_shape};
 
 /// A request that may run: inputs with known datatypes, the outputs to return, the batch size.
 #[derive(Debug)]
@@ -122,6 +121,8 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
     // input of a raw REST body `raw_input`.)
     let raw_input = request.raw_input;
     let mut inputs: Vec<Option<InputTensor>> = request.inputs.into_iter().map(Some).collect();
+    // What the core lets through and the model's backend then refuses, once every input passed.
+    let mut refused_by_model: Option<Error> = None;
     let mut checked: Vec<Option<(Tensor, Option<ShmTarget>)>> =
         (0..inputs.len()).map(|_| None).collect();
     for &i in &order {
@@ -171,7 +172,9 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
                 } else {
                     count
                 };
-                check_bytes_elements(&input.data, count, name, m, &prefix)?
+                if let Some(refusal) = check_bytes_elements(&input.data, count, name, m, &prefix)? {
+                    refused_by_model.get_or_insert(refusal);
+                }
             }
         }
         checked[i] = Some((
@@ -184,12 +187,8 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
             input.shm,
         ));
     }
-    // What the core lets through, the model's backend then refuses: a string element whose
-    // length runs past the end of its buffer (Triton's backends' `ValidateStringBuffer`).
-    for &i in &order {
-        if let Some((tensor, _)) = &checked[i] {
-            check_string_buffer(tensor, shown_name_of(&tensor.name, raw_input))?;
-        }
+    if let Some(refusal) = refused_by_model {
+        return Err(refusal);
     }
     let (inputs, input_regions) = checked.into_iter().flatten().unzip();
 
@@ -209,11 +208,7 @@ pub fn validate(model: &Model, request: InferRequest) -> Result<Validated> {
 
 /// The input's name as Triton's messages give it: the input of a raw body is `raw_input`.
 fn shown_name(input: &InputTensor, raw_input: bool) -> &str {
-    shown_name_of(&input.name, raw_input)
-}
-
-fn shown_name_of(name: &str, raw_input: bool) -> &str {
-    if raw_input { "raw_input" } else { name }
+    if raw_input { "raw_input" } else { &input.name }
 }
 
 /// Bytes of a fixed-size tensor, refused as Triton's core refuses a shape it cannot size (its
@@ -226,10 +221,7 @@ fn tensor_byte_size(shape: &[i64], element_size: usize, name: &str) -> Result<u6
         ))
     };
     match count_elements(shape) {
-        Ok(count) => count
-            .checked_mul(element_size as u64)
-            .filter(|b| *b <= i64::MAX as u64)
-            .ok_or_else(overflow),
+        Ok(count) => checked_byte_size(count, element_size).ok_or_else(overflow),
         Err(CountError::InvalidDimension) => Err(Error::invalid_arg(format!(
             "tensor '{name}' contains an invalid dimension {}",
             format_shape(shape)
@@ -379,16 +371,19 @@ fn check_shape(
 
 /// A BYTES tensor's elements counted as Triton's core counts them (`ValidateBytesInputs`): each
 /// length indicator whole, an element that runs past the end taking the rest of the buffer and
-/// counting all the same, one too many ending the count.
+/// counting all the same, one too many ending the count. When the count is right, such an element
+/// is left to the model's backend, which refuses it (`ValidateStringBuffer`): that refusal is
+/// returned, to be raised once every input passed the core's checks.
 fn check_bytes_elements(
     data: &[u8],
     expected: u64,
     name: &str,
     model: &str,
     prefix: &str,
-) -> Result<()> {
+) -> Result<Option<Error>> {
     let mut rest = data;
     let mut checked = 0u64;
+    let mut cut = None;
     while !rest.is_empty() {
         let Some((indicator, after)) = rest.split_first_chunk::<4>() else {
             return Err(Error::invalid_arg(format!(
@@ -402,32 +397,26 @@ fn check_bytes_elements(
                 "{prefix}unexpected number of string elements {checked} for inference input '{name}' for model '{model}', expecting {expected}"
             )));
         }
-        let length = u32::from_le_bytes(*indicator) as usize;
-        rest = after.get(length..).unwrap_or(&[]);
+        let length = u32::from_le_bytes(*indicator);
+        rest = match after.get(length as usize..) {
+            Some(rest) => rest,
+            None => {
+                cut = Some((length, after.len()));
+                &[]
+            }
+        };
     }
     if checked != expected {
         return Err(Error::invalid_arg(format!(
             "{prefix}expected {expected} string elements for inference input '{name}' for model '{model}', got {checked}"
         )));
     }
-    Ok(())
-}
-
-/// The check the model's backend makes of a BYTES input the core let through: the one thing
-/// left to find is an element longer than what remains.
-fn check_string_buffer(tensor: &Tensor, name: &str) -> Result<()> {
-    if tensor.datatype != DataType::Bytes {
-        return Ok(());
-    }
-    for element in bytes_elements::iter(&tensor.data) {
-        if let Err(BytesError::IncompleteData { length, available }) = element {
-            return Err(Error::invalid_arg(format!(
-                "incomplete string data for inference input '{name}', expecting string of length {length} but only {available} bytes available"
-            ))
-            .from_model());
-        }
-    }
-    Ok(())
+    Ok(cut.map(|(length, available)| {
+        Error::invalid_arg(format!(
+            "incomplete string data for inference input '{name}', expecting string of length {length} but only {available} bytes available"
+        ))
+        .from_model()
+    }))
 }
 
 /// Whether JSON may carry this datatype (FP16 and BF16 may only travel as binary).

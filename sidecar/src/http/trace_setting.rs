@@ -11,7 +11,7 @@ use super::{infer, json_ok, read_body};
 use crate::error::Result;
 use crate::json::{self, Value};
 use crate::state::SharedState;
-use crate::trace::{Given, Update, Via, View};
+use crate::trace::{Given, READ_ORDER, Update, Via, View};
 
 /// Largest settings body: a handful of short strings.
 const MAX_BODY_BYTES: u64 = 64 * 1024;
@@ -51,15 +51,6 @@ async fn post(st: &SharedState, model: Option<&str>, body: Body) -> Result<View>
     st.tracing.update(model, &update, Via::Rest)
 }
 
-/// The keys Triton reads from a body; others are ignored whatever their type.
-const READ_KEYS: [&str; 5] = [
-    "trace_level",
-    "trace_rate",
-    "trace_count",
-    "log_frequency",
-    "trace_file",
-];
-
 /// The settings a body names, each read with Triton's JSON accessors (a value of the wrong type
 /// is kept with their words, to be refused in Triton's reading order). Anything but an object
 /// names none.
@@ -70,7 +61,8 @@ fn update_of(doc: &Value<'_>) -> Update {
     let mut update = Update::new();
     for (key, value) in members {
         let key = String::from_utf8_lossy(key).into_owned();
-        if !READ_KEYS.contains(&key.as_str()) {
+        // Others are ignored whatever their type.
+        if !READ_ORDER.contains(&key.as_str()) {
             continue;
         }
         let given = match value {

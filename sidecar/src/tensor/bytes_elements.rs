@@ -5,8 +5,8 @@
 pub enum BytesError {
     /// Fewer than 4 bytes remain where a length was expected.
     IncompleteLength { available: usize },
-    /// An element's length runs past the end of the buffer: `length` said, `available` left.
-    IncompleteData { length: u32, available: usize },
+    /// An element's length runs past the end of the buffer.
+    IncompleteData,
 }
 
 /// Iterates the elements of a serialized BYTES buffer.
@@ -30,16 +30,14 @@ impl<'a> Iterator for BytesIter<'a> {
             self.rest = &[];
             return Some(Err(BytesError::IncompleteLength { available }));
         }
-        let length = u32::from_le_bytes([self.rest[0], self.rest[1], self.rest[2], self.rest[3]]);
+        let len =
+            u32::from_le_bytes([self.rest[0], self.rest[1], self.rest[2], self.rest[3]]) as usize;
         let body = &self.rest[4..];
-        if body.len() < length as usize {
+        if body.len() < len {
             self.rest = &[];
-            return Some(Err(BytesError::IncompleteData {
-                length,
-                available: body.len(),
-            }));
+            return Some(Err(BytesError::IncompleteData));
         }
-        let (element, rest) = body.split_at(length as usize);
+        let (element, rest) = body.split_at(len);
         self.rest = rest;
         Some(Ok(element))
     }
@@ -81,12 +79,6 @@ mod tests {
             count(&[1, 0]),
             Err(BytesError::IncompleteLength { available: 2 })
         );
-        assert_eq!(
-            count(&[5, 0, 0, 0, b'a']),
-            Err(BytesError::IncompleteData {
-                length: 5,
-                available: 1
-            })
-        );
+        assert_eq!(count(&[5, 0, 0, 0, b'a']), Err(BytesError::IncompleteData));
     }
 }

@@ -43,11 +43,19 @@ pub fn element_count(shape: &[i64], name: &str) -> Result<u64> {
     })
 }
 
+/// Bytes of `count` elements of `element_size` bytes; `None` beyond `i64::MAX`, the most Triton
+/// sizes.
+pub fn checked_byte_size(count: u64, element_size: usize) -> Option<u64> {
+    count
+        .checked_mul(element_size as u64)
+        .filter(|b| *b <= i64::MAX as u64)
+}
+
 /// Byte size of `count` fixed-size elements of input `name`; `None` for BYTES.
 pub fn byte_size(datatype: DataType, count: u64, name: &str) -> Result<Option<u64>> {
     match datatype.element_size() {
         None => Ok(None),
-        Some(size) => count.checked_mul(size as u64).filter(|b| *b <= i64::MAX as u64).map(Some).ok_or_else(|| {
+        Some(size) => checked_byte_size(count, size).map(Some).ok_or_else(|| {
             Error::invalid_arg(format!(
                 "byte size overflow for input '{name}': element count ({count}) * data type size ({size}) exceeds maximum allowed size ({})",
                 i64::MAX

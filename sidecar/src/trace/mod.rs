@@ -28,7 +28,7 @@ use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
 use parking_lot::Mutex;
 
 pub use export::DEFAULT_SERVICE_NAME;
-pub use settings::{Given, Update, Via, View};
+pub use settings::{Given, READ_ORDER, Update, Via, View};
 pub use span::{ContextHeaders, Kind, Scope, Span};
 
 use crate::error::Result;

@@ -65,8 +65,8 @@ pub enum Via {
 }
 
 /// The settings Triton reads from a change, in the order it reads them: the first refusal in
-/// this order is the answer, whatever order the request gave them in.
-const READ_ORDER: [&str; 5] = [
+/// this order is the answer, whatever order the request gave them in. Others are ignored.
+pub const READ_ORDER: [&str; 5] = [
     "trace_file",
     "trace_level",
     "trace_rate",
