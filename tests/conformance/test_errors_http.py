@@ -445,6 +445,30 @@ def test_byte_size_overflow(raw_http):
                  "exceeds maximum allowed size (9223372036854775807)")
 
 
+@pytest.mark.parametrize("data", [[], [1], {}], ids=["empty", "one", "object"])
+def test_a_shape_without_dimensions_reads_no_data(raw_http, data):
+    """Triton's front end counts no elements for a shape of no dimensions and reads nothing else of
+    the input ('data' included); validation then judges the empty tensor."""
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [], "data": data}]}
+    assert_error(post_json(raw_http, doc, "/v2/models/identity_fp32/infer"), 400,
+                 "[request id: <id_unknown>] unexpected shape for input 'INPUT0' for model "
+                 "'identity_fp32'. Expected [-1], got []. ")
+
+
+def test_a_zero_dimension_reads_no_data(raw_http):
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [0], "data": {}}]}
+    resp = post_json(raw_http, doc, "/v2/models/identity_fp32/infer")
+    assert resp.status == 200, resp
+    assert resp.json()["outputs"] == [
+        {"name": "OUTPUT0", "datatype": "FP32", "shape": [0], "data": []}
+    ]
+    # Nor its datatype: validation reports the unknown one.
+    doc["inputs"][0].update(datatype="FLOAT", data=[])
+    assert_error(post_json(raw_http, doc, "/v2/models/identity_fp32/infer"), 400,
+                 "[request id: <id_unknown>] inference input 'INPUT0' data-type is '<invalid>', "
+                 "but model 'identity_fp32' expects 'FP32'")
+
+
 def test_error_body_shape(raw_http):
     """Every error is a JSON object with exactly one string member "error"."""
     for resp in (

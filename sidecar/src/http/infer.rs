@@ -285,15 +285,13 @@ fn json_data(
     data: Option<&Value<'_>>,
     limits: JsonLimits,
 ) -> Result<Bytes> {
-    let Some(dt) = DataType::from_protocol(datatype) else {
-        return Err(Error::invalid_arg(format!(
-            "invalid datatype for input {name}"
-        )));
-    };
-    if matches!(dt, DataType::Fp16 | DataType::Bf16) {
-        return Err(Error::invalid_arg(format!(
-            "receiving {dt} data via JSON is not supported. Please use the binary data format for input {name}"
-        )));
+    // Triton's front end counts the elements first (`GetElementCount`): a shape without
+    // dimensions, or one that reaches a 0 before any negative dimension, holds none, and then
+    // nothing else of the input is read (its datatype and `data` included); validation judges
+    // the empty tensor.
+    let zero_first = shape.iter().take_while(|&&d| d >= 0).any(|&d| d == 0);
+    if shape.is_empty() || zero_first {
+        return Ok(Bytes::new());
     }
     let count = element_count(shape, name)?;
     if !matches!(
@@ -305,9 +303,11 @@ fn json_data(
             "attempt to access JSON non-array as array",
         ));
     }
+    let dt = DataType::from_protocol(datatype);
     // The shape's size is checked before any element is read (Triton's order): a huge shape is
     // refused for what it claims, whatever `data` holds.
-    if let Some(size) = crate::tensor::shape::byte_size(dt, count, name)?
+    if let Some(dt) = dt
+        && let Some(size) = crate::tensor::shape::byte_size(dt, count, name)?
         && size > limits.max_input_bytes
     {
         return Err(Error::invalid_arg(format!(
@@ -315,8 +315,15 @@ fn json_data(
             limits.max_input_bytes
         )));
     }
-    if count == 0 {
-        return Ok(Bytes::new());
+    let Some(dt) = dt else {
+        return Err(Error::invalid_arg(format!(
+            "invalid datatype for input {name}"
+        )));
+    };
+    if matches!(dt, DataType::Fp16 | DataType::Bf16) {
+        return Err(Error::invalid_arg(format!(
+            "receiving {dt} data via JSON is not supported. Please use the binary data format for input {name}"
+        )));
     }
     if let Some(bytes) = data.and_then(|d| d.decoded_as(dt, count)) {
         return Ok(bytes);
