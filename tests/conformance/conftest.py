@@ -120,6 +120,7 @@ UPSTREAM_TRITON_REST_SKIPS = {
         "test_statistics_count_each_request_once",
     )
 }
+UPSTREAM_TRITON_REST_SKIPS["test_generate.py::*decoupled*"] = _DECOUPLED_OVER_REST
 
 
 def _upstream_skips(backend: str) -> tuple[str, dict]:

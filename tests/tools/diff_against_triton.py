@@ -31,9 +31,9 @@ def req(addr, method, path, body=None, headers=None):
         c.request(method, path, body=body, headers=headers or {})
         r = c.getresponse()
         data = r.read()
-        return r.status, data
+        return r.status, data, r.getheader("Content-Type")
     except Exception as e:
-        return "EXC", repr(e).encode()
+        return "EXC", repr(e).encode(), None
     finally:
         c.close()
 
@@ -55,7 +55,10 @@ def check(label, method, path, body=None, headers=None):
     a = req(A, method, path, body, headers)
     b = req(B, method, path, body, headers)
     same = a[0] == b[0] and a[1] == b[1]
-    if not same and a[0] == b[0] and a[0] == 200:
+    if "/generate" in path:
+        # Byte for byte, with the content type: a stream of events is not JSON.
+        same = same and a[2] == b[2]
+    elif not same and a[0] == b[0] and a[0] == 200:
         try:
             same = json.loads(a[1]) == json.loads(b[1])
         except Exception:
@@ -63,8 +66,8 @@ def check(label, method, path, body=None, headers=None):
     if not same:
         diffs += 1
         print(f"--- {label}: {method} {path} body={body[:200] if body else body!r}")
-        print(f"  triton : {a[0]} {a[1][:300]!r}")
-        print(f"  sidecar: {b[0]} {b[1][:300]!r}")
+        print(f"  triton : {a[0]} {a[2]} {a[1][:300]!r}")
+        print(f"  sidecar: {b[0]} {b[2]} {b[1][:300]!r}")
     if a[0] == "EXC":
         print("Triton stopped answering after", label)
         sys.exit(0)
@@ -100,6 +103,14 @@ cases = [
     ("shape 2d", "POST", M, {"inputs": [inp(shape=[2, 2])]}),
     ("shape empty", "POST", M, {"inputs": [inp(shape=[], data=[1])]}),
     ("shape zero", "POST", M, {"inputs": [inp(shape=[0], data=[])]}),
+    ("shape empty no data", "POST", M, {"inputs": [inp(shape=[], data=[])]}),
+    ("shape empty data obj", "POST", M, {"inputs": [inp(shape=[], data={})]}),
+    ("shape zero data obj", "POST", M, {"inputs": [inp(shape=[0], data={})]}),
+    ("shape zero bad datatype", "POST", M, {"inputs": [inp(shape=[0], dt="FLOAT", data=[])]}),
+    ("shape zero then negative", "POST", M, {"inputs": [inp(shape=[0, -5], data=[])]}),
+    ("shape negative then zero", "POST", M, {"inputs": [inp(shape=[-5, 0], data=[])]}),
+    ("shape zero fp16", "POST", "/v2/models/identity_fp16/infer",
+     {"inputs": [inp(shape=[0], dt="FP16", data=[])]}),
     ("data short", "POST", M, {"inputs": [inp(data=[1, 2, 3])]}),
     ("data long", "POST", M, {"inputs": [inp(data=[1, 2, 3, 4, 5])]}),
     ("data nested", "POST", M, {"inputs": [inp(data=[[1, 2], [3, 4]])]}),
@@ -391,6 +402,76 @@ for method, path, body in [
     ("POST", "/v2/models/simple/generate_stream", b"{}"),
 ]:
     cases.append((f"route {method} {path} {body!r}", method, path, body))
+
+# The generate extension: flat JSON objects whose keys are inputs or parameters, one answer
+# (/generate) or Server-Sent Events (/generate_stream).
+SIXTEEN = list(range(16))
+GEN = [
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [1] * 16}),
+    ("simple", {"INPUT0": SIXTEEN + SIXTEEN, "INPUT1": [1] * 32}),
+    ("simple", {"id": "42", "INPUT0": SIXTEEN, "INPUT1": [1] * 16, "temperature": 0.5}),
+    ("simple", {"id": 42, "INPUT0": SIXTEEN, "INPUT1": [1] * 16}),
+    ("simple", {"INPUT0": SIXTEEN}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [1] * 15}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [[1] * 16]}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": ["1"] * 16}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [1.5] * 16}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": []}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": 1}),
+    ("simple", {"parameters": {"INPUT0": SIXTEEN, "INPUT1": [1] * 16, "p": True}}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [1] * 16, "parameters": 1}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [1] * 16, "parameters": {"nested": {"a": 1}}}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [1] * 16, "parameters": {"n": None}}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [1] * 16, "p": [1]}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [1] * 16, "p": None}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [1] * 16, "big": 2**64 - 1, "neg": -1, "s": "x"}),
+    ("simple", {"INPUT0": SIXTEEN, "INPUT1": [1] * 16, "sequence_id": 7, "priority": 1}),
+    ("simple", '{"INPUT0": %s, "INPUT1": %s, "INPUT0": [0]}' % (SIXTEEN, [1] * 16)),
+    ("simple", '{"INPUT0": %s, "parameters": {"INPUT0": [0]}}' % SIXTEEN),
+    ("simple", {}),
+    ("simple", []),
+    ("simple", b""),
+    ("simple", b"{"),
+    ("simple", b"null"),
+    ("nope", {"INPUT0": [1]}),
+    ("identity_fp32", {"INPUT0": [1.5, 2, -3]}),
+    ("identity_fp32", {"INPUT0": 2.5}),
+    ("identity_fp32", {"INPUT0": [[1, 2], [3]]}),
+    ("identity_fp32", {"INPUT0": [[]]}),
+    ("identity_fp32", {"INPUT0": [True]}),
+    ("identity_bool", {"INPUT0": [True, False]}),
+    ("identity_bool", {"INPUT0": "true"}),
+    ("identity_bytes", {"INPUT0": ["a", "bc"]}),
+    ("identity_bytes", {"INPUT0": "hello"}),
+    ("identity_bytes", {"INPUT0": [["a"], ["b", "c"]]}),
+    ("identity_bytes", {"INPUT0": [1]}),
+    ("identity_bytes", {"INPUT0": [""]}),
+    ("identity_fp16", {"INPUT0": [1.0]}),
+    ("identity_uint8", {"INPUT0": [-1]}),
+    ("identity_int64", {"INPUT0": [2**63 - 1, -(2**63)]}),
+    ("identity_fp64", {"INPUT0": [0.1, 1e300]}),
+    ("simple_identity", {"INPUT0": ["x", "y", "z"]}),
+    ("classifier", {"INPUT0": [1, 2, 3, 4]}),
+    ("classifier", {"INPUT0": [1, 2, 3]}),
+    ("custom_identity_int32", {"INPUT0": [5, 6]}),
+    ("simple_sequence", {"INPUT": 1}),
+    ("simple_sequence", {"INPUT": 1, "sequence_id": 5, "sequence_start": True}),
+    ("repeat_int32", {"IN": [4, 5, 6], "DELAY": [0, 0, 0], "WAIT": 0}),
+    ("repeat_int32", {"IN": [4], "DELAY": [0], "WAIT": 0}),
+    ("repeat_int32", {"IN": [], "DELAY": [], "WAIT": 0}),
+    ("repeat_int32", {"IN": [4, 5], "DELAY": [0], "WAIT": 0}),
+]
+for model, body in GEN:
+    for route in ("generate", "generate_stream"):
+        label = f"{route} {model} {body if isinstance(body, (str, bytes)) else json.dumps(body)[:120]}"
+        cases.append((label, "POST", f"/v2/models/{model}/{route}", body))
+cases.append(("generate gzip", "POST", "/v2/models/simple/generate", {"INPUT0": [1]}))
+cases.append(("generate GET", "GET", "/v2/models/simple/generate", None))
+cases.append(("generate version", "POST", "/v2/models/simple/versions/1/generate",
+              {"INPUT0": SIXTEEN, "INPUT1": [1] * 16}))
+cases.append(("generate_stream version 2", "POST", "/v2/models/simple/versions/2/generate_stream",
+              {"INPUT0": SIXTEEN, "INPUT1": [1] * 16}))
 for label, method, path, body in cases:
-    check(label, method, path, body)
+    headers = {"Content-Encoding": "gzip"} if label == "generate gzip" else None
+    check(label, method, path, body, headers)
 print(f"{diffs} differences of {total}")

@@ -166,11 +166,12 @@ export INFERGATE_HTTP_URL="$SIDECAR_HTTP" INFERGATE_GRPC_URL="$SIDECAR_GRPC" \
   INFERGATE_TRITON_GRPC_URL="127.0.0.1:$TRITON_GRPC_PORT" \
   INFERGATE_OTLP_PORT="$OTLP_PORT" INFERGATE_SIDECAR_BIN="$SIDECAR_BIN"
 if [ "$#" -eq 0 ]; then
-  log "staging pool, call route, decoupled, classification and tracing checks (tests/upstream/test_staging.py, test_routes.py, test_decoupled_upstream.py, test_classification_upstream.py, test_trace_upstream.py)"
+  log "staging pool, call route, decoupled, generate, classification and tracing checks (tests/upstream/test_staging.py, test_routes.py, test_decoupled_upstream.py, test_generate_upstream.py, test_classification_upstream.py, test_trace_upstream.py)"
   set +e
   INFERGATE_UPSTREAM_PROTOCOL="${INFERGATE_UPSTREAM_PROTOCOL:-grpc}" \
     "$TEST_VENV/bin/python" -m pytest tests/upstream/test_staging.py tests/upstream/test_routes.py \
-    tests/upstream/test_decoupled_upstream.py tests/upstream/test_classification_upstream.py \
+    tests/upstream/test_decoupled_upstream.py tests/upstream/test_generate_upstream.py \
+    tests/upstream/test_classification_upstream.py \
     tests/upstream/test_trace_upstream.py -q -p no:cacheprovider
   RC=$?
   set -e

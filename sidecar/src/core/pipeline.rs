@@ -258,9 +258,10 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
         model.stats.record_failure(received.elapsed(), true);
         e
     };
-    let sequence = match &model.sequencer {
-        Some(_) => Some(SequenceParams::from_parameters(&request.parameters).map_err(rejected)?),
-        None => None,
+    let sequence = match (&model.sequencer, request.sequence_parameters()) {
+        (Some(_), Some(params)) => Some(SequenceParams::from_parameters(params).map_err(rejected)?),
+        (Some(_), None) => Some(SequenceParams::default()),
+        (None, _) => None,
     };
 
     // Inputs in clients' regions are read here, unless the backend can pass the regions on.

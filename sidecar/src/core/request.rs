@@ -58,6 +58,17 @@ pub struct InferRequest {
     pub raw_input: bool,
     /// Where the request's spans go, when it is traced.
     pub trace: Option<crate::trace::Scope>,
+    /// Every parameter is the model's own: none is read as a sequence control. Triton's
+    /// generate endpoint sets a request's parameters this way (`sequence_id` there is a
+    /// parameter like any other), where infer requests carry their sequence in them.
+    pub plain_parameters: bool,
+}
+
+impl InferRequest {
+    /// The parameters that say which sequence the request belongs to, if they may.
+    pub fn sequence_parameters(&self) -> Option<&Parameters> {
+        (!self.plain_parameters).then_some(&self.parameters)
+    }
 }
 
 /// A successful inference. `outputs` is aligned with `requested`.

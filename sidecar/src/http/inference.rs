@@ -1,4 +1,4 @@
-//! `POST /v2/models/{m}[/versions/{v}]/infer` (and the `generate` routes, unsupported): the body
+//! `POST /v2/models/{m}[/versions/{v}]/infer`: the body
 //! read, decoded, inferred (here or on the peer that holds its sequence), encoded; traced when
 //! sampled. The codec itself is `infer.rs`.
 
@@ -113,7 +113,7 @@ pub(super) async fn run_infer(
 /// JSON of at least this many bytes to read or write (or a body to compress) is handled on a
 /// blocking thread, so that the runtime's workers (one by default) go on serving the other
 /// connections meanwhile.
-const OFFLOAD_BYTES: usize = 256 * 1024;
+pub(super) const OFFLOAD_BYTES: usize = 256 * 1024;
 
 /// Runs `work` on the runtime's blocking threads.
 pub(super) async fn off_worker<T: Send + 'static>(
@@ -122,10 +122,4 @@ pub(super) async fn off_worker<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| Error::internal(format!("the request's worker thread failed: {e}")))?
-}
-
-pub(super) async fn generate() -> Response {
-    error_response(&Error::unsupported(
-        "the generate extension is not supported by this server",
-    ))
 }

@@ -4,6 +4,7 @@
 pub(crate) mod body;
 pub mod compression;
 mod front;
+mod generate;
 mod handlers;
 pub(crate) mod infer;
 mod inference;

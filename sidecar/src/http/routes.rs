@@ -1,13 +1,14 @@
 //! The REST route table: every path and method to its handler, one module per endpoint family
 //! (inference, metadata and health, statistics, repository, shared memory, trace settings,
-//! logging). Inference calls reach `inference::run_infer` before this table (`front.rs`).
+//! logging, generate). Inference calls reach `inference::run_infer` before this table (`front.rs`).
 
 use axum::Router;
 use axum::routing::{get, post};
 use http::StatusCode;
 
 use super::{
-    inference, json_error, logging, metadata, repository, shared_memory, statistics, trace_setting,
+    generate, inference, json_error, logging, metadata, repository, shared_memory, statistics,
+    trace_setting,
 };
 use crate::state::SharedState;
 
@@ -42,18 +43,18 @@ pub fn router() -> Router<SharedState> {
             "/v2/models/{model}/versions/{version}/infer",
             post(inference::infer_v),
         )
-        .route("/v2/models/{model}/generate", post(inference::generate))
+        .route("/v2/models/{model}/generate", post(generate::generate))
         .route(
             "/v2/models/{model}/generate_stream",
-            post(inference::generate),
+            post(generate::generate_stream),
         )
         .route(
             "/v2/models/{model}/versions/{version}/generate",
-            post(inference::generate),
+            post(generate::generate_v),
         )
         .route(
             "/v2/models/{model}/versions/{version}/generate_stream",
-            post(inference::generate),
+            post(generate::generate_stream_v),
         )
         .route(
             "/v2/models/{model}/trace/setting",

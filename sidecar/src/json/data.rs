@@ -3,7 +3,7 @@
 
 use infergate_proto::DataType;
 
-use super::elements::{decode_serial, write_elements};
+use super::elements::{decode_serial, value_element, write_elements};
 use super::reader::{self, JsonError, Parser, Value};
 use super::writer::Writer;
 
@@ -60,6 +60,43 @@ pub(super) fn decode_at(
         return Ok(bytes);
     }
     decode_serial(parser, datatype, expected, max_depth, rest.len())
+}
+
+/// Decodes a value already parsed (one scalar, or an array of any nesting, row-major) into
+/// exactly `expected` elements of `datatype`, with the type rules and errors of [`decode`]:
+/// how a generate request's inputs are read, where the value is the tensor itself.
+pub fn decode_value(
+    value: &Value<'_>,
+    datatype: DataType,
+    expected: u64,
+) -> Result<Vec<u8>, DataError> {
+    let mut out = Vec::new();
+    let mut count = 0u64;
+    for_each_scalar(value, &mut |scalar| {
+        if count == expected {
+            return Err(DataError::TooMany);
+        }
+        count += 1;
+        value_element(scalar, datatype, &mut out)
+    })?;
+    if count < expected {
+        return Err(DataError::TooFew);
+    }
+    Ok(out)
+}
+
+/// Visits the scalars of a parsed value in row-major order: the value itself when it is not an
+/// array. (The parser has already bounded the nesting.)
+pub fn for_each_scalar<'v, 'a, E>(
+    value: &'v Value<'a>,
+    visit: &mut impl FnMut(&'v Value<'a>) -> Result<(), E>,
+) -> Result<(), E> {
+    match value {
+        Value::Array(items) => items
+            .iter()
+            .try_for_each(|item| for_each_scalar(item, visit)),
+        scalar => visit(scalar),
+    }
 }
 
 /// Writes `data` (wire encoding of `datatype`) as a flat JSON array. FP16/BF16 are the caller's
@@ -182,6 +219,50 @@ mod tests {
         );
         assert_eq!(d("[1,2,3]", DataType::Int32, 2), Err(DataError::TooMany));
         assert_eq!(d("[1]", DataType::Int32, 2), Err(DataError::TooFew));
+    }
+
+    #[test]
+    fn a_parsed_value_decodes_with_the_same_rules() {
+        let v = |text: &'static str| parse(text.as_bytes(), 100).unwrap();
+        let ints: Vec<u8> = [1i32, 2, 3].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(decode_value(&v("[1,[2,3]]"), DataType::Int32, 3), Ok(ints));
+        assert_eq!(
+            decode_value(&v("7"), DataType::Int64, 1),
+            Ok(7i64.to_le_bytes().to_vec())
+        );
+        assert_eq!(decode_value(&v("[true]"), DataType::Bool, 1), Ok(vec![1]));
+        let mut bytes = Vec::new();
+        crate::tensor::bytes_elements::push(&mut bytes, b"ab");
+        assert_eq!(decode_value(&v(r#"["ab"]"#), DataType::Bytes, 1), Ok(bytes));
+        // The count is checked before each element's type, as the text decoder checks it.
+        assert_eq!(
+            decode_value(&v(r#"[1,"x"]"#), DataType::Int32, 1),
+            Err(DataError::TooMany)
+        );
+        assert_eq!(
+            decode_value(&v(r#"[1,"x"]"#), DataType::Int32, 2),
+            Err(DataError::WrongType(NOT_INT))
+        );
+        assert_eq!(
+            decode_value(&v("[[]]"), DataType::Fp32, 1),
+            Err(DataError::TooFew)
+        );
+        assert_eq!(
+            decode_value(&v("[1]"), DataType::Bool, 1),
+            Err(DataError::WrongType(NOT_BOOL))
+        );
+        assert_eq!(
+            decode_value(&v("[1]"), DataType::Bytes, 1),
+            Err(DataError::WrongType(NOT_STRING))
+        );
+        assert_eq!(
+            decode_value(&v("[null]"), DataType::Uint8, 1),
+            Err(DataError::WrongType(NOT_UINT))
+        );
+        assert_eq!(
+            decode_value(&v("[\"1\"]"), DataType::Fp64, 1),
+            Err(DataError::WrongType(NOT_NUMBER))
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use infergate_proto::DataType;
 
-use super::reader::{JsonError, Number, Parser};
+use super::reader::{JsonError, Number, Parser, Value};
 use super::writer::Writer;
 use crate::tensor::{bytes_elements, le_elements};
 
@@ -133,17 +133,37 @@ pub(super) fn element(
         }
         _ => {
             if !matches!(first, Some(b'-' | b'0'..=b'9' | b'N' | b'I')) {
-                return Err(DataError::WrongType(match datatype {
-                    DataType::Fp32 | DataType::Fp64 | DataType::Fp16 | DataType::Bf16 => NOT_NUMBER,
-                    DataType::Uint8 | DataType::Uint16 | DataType::Uint32 | DataType::Uint64 => {
-                        NOT_UINT
-                    }
-                    _ => NOT_INT,
-                }));
+                return Err(DataError::WrongType(not_a_number(datatype)));
             }
             let n = p.number().map_err(DataError::Json)?;
             number(n, datatype, out)?;
         }
+    }
+    Ok(())
+}
+
+/// The accessor's message for a non-number where `datatype` wants a number.
+fn not_a_number(datatype: DataType) -> &'static str {
+    match datatype {
+        DataType::Fp32 | DataType::Fp64 | DataType::Fp16 | DataType::Bf16 => NOT_NUMBER,
+        DataType::Uint8 | DataType::Uint16 | DataType::Uint32 | DataType::Uint64 => NOT_UINT,
+        _ => NOT_INT,
+    }
+}
+
+/// [`element`] for a value already parsed: the same type rules, element by element.
+pub(super) fn value_element(
+    value: &Value<'_>,
+    datatype: DataType,
+    out: &mut Vec<u8>,
+) -> Result<(), DataError> {
+    match (datatype, value) {
+        (DataType::Bool, Value::Bool(b)) => out.push(u8::from(*b)),
+        (DataType::Bool, _) => return Err(DataError::WrongType(NOT_BOOL)),
+        (DataType::Bytes, Value::String(s)) => bytes_elements::push(out, s),
+        (DataType::Bytes, _) => return Err(DataError::WrongType(NOT_STRING)),
+        (_, Value::Number(n)) => number(*n, datatype, out)?,
+        _ => return Err(DataError::WrongType(not_a_number(datatype))),
     }
     Ok(())
 }

@@ -224,7 +224,7 @@ fn sequence_of(repository: &Repository, request: &InferRequest) -> Option<Sequen
         return None;
     };
     // Parameters the pipeline refuses are refused there, with its words.
-    let params = SequenceParams::from_parameters(&request.parameters).ok()?;
+    let params = SequenceParams::from_parameters(request.sequence_parameters()?).ok()?;
     let idle = match batching.max_sequence_idle_microseconds {
         0 => DEFAULT_IDLE,
         us => Duration::from_micros(us),

@@ -29,6 +29,10 @@ SKIPS = {
         "KServe's ModelServer serves no decoupled model: repeat_int32 is not in its catalog "
         "(tests/upstream/contracts.py)"
     ),
+    "test_generate.py::*decoupled*": (
+        "KServe's ModelServer serves no decoupled model: repeat_int32 is not in its catalog "
+        "(tests/upstream/contracts.py)"
+    ),
     "test_infer_grpc.py::test_custom_identity_int32_like_memory_growth_test[[]*]": (
         "custom_identity_int32 is mirrored for Triton only (make_triton_repo.py), not in "
         "this server's catalog (tests/upstream/contracts.py)"
