@@ -41,6 +41,8 @@ import urllib.request
 from pathlib import Path
 
 HTTP, GRPC, METRICS, NGINX = 8000, 8001, 8002, 8004
+# Where a Triton behind the sidecar listens (steps whose models only Triton can run).
+UPSTREAM_HTTP, UPSTREAM_GRPC, UPSTREAM_METRICS = 8100, 8101, 8102
 SELF = Path(__file__).resolve()
 
 # The seven models of Triton's docs repository that L0_http / L0_grpc serve and that the catalog
@@ -153,80 +155,109 @@ def load_with_config(model: str, config: dict) -> None:
 
 
 class Server:
-    """One server on 8000/8001/8002, started for a step and stopped after it."""
+    """One server on 8000/8001/8002, started for a step and stopped after it. With `upstream`,
+    the sidecar serves the models from a Triton behind it (on 8100/8101/8102) instead of its
+    built-in catalog: for models only Triton can run (Triton's own test models)."""
 
     count = 0
 
     def __init__(self, target, out: Path, models, mode="none", env=None,
-                 triton_args=(), triton_override=None, sidecar_setup=None, both_args=()):
+                 triton_args=(), triton_override=None, sidecar_setup=None, both_args=(),
+                 upstream=False):
         self.target, self.out, self.models, self.mode = target, out, models, mode
         self.env = env or {}
         # Flags both servers take with the same meaning (the restricted APIs and protocols).
         self.both_args = list(both_args)
         self.triton_args, self.triton_override = list(triton_args), triton_override or {}
         self.sidecar_setup = sidecar_setup
+        self.upstream = upstream
         self.proc = None
+        self.upstream_proc = None
 
     def start(self) -> None:
         Server.count += 1
         n = Server.count
         wait_ports_free([HTTP, GRPC, METRICS])
-        env = dict(os.environ, **self.env)
+        if self.target == "sidecar" and self.upstream:
+            wait_ports_free([UPSTREAM_HTTP, UPSTREAM_GRPC, UPSTREAM_METRICS])
+            ports = (UPSTREAM_HTTP, UPSTREAM_GRPC, UPSTREAM_METRICS)
+            self.upstream_proc = self._spawn(self._triton(n, ports), f"upstream-triton-{n}",
+                                             triton=True)
+            self._wait_ready(self.upstream_proc, UPSTREAM_HTTP, f"upstream-triton-{n}")
         if self.target == "sidecar":
-            cfg = self.out / f"sidecar-{n}.yaml"
-            cfg.write_text("backend:\n  kind: builtin\n  models: [" + ", ".join(self.models) + "]\n")
-            cmd = [os.environ["SIDECAR_BIN"], "--config", str(cfg), "--host", "127.0.0.1",
+            cmd = [os.environ["SIDECAR_BIN"], "--host", "127.0.0.1",
                    "--http-port", str(HTTP), "--grpc-port", str(GRPC),
                    "--metrics-port", str(METRICS), "--admin-port", "0",
                    "--model-control-mode", self.mode,
                    # Triton 2.51 has no such switch: client shared memory is always on there.
                    "--allow-client-shm"] + self.both_args
+            if self.upstream:
+                cmd += ["--upstream", f"grpc://127.0.0.1:{UPSTREAM_GRPC}"]
+            else:
+                cfg = self.out / f"sidecar-{n}.yaml"
+                cfg.write_text("backend:\n  kind: builtin\n  models: ["
+                               + ", ".join(self.models) + "]\n")
+                cmd += ["--config", str(cfg)]
+            self.proc = self._spawn(cmd, f"sidecar-{n}", triton=False)
         else:
-            repo = self.out / f"repo-{n}"
-            repo.mkdir()
-            for m in self.models:
-                src = self.triton_override.get(m, Path(os.environ["TRITON_REPO"]) / m)
-                shutil.copytree(src, repo / m)
-            cmd = [os.environ["TRITON_BIN"], f"--model-repository={repo}",
-                   f"--backend-directory={os.environ['TRITON_BACKENDS']}",
-                   "--http-address=127.0.0.1", f"--http-port={HTTP}",
-                   "--grpc-address=127.0.0.1", f"--grpc-port={GRPC}",
-                   "--metrics-address=127.0.0.1", f"--metrics-port={METRICS}",
-                   "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
-                   "--exit-timeout-secs=5"]
-            if self.mode != "none":
-                cmd += [f"--model-control-mode={self.mode}", "--load-model=*"]
-            cmd += self.triton_args + self.both_args
-            env["PATH"] = os.environ["TRITON_PATH"]
-            env["LD_LIBRARY_PATH"] = os.environ["TRITON_LD_PATH"]
-        self.log_path = self.out / f"{self.target}-{n}.log"
-        self.proc = subprocess.Popen(cmd, stdout=open(self.log_path, "wb"),
-                                     stderr=subprocess.STDOUT, env=env, cwd=self.out,
-                                     start_new_session=True)
-        end = time.time() + 240
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.target} exited; see {self.log_path}")
-            try:
-                if http("GET", "/v2/health/ready")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > end:
-                raise RuntimeError(f"{self.target} not ready; see {self.log_path}")
-            time.sleep(0.3)
+            self.proc = self._spawn(self._triton(n, (HTTP, GRPC, METRICS)), f"triton-{n}",
+                                    triton=True)
+        self._wait_ready(self.proc, HTTP, self.target)
         if self.target == "sidecar" and self.sidecar_setup:
             self.sidecar_setup()
 
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+    def _triton(self, n: int, ports) -> list:
+        """Triton's command line, serving this step's models on `ports` (HTTP, gRPC, metrics)."""
+        repo = self.out / f"repo-{n}"
+        repo.mkdir()
+        for m in self.models:
+            src = self.triton_override.get(m, Path(os.environ["TRITON_REPO"]) / m)
+            shutil.copytree(src, repo / m)
+        cmd = [os.environ["TRITON_BIN"], f"--model-repository={repo}",
+               f"--backend-directory={os.environ['TRITON_BACKENDS']}",
+               "--http-address=127.0.0.1", f"--http-port={ports[0]}",
+               "--grpc-address=127.0.0.1", f"--grpc-port={ports[1]}",
+               "--metrics-address=127.0.0.1", f"--metrics-port={ports[2]}",
+               "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
+               "--exit-timeout-secs=5"]
+        if self.mode != "none":
+            cmd += [f"--model-control-mode={self.mode}", "--load-model=*"]
+        return cmd + self.triton_args + self.both_args
+
+    def _spawn(self, cmd, name: str, triton: bool):
+        env = dict(os.environ, **self.env)
+        if triton:
+            env["PATH"] = os.environ["TRITON_PATH"]
+            env["LD_LIBRARY_PATH"] = os.environ["TRITON_LD_PATH"]
+        self.log_path = self.out / f"{name}.log"
+        return subprocess.Popen(cmd, stdout=open(self.log_path, "wb"),
+                                stderr=subprocess.STDOUT, env=env, cwd=self.out,
+                                start_new_session=True)
+
+    def _wait_ready(self, proc, port: int, name: str) -> None:
+        end = time.time() + 240
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited; see {self.log_path}")
             try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.proc = None
+                if http("GET", "/v2/health/ready", port=port)[0] == 200:
+                    return
+            except OSError:
+                pass
+            if time.time() > end:
+                raise RuntimeError(f"{name} not ready; see {self.log_path}")
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        for proc in (self.proc, self.upstream_proc):
+            if proc and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        self.proc = self.upstream_proc = None
 
     def __enter__(self):
         self.start()
@@ -409,6 +440,13 @@ def l0_http(c: Ctx, rows):
         rows[ex] += c.script("simple_http_model_control.py", ["-v"], check=one_pass)
     with Server(c.target, c.out, DOCS_MODELS):
         rows[ex] += c.script("simple_http_sequence_sync_infer_client.py", ["-v", "-d"])
+    # The generate extension, with Triton's own test model (mock_llm, a decoupled python model
+    # that answers with its prompt): the sidecar serves it from a Triton behind it.
+    generate_models = c.qa / mod / "generate_models"
+    if generate_models.is_dir():
+        with Server(c.target, c.out, ["mock_llm"], upstream=True,
+                    triton_override={"mock_llm": generate_models / "mock_llm"}):
+            rows["L0_http generate_endpoint_test.py"] += c.unittest(mod, "generate_endpoint_test.py")
     restricted = ["--http-restricted-api=model-repository:admin-key=admin-value",
                   "--http-restricted-api=inference,metadata:infer-key=infer-value"]
     with Server(c.target, c.out, DOCS_MODELS, both_args=restricted):

@@ -4,7 +4,9 @@
 # Triton 2.51 serving the same catalog (tests/upstream/make_triton_repo.py, python backend),
 # one server at a time on localhost:8000/8001 (the addresses the tests hard-code), and print
 # the table that docs/compatibility.md ("Triton's QA tests") shows. Not part of CI or
-# run-all.sh: it takes about 20 minutes on 2 CPUs and needs ports 8000-8004 free.
+# run-all.sh: it takes about 20 minutes on 2 CPUs and needs ports 8000-8004 free (and
+# 8100-8102, where L0_http's generate test runs Triton behind the sidecar: its mock_llm model
+# is Triton's own, so the sidecar serves it from a Triton upstream).
 #
 # Triton's test code is not in this project. It is read from Triton's git repositories,
 # branch r24.10 (Triton 2.51): set TRITON_SERVER_GIT and TRITON_CLIENT_GIT to local clones
@@ -83,9 +85,9 @@ if [ ! -x "$QA_VENV/bin/python" ]; then
   log "creating $QA_VENV"
   "${INFERGATE_PYTHON:-python3.11}" -m venv "$QA_VENV"
 fi
-if ! "$QA_VENV/bin/python" -c 'import tritonclient.grpc, tritonclient.http, psutil, requests' 2>/dev/null; then
+if ! "$QA_VENV/bin/python" -c 'import tritonclient.grpc, tritonclient.http, psutil, requests, sseclient' 2>/dev/null; then
   "$QA_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    'tritonclient[all]==2.71.0' psutil requests 'numpy<2'
+    'tritonclient[all]==2.71.0' psutil requests 'numpy<2' sseclient-py
 fi
 
 # ------------------------------------------------------------------ servers
@@ -93,7 +95,9 @@ export SIDECAR_BIN="${SIDECAR_BIN:-$REPO_ROOT/target/release/infergate-sidecar}"
 if [[ "$TARGETS" == *sidecar* ]] && [ ! -x "$SIDECAR_BIN" ]; then
   cargo build --release -p infergate-sidecar
 fi
-if [[ "$TARGETS" == *triton* ]]; then
+# Triton runs for the triton target, and behind the sidecar for L0_http's generate test
+# (Triton's own mock_llm model).
+if [[ "$TARGETS" == *triton* ]] || [[ ",${QA_MODULES:-L0_http}," == *,L0_http,* ]]; then
   # shellcheck source=../upstream/triton-env.sh
   source "$REPO_ROOT/tests/upstream/triton-env.sh"
   export TRITON_BIN TRITON_BACKENDS="$TRITON_HOME/backends"
