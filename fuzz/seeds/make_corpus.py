@@ -6,6 +6,7 @@ For every model the sidecar serves (its configuration read from GET /v2/models/<
 HTTP and gRPC seeds are: tensors as JSON, as binary data, inputs and outputs in the system shared
 memory region the fuzz harness registers (fuzz/src/harness.rs: "fuzz_region", 64 KiB),
 classification of the first output, sequence parameters for sequence models, and a gzip body.
+generate gets the same tensors as a generate body on both routes (models without sequences).
 json_tensor and bytes_tensor get the tensors of those requests; operator_children gets the
 project's example manifests.
 
@@ -162,6 +163,23 @@ def http_seed(model: str, inputs, outputs, headers: dict, **kwargs) -> bytes:
     return ("\n".join(head) + "\n\n").encode() + body
 
 
+def post_generate(http_url: str, seed: bytes) -> int:
+    head, body = seed.split(b"\n\n", 1)
+    route = head.decode()
+    request = urllib.request.Request(f"{http_url}/v2/models/{route}", data=body, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer = response.read()
+            # /generate answers a decoupled model's several responses with an error under 200.
+            if not route.endswith("_stream") and b'"error"' in answer:
+                print(f"{route}: {answer!r}", file=sys.stderr)
+                return -1
+            return response.status
+    except urllib.error.HTTPError as e:
+        print(f"{route}: {e.code} {e.read().decode(errors='replace')}", file=sys.stderr)
+        return e.code
+
+
 def post(http_url: str, seed: bytes) -> int:
     head, body = seed.split(b"\n\n", 1)
     lines = head.decode().split("\n")
@@ -270,6 +288,20 @@ def main() -> int:
                     print(f"{model}: gRPC {e}", file=sys.stderr)
                     statuses["grpc error"] = statuses.get("grpc error", 0) + 1
                 write("grpc_infer", case.SerializeToString())
+
+            # generate: the tensors as flat JSON members, at the top level and inside
+            # `parameters`, with a parameter beside them; both routes.
+            if json_ok and not sequence:
+                flat = {t.name: as_json(t.array.flatten().tolist()) for t in tensors}
+                if model == "repeat_int32":  # no waiting
+                    flat = {"IN": [4], "DELAY": [0], "WAIT": 0}
+                bodies = [dict(flat, id="seed", temperature=0.5), {"parameters": dict(flat, n=1)}]
+                for body in bodies:
+                    for route in ("generate", "generate_stream"):
+                        case = f"{model}/{route}\n\n".encode() + json.dumps(body).encode()
+                        status = post_generate(http_url, case)
+                        statuses[status] = statuses.get(status, 0) + 1
+                        write("generate", case)
 
             for t in tensors:
                 if t.datatype == "BYTES":

@@ -3,10 +3,14 @@
 
 use std::sync::OnceLock;
 
+use axum::body::{Body, Bytes};
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::BodyExt;
 use infergate_proto::config::SidecarConfig;
 use infergate_sidecar::server;
 use infergate_sidecar::state::SharedState;
 use infergate_sidecar::telemetry::LogControl;
+use tower::ServiceExt;
 
 /// The region every request may name; seeds use it for inputs and outputs in shared memory.
 pub const REGION: &str = "fuzz_region";
@@ -47,4 +51,38 @@ fn register_region(state: &SharedState) {
     let registered = state.shm.register_system(REGION, &key, 0, REGION_BYTES);
     let _ = std::fs::remove_file(&path);
     registered.unwrap_or_else(|e| panic!("register {REGION}: {}", e.message));
+}
+
+/// A POST from a target's input: the path's tail on the first line (after `/v2/models/`, into
+/// `uri`), then `name: value` header lines, an empty line, and the body. `None` when the input
+/// has no such form.
+pub fn post(data: &[u8], uri: impl FnOnce(&str) -> String) -> Option<Request<Body>> {
+    let split = data.windows(2).position(|w| w == b"\n\n")?;
+    let head = std::str::from_utf8(&data[..split]).ok()?;
+    let body = data[split + 2..].to_vec();
+    let mut lines = head.split('\n');
+    let mut builder = Request::builder().method("POST").uri(uri(lines.next()?));
+    for line in lines {
+        let (name, value) = line.split_once(':')?;
+        builder = builder.header(name.trim(), value.trim());
+    }
+    builder.body(Body::from(body)).ok()
+}
+
+/// The real REST router's whole answer to `request`.
+pub fn answer(request: Request<Body>) -> (StatusCode, HeaderMap, Bytes) {
+    let router = infergate_sidecar::http::router(sidecar().clone());
+    runtime().block_on(async move {
+        let response = match router.oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        };
+        let (parts, body) = response.into_parts();
+        let body = body
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("response body: {e}"))
+            .to_bytes();
+        (parts.status, parts.headers, body)
+    })
 }

@@ -15,51 +15,19 @@
 //! may hold bytes that are not UTF-8, as Triton's do), or JSON followed by binary outputs whose
 //! header length fits the body.
 
-use axum::body::Body;
-use http::{Request, StatusCode, header};
-use http_body_util::BodyExt;
-use tower::ServiceExt;
+use http::{StatusCode, header};
 
 use crate::harness;
 
 pub fn run(data: &[u8]) {
-    let Some(request) = parse(data) else {
+    let Some(request) = harness::post(data, |model| format!("/v2/models/{model}/infer")) else {
         return;
     };
-    let router = infergate_sidecar::http::router(harness::sidecar().clone());
-    let (status, headers, body) = harness::runtime().block_on(async move {
-        let response = match router.oneshot(request).await {
-            Ok(response) => response,
-            Err(never) => match never {},
-        };
-        let (parts, body) = response.into_parts();
-        let body = body
-            .collect()
-            .await
-            .unwrap_or_else(|e| panic!("response body: {e}"))
-            .to_bytes();
-        (parts.status, parts.headers, body)
-    });
+    let (status, headers, body) = harness::answer(request);
     if headers.contains_key(header::CONTENT_ENCODING) {
         return; // compressed answers are checked by the conformance suite
     }
     check(status, &headers, &body);
-}
-
-fn parse(data: &[u8]) -> Option<Request<Body>> {
-    let split = data.windows(2).position(|w| w == b"\n\n")?;
-    let head = std::str::from_utf8(&data[..split]).ok()?;
-    let body = data[split + 2..].to_vec();
-    let mut lines = head.split('\n');
-    let model = lines.next()?;
-    let mut builder = Request::builder()
-        .method("POST")
-        .uri(format!("/v2/models/{model}/infer"));
-    for line in lines {
-        let (name, value) = line.split_once(':')?;
-        builder = builder.header(name.trim(), value.trim());
-    }
-    builder.body(Body::from(body)).ok()
 }
 
 fn check(status: StatusCode, headers: &http::HeaderMap, body: &[u8]) {

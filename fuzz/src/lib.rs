@@ -3,6 +3,7 @@
 //! only that nothing panicked.
 
 pub mod bytes_tensor;
+pub mod generate;
 pub mod grpc_infer;
 pub mod harness;
 pub mod http_infer;

@@ -130,14 +130,19 @@ pub fn write_parameters(w: &mut Writer, params: &Parameters) -> Result<()> {
             w.byte(b',');
         }
         w.key(k);
-        match v {
-            ParamValue::Bool(b) => w.bool(*b),
-            ParamValue::Int(n) => w.i64(*n),
-            ParamValue::Uint(n) => w.u64(*n),
-            ParamValue::Double(d) => w.f64(*d),
-            ParamValue::String(s) => w.string(s.as_bytes()),
-        };
+        write_value(w, v);
     }
     w.byte(b'}');
     Ok(())
+}
+
+/// One parameter's value as its JSON kind.
+pub(super) fn write_value(w: &mut Writer, value: &ParamValue) {
+    match value {
+        ParamValue::Bool(b) => w.bool(*b),
+        ParamValue::Int(n) => w.i64(*n),
+        ParamValue::Uint(n) => w.u64(*n),
+        ParamValue::Double(d) => w.f64(*d),
+        ParamValue::String(s) => w.string(s.as_bytes()),
+    };
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use infergate_proto::DataType;
 
+use super::super::params::write_value;
 use crate::core::params::ParamValue;
 use crate::core::request::InferResponse;
 use crate::error::{Error, Result};
@@ -52,22 +53,12 @@ pub fn encode(response: &InferResponse) -> Result<Vec<u8>> {
             Member::Text(text) => {
                 w.string(text.as_bytes());
             }
-            Member::Parameter(value) => write_parameter(&mut w, value),
+            Member::Parameter(value) => write_value(&mut w, value),
             Member::Tensor(tensor) => write_tensor(&mut w, tensor)?,
         }
     }
     w.byte(b'}');
     Ok(w.into_bytes())
-}
-
-fn write_parameter(w: &mut Writer, value: &ParamValue) {
-    match value {
-        ParamValue::Bool(b) => w.bool(*b),
-        ParamValue::Int(n) => w.i64(*n),
-        ParamValue::Uint(n) => w.u64(*n),
-        ParamValue::Double(d) => w.f64(*d),
-        ParamValue::String(s) => w.string(s.as_bytes()),
-    };
 }
 
 fn write_tensor(w: &mut Writer, tensor: &Tensor) -> Result<()> {
