@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, header};
 
 use super::compression::{self, Encoding};
-use super::{error_response, infer, read_body};
+use super::{error_response, infer, json_too_large, raw_input_too_large, read_body};
 use crate::error::{Error, Result};
 use crate::peers::{self, Route};
 use crate::state::SharedState;
@@ -73,6 +73,11 @@ pub(super) async fn run_infer(
                 "HTTP end point doesn't support models with decoupled transaction policy",
             ));
         }
+        if encoding == Encoding::Identity
+            && let Some(refusal) = declared_too_large(&headers, content_length, limit)
+        {
+            return Err(refusal);
+        }
         let raw = read_body(body, limit, content_length, st.limits.http_body_timeout()).await?;
         if let Some(root) = &mut root {
             root.event("HTTP_RECV_END", Instant::now());
@@ -108,6 +113,26 @@ pub(super) async fn run_infer(
         trace::end_root(root, trace::Front::Http, result.as_ref().err());
     }
     result.into_response()
+}
+
+/// A declared length over the input limit, refused before the body is read, in current Triton's
+/// words for what the body holds: all JSON, one raw input, or JSON (its declared part) beyond the
+/// limit. Where only binary tensors take a body past the limit (Triton sets none on them), or the
+/// JSON length is unreadable, `read_body` refuses it in the sidecar's own words.
+fn declared_too_large(
+    headers: &HeaderMap,
+    content_length: Option<u64>,
+    limit: u64,
+) -> Option<Error> {
+    let length = content_length.filter(|&n| n > limit)?;
+    let Some(json_length) = headers.get(infergate_proto::wire::HEADER_LENGTH) else {
+        return Some(json_too_large(length, limit));
+    };
+    match json_length.to_str().ok()?.trim().parse::<u64>().ok()? {
+        0 => Some(raw_input_too_large(length, limit)),
+        n if n > limit && n <= length => Some(json_too_large(n, limit)),
+        _ => None,
+    }
 }
 
 /// JSON of at least this many bytes to read or write (or a body to compress) is handled on a

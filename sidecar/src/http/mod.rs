@@ -172,6 +172,21 @@ pub fn json_ok(value: &serde_json::Value) -> Response {
         .into_response()
 }
 
+/// A body of `length` bytes, all JSON, over the input limit: current Triton's words (its JSON
+/// reader's check).
+pub(super) fn json_too_large(length: u64, limit: u64) -> Error {
+    Error::invalid_arg(format!(
+        "request JSON size of {length} bytes exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
+    ))
+}
+
+/// A body of `length` bytes that is one raw input, over the input limit: current Triton's words.
+pub(super) fn raw_input_too_large(length: u64, limit: u64) -> Error {
+    Error::invalid_arg(format!(
+        "Raw input has a byte_size ({length} bytes) that exceeds the maximum allowed value of {limit} bytes. Use --http-max-input-size to increase the limit."
+    ))
+}
+
 /// Reads a request body, refusing more than `limit` bytes before buffering them, and one that
 /// goes `stall` without sending a byte (`limits.http_body_timeout_seconds`).
 pub async fn read_body(

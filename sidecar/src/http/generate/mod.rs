@@ -24,7 +24,7 @@ use http::{HeaderMap, StatusCode, header};
 use tokio::sync::mpsc;
 
 use super::inference::{OFFLOAD_BYTES, off_worker};
-use super::{error_response, read_body};
+use super::{error_response, json_too_large, read_body};
 use crate::core::pipeline::{self, DecoupledResponse};
 use crate::core::request::InferResponse;
 use crate::error::{Error, Result};
@@ -151,9 +151,7 @@ async fn start(
         .and_then(|v| v.parse().ok());
     // The body is all JSON: a declared length beyond the limit gets the JSON limit's words.
     if let Some(length) = content_length.filter(|&n| n > limit) {
-        return Err(Error::invalid_arg(format!(
-            "request JSON size of {length} bytes exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
-        )));
+        return Err(json_too_large(length, limit));
     }
     let raw = read_body(body, limit, content_length, st.limits.http_body_timeout()).await?;
     let limits = request::Limits {
