@@ -325,6 +325,20 @@ def test_content_length_with_chunked_uses_chunked(http_url):
     assert headers.get("connection") == "close", answers
 
 
+def test_many_small_chunks_are_read_like_any_body(http_url):
+    """65,537 one-byte chunks: read into one buffer within the body limit, so the request gets its
+    own answer (current Triton caps a chunked body at 65,536 non-empty chunks; the sidecar does not:
+    its buffer has no per-chunk cost, docs/bad-input.md 2.5a)."""
+    data = (f"POST {SIMPLE} HTTP/1.1\r\nHost: test\r\nInference-Header-Content-Length: 0\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n").encode() + b"1\r\nA\r\n" * 65537 + b"0\r\n\r\n"
+    answers = parse_responses(exchange(http_url, data, timeout=60))
+    status, _, body = answers[0]
+    assert status == 400, answers
+    assert json.loads(body)["error"] == (
+        "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but "
+        "got 2 inputs in 'simple' model configuration"), answers
+
+
 def _binary_simple(size0: int):
     header = {"inputs": [
         {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "parameters": {"binary_data_size": size0}},
