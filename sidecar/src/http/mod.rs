@@ -147,17 +147,22 @@ pub fn error_response(err: &Error) -> Response {
 }
 
 pub fn json_error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        error_body(message),
+    )
+        .into_response()
+}
+
+/// `{"error":"<message>"}`, Triton's error body.
+pub(super) fn error_body(message: &str) -> Vec<u8> {
     let mut w = Writer::default();
     w.byte(b'{')
         .key("error")
         .string(message.as_bytes())
         .byte(b'}');
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        w.into_bytes(),
-    )
-        .into_response()
+    w.into_bytes()
 }
 
 /// A JSON body with status 200.

@@ -24,11 +24,10 @@ use http::{HeaderMap, StatusCode, header};
 use tokio::sync::mpsc;
 
 use super::inference::{OFFLOAD_BYTES, off_worker};
-use super::{error_response, json_too_large, read_body};
+use super::{error_body, error_response, json_too_large, read_body};
 use crate::core::pipeline::{self, DecoupledResponse};
 use crate::core::request::InferResponse;
 use crate::error::{Error, Result};
-use crate::json::Writer;
 use crate::peers::{self, Route};
 use crate::state::SharedState;
 use crate::trace;
@@ -213,7 +212,7 @@ async fn collect(mut responses: mpsc::Receiver<Result<DecoupledResponse>>) -> An
             let e = Error::internal(
                 "generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses",
             );
-            Answer::Done(json_answer(status, error_json(&e)), Some(e))
+            Answer::Done(json_answer(status, error_body(&e.message)), Some(e))
         }
     }
 }
@@ -240,17 +239,8 @@ async fn stream(mut responses: mpsc::Receiver<Result<DecoupledResponse>>) -> Ans
 fn event(result: Result<InferResponse>) -> (StatusCode, Vec<u8>, Option<Error>) {
     match result.and_then(|r| response::encode(&r)) {
         Ok(body) => (StatusCode::OK, body, None),
-        Err(e) => (e.http_status(), error_json(&e), Some(e)),
+        Err(e) => (e.http_status(), error_body(&e.message), Some(e)),
     }
-}
-
-fn error_json(e: &Error) -> Vec<u8> {
-    let mut w = Writer::default();
-    w.byte(b'{')
-        .key("error")
-        .string(e.message.as_bytes())
-        .byte(b'}');
-    w.into_bytes()
 }
 
 /// A Server-Sent Event carrying one JSON object.

@@ -81,16 +81,13 @@ impl Converter<'_> {
             )));
         }
         // As Triton's accessors, by name: a repeated key reads its first value each time.
-        let object = match doc.get(NESTED) {
-            Some(object @ Value::Object(_)) => object,
+        let (object, members) = match doc.get(NESTED) {
+            Some(object @ Value::Object(members)) => (object, members),
             _ => {
                 return Err(Error::internal(format!(
                     "Expected JSON object for keyword: '{NESTED}': attempt to access JSON non-object as object"
                 )));
             }
-        };
-        let Value::Object(members) = object else {
-            return Ok(());
         };
         for (key, _) in members {
             self.exact(&String::from_utf8_lossy(key), object)
@@ -130,8 +127,9 @@ impl Converter<'_> {
             Value::Array(items) => items.len() as u64,
             _ => 1,
         };
-        let byte_size = match datatype.element_size() {
-            Some(size) => outer_count.saturating_mul(size as u64),
+        // BYTES: the strings' bytes (with their length prefixes) and how many there are.
+        let (byte_size, expected) = match datatype.element_size() {
+            Some(size) => (outer_count.saturating_mul(size as u64), outer_count),
             None => bytes_size(value)?,
         };
         if byte_size == 0 {
@@ -162,11 +160,7 @@ impl Converter<'_> {
             )));
         }
         // BYTES elements are counted by their bytes, which `bytes_size` has summed: every
-        // string fits, whatever the nesting.
-        let expected = match datatype {
-            DataType::Bytes => scalar_count(value),
-            _ => outer_count,
-        };
+        // string fits, whatever the nesting, so all of them are expected.
         let data = decode_value(value, datatype, expected).map_err(|e| match e {
             DataError::WrongType(msg) => Error::internal(format!("Unable to parse 'data': {msg}")),
             DataError::TooMany => Error::internal(
@@ -227,28 +221,21 @@ fn insert_first(parameters: &mut Parameters, name: &str, value: ParamValue) {
     }
 }
 
-/// The serialized size of a BYTES value: each string's length plus its 4-byte prefix.
-fn bytes_size(value: &Value<'_>) -> Result<u64> {
-    let mut size = 0u64;
+/// The serialized size of a BYTES value (each string's length plus its 4-byte prefix) and its
+/// number of strings.
+fn bytes_size(value: &Value<'_>) -> Result<(u64, u64)> {
+    let (mut size, mut count) = (0u64, 0u64);
     for_each_scalar(value, &mut |scalar| match scalar {
         Value::String(s) => {
             size += s.len() as u64 + 4;
+            count += 1;
             Ok(())
         }
         _ => Err(Error::internal(
             "Unable to parse JSON bytes array: attempt to access JSON non-string as string",
         )),
     })?;
-    Ok(size)
-}
-
-fn scalar_count(value: &Value<'_>) -> u64 {
-    let mut count = 0u64;
-    let _ = for_each_scalar(value, &mut |_| {
-        count += 1;
-        Ok::<(), ()>(())
-    });
-    count
+    Ok((size, count))
 }
 
 /// The model's shape with `count` elements spread over it: the fixed dimensions must divide
@@ -339,8 +326,7 @@ mod tests {
     #[test]
     fn bytes_are_sized_by_their_strings_at_any_depth() {
         let v = json::parse(br#"["ab",["c",""]]"#, 10).unwrap();
-        assert_eq!(bytes_size(&v).unwrap(), 2 + 1 + 12);
-        assert_eq!(scalar_count(&v), 3);
+        assert_eq!(bytes_size(&v).unwrap(), (2 + 1 + 12, 3));
         let v = json::parse(br#"["ab",1]"#, 10).unwrap();
         assert_eq!(
             bytes_size(&v).unwrap_err().message,
