@@ -16,12 +16,16 @@ use tower::ServiceExt;
 pub const REGION: &str = "fuzz_region";
 pub const REGION_BYTES: u64 = 64 * 1024;
 
+/// One thread and a paused clock: a model that sleeps as its request asks (`repeat_int32`'s
+/// DELAY and WAIT, up to hours) answers as soon as the runtime has nothing else to do, so an
+/// input explores the same paths without real waiting and libFuzzer's timeout still catches a
+/// request that spins or never ends.
 pub fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
+            .start_paused(true)
             .build()
             .unwrap_or_else(|e| panic!("tokio runtime: {e}"))
     })
