@@ -73,6 +73,21 @@ pub fn report(st: &SharedState) -> J {
             "index only: load and unload are done in the model container",
         ),
     });
+    extensions.push(match &upstream {
+        None => extension("schedule_policy", "Active", "sidecar", ""),
+        Some(_) if upstream_has("schedule_policy") => extension(
+            "schedule_policy",
+            "Active",
+            "upstream",
+            "priority and timeout go with each request to the model server's queues",
+        ),
+        Some(_) => extension(
+            "schedule_policy",
+            "Unsupported",
+            "upstream",
+            "the model server does not offer schedule_policy: priority and timeout reach it as plain parameters",
+        ),
+    });
     extensions.push(if st.shm.allowed() {
         extension("system_shared_memory", "Active", "sidecar", "")
     } else {

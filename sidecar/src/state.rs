@@ -17,6 +17,7 @@ pub const EXTENSIONS: &[&str] = &[
     "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
     "system_shared_memory",
     "binary_tensor_data",
@@ -91,9 +92,20 @@ pub type SharedState = Arc<AppState>;
 
 impl AppState {
     /// The extensions `/v2` lists: what this sidecar serves whatever its backend (sequences of
-    /// an upstream without a sequence batcher are run by the sidecar).
+    /// an upstream without a sequence batcher are run by the sidecar); `schedule_policy` where
+    /// the models' queues honour it: the built-in models', or a model server that offers it.
     pub fn extensions(&self) -> Vec<String> {
         let mut extensions = self.server.extensions.clone();
+        if let Some(upstream) = &self.upstream
+            && !upstream
+                .info
+                .read()
+                .extensions
+                .iter()
+                .any(|e| e == "schedule_policy")
+        {
+            extensions.retain(|e| e != "schedule_policy");
+        }
         if self.shm.cuda().driver().is_none() && self.forwards_cuda().is_some() {
             // Where Triton lists it: right after `system_shared_memory`.
             let at = extensions

@@ -137,8 +137,8 @@ def test_http_server_metadata(raw_http, http_client):
 
 @pytest.mark.xfail(
     not os.environ.get("INFERGATE_ORACLE"),
-    reason="the sidecar does not implement schedule_policy, and lists cuda_shared_memory only "
-    "where a CUDA device is usable",
+    reason="the sidecar lists cuda_shared_memory only where a CUDA device (or a model server "
+    "that opens CUDA handles) is usable",
     strict=True,
 )
 def test_server_metadata_full_extension_list(http_client, grpc_client):

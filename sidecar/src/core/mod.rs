@@ -11,6 +11,7 @@ pub mod params;
 pub mod pipeline;
 pub mod repository;
 pub mod request;
+pub mod schedule;
 pub mod sequence;
 pub mod stats;
 mod traced;

@@ -27,6 +27,16 @@ impl Parameters {
         }
     }
 
+    /// A non-negative integer parameter (`priority`, `timeout`: the front ends have checked
+    /// their kinds); 0 when absent or of another kind.
+    pub fn unsigned(&self, key: &str) -> u64 {
+        match self.get(key) {
+            Some(ParamValue::Uint(n)) => *n,
+            Some(ParamValue::Int(n)) => u64::try_from(*n).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -2,7 +2,7 @@
 //! outputs, and count it all in the model's statistics.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use infergate_proto::DataType;
 use tokio::sync::mpsc;
@@ -12,6 +12,7 @@ use super::model::{Execution, Model};
 use super::params::Parameters;
 use super::repository::Repository;
 use super::request::{InferRequest, InferResponse, RequestedOutput};
+use super::schedule::{Permit, Refused};
 use super::sequence::{Admission, SequenceParams};
 use super::stats::Timings;
 use super::traced::ModelSpans;
@@ -32,8 +33,12 @@ struct Prepared {
     /// Per output, the classification its model server does (see `delegate_classification`).
     output_classification: Vec<u32>,
     _admission: Option<Admission>,
+    /// One of the model's instances, for a model with a queue.
+    _instance: Option<Permit>,
     received: Instant,
     queued: Instant,
+    /// How long it waited for its sequence's turn and a slot, or in the model's queue.
+    waited: Duration,
     trace: Option<crate::trace::Scope>,
 }
 
@@ -101,8 +106,8 @@ impl Prepared {
             self.validated.batch_size,
             Timings {
                 total: done - self.received,
-                queue: self.queued - self.received,
-                compute_input: compute_start - self.queued,
+                queue: self.queued - self.received + self.waited,
+                compute_input: (compute_start - self.queued).saturating_sub(self.waited),
                 compute_infer: infer_end - compute_start,
                 compute_output: done - infer_end,
             },
@@ -254,6 +259,11 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
     let id = request.id.clone();
     let trace = request.trace.clone();
     let parameters = request.parameters.clone();
+    // Where the request waits in its model's queue, if the model has one.
+    let place = model
+        .queue
+        .as_ref()
+        .map(|queue| (queue.clone(), queue.place(request.schedule_parameters())));
     let rejected = |e: Error| {
         model.stats.record_failure(received.elapsed(), true);
         e
@@ -272,6 +282,7 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
         }
     }
     let mut validated = validate(&model, request).map_err(rejected)?;
+    let waiting = Instant::now();
     // Sequence models: wait for this sequence's turn and a slot; add the control tensors.
     let admission = match (&model.sequencer, &sequence) {
         (Some(scheduler), Some(params)) => {
@@ -290,6 +301,17 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
         }
         _ => None,
     };
+    // Models with a queue: wait for an instance, under the request's priority and timeout.
+    let instance = match place {
+        Some((queue, place)) => match queue.admit(place, &request_prefix(&id)).await {
+            Ok(permit) => Some(permit),
+            // Refused before it was queued: Triton counts it nowhere.
+            Err(refused @ Refused::QueueFull(_)) => return Err(refused.into()),
+            Err(refused) => return Err(rejected(refused.into())),
+        },
+        None => None,
+    };
+    let waited = waiting.elapsed();
     let output_names = validated.outputs.iter().map(|o| o.name.clone()).collect();
     let output_shm = validated.outputs.iter().map(|o| o.shm.clone()).collect();
     let output_classification = delegate_classification(&model, &mut validated.outputs);
@@ -303,8 +325,10 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
         output_shm,
         output_classification,
         _admission: admission,
+        _instance: instance,
         received,
         queued,
+        waited,
     })
 }
 

@@ -58,9 +58,10 @@ pub struct InferRequest {
     pub raw_input: bool,
     /// Where the request's spans go, when it is traced.
     pub trace: Option<crate::trace::Scope>,
-    /// Every parameter is the model's own: none is read as a sequence control. Triton's
-    /// generate endpoint sets a request's parameters this way (`sequence_id` there is a
-    /// parameter like any other), where infer requests carry their sequence in them.
+    /// Every parameter is the model's own: none is read as a sequence or scheduling control.
+    /// Triton's generate endpoint sets a request's parameters this way (`sequence_id` or
+    /// `priority` there is a parameter like any other), where infer requests carry their
+    /// sequence, priority and timeout in them.
     pub plain_parameters: bool,
 }
 
@@ -68,6 +69,11 @@ impl InferRequest {
     /// The parameters that say which sequence the request belongs to, if they may.
     pub fn sequence_parameters(&self) -> Option<&Parameters> {
         (!self.plain_parameters).then_some(&self.parameters)
+    }
+
+    /// The parameters that give the request's priority and queue timeout, if they may.
+    pub fn schedule_parameters(&self) -> Option<&Parameters> {
+        self.sequence_parameters()
     }
 }
 

@@ -44,6 +44,9 @@ pub struct SequenceParams {
     pub id: Option<CorrelationId>,
     pub start: bool,
     pub end: bool,
+    /// The request's `timeout` (the schedule policy): how long its sequence may wait in the
+    /// backlog for a slot. Zero: no limit.
+    pub timeout: Duration,
 }
 
 impl SequenceParams {
@@ -68,6 +71,7 @@ impl SequenceParams {
             id,
             start: flag("sequence_start"),
             end: flag("sequence_end"),
+            timeout: Duration::from_micros(params.unsigned("timeout")),
         })
     }
 }
@@ -94,18 +98,83 @@ struct Sequence {
     ending: bool,
     /// Bumped by every START, so an END only forgets the sequence it ended.
     generation: u64,
+    /// Its wait for a slot, while it has none.
+    backlog: Arc<Backlog>,
 }
+
+/// A sequence waiting for a slot, as Triton's backlog queue: the requests that arrive meanwhile
+/// with a `timeout` bound the wait (the earliest deadline wins); past it, the sequence and every
+/// request of it that waits are refused, and it is forgotten. Requests that arrive once the
+/// sequence has its slot are not bounded.
+#[derive(Default)]
+struct Backlog {
+    deadline: Mutex<Option<Instant>>,
+    /// Wakes the request waiting for the slot when the deadline moves closer.
+    moved: tokio::sync::Notify,
+    expired: std::sync::atomic::AtomicBool,
+}
+
+impl Backlog {
+    /// A request with `timeout` joined the sequence while it waits: the deadline may come closer.
+    fn bound(&self, now: Instant, timeout: Duration) {
+        if timeout.is_zero() {
+            return;
+        }
+        let at = now + timeout;
+        let mut deadline = self.deadline.lock();
+        if deadline.is_none_or(|d| at < d) {
+            *deadline = Some(at);
+            self.moved.notify_one();
+        }
+    }
+
+    fn is_expired(&self) -> bool {
+        self.expired.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits for a slot until the deadline, if there is one; `None` once it has passed.
+    async fn wait_for_slot(&self, slots: Arc<Semaphore>) -> Option<Result<OwnedSemaphorePermit>> {
+        let acquire = slots.acquire_owned();
+        tokio::pin!(acquire);
+        loop {
+            let deadline = *self.deadline.lock();
+            let expiry = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                permit = &mut acquire => {
+                    return Some(permit.map_err(|_| {
+                        Error::unavailable("the sequence scheduler is shutting down")
+                    }));
+                }
+                () = expiry => {
+                    self.expired.store(true, std::sync::atomic::Ordering::Release);
+                    return None;
+                }
+                () = self.moved.notified() => {}
+            }
+        }
+    }
+}
+
+/// Triton's answer to the requests of a sequence whose backlog wait ran past a request's timeout.
+const BACKLOG_EXPIRED: &str = "timeout of the corresponding sequence has been expired";
 
 /// How long a request for a sequence that is not active waits for its START to arrive.
 const START_GRACE: Duration = Duration::from_millis(100);
 
-/// A sequence's lane, slot and idle clock, and for an END request the generation it ends.
-type Handles = (
-    Arc<tokio::sync::Mutex<()>>,
-    Arc<Mutex<Option<OwnedSemaphorePermit>>>,
-    Arc<Mutex<Instant>>,
-    Option<u64>,
-);
+/// What a request needs of its sequence.
+struct Handles {
+    lane: Arc<tokio::sync::Mutex<()>>,
+    slot: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+    last_seen: Arc<Mutex<Instant>>,
+    /// For an END request, the generation it ends.
+    ends: Option<u64>,
+    backlog: Arc<Backlog>,
+}
 
 /// Counters exported as metrics.
 #[derive(Clone, Copy, Debug, Default)]
@@ -156,15 +225,6 @@ impl Drop for Admission {
     }
 }
 
-fn instance_count(config: &ModelConfig) -> usize {
-    let n: i64 = config
-        .instance_group
-        .iter()
-        .map(|g| i64::from(g.count.max(1)))
-        .sum();
-    usize::try_from(n.max(1)).unwrap_or(1)
-}
-
 impl Scheduler {
     /// A scheduler for `config`, or `None` when the model is not a sequence model.
     pub fn for_model(config: &ModelConfig) -> Result<Option<Arc<Self>>> {
@@ -177,7 +237,7 @@ impl Scheduler {
             }
             _ => config.max_batch_size.max(1) as usize,
         };
-        let total_slots = per_instance * instance_count(config);
+        let total_slots = per_instance * super::model::instance_count(config);
         let idle = Duration::from_micros(if sb.max_sequence_idle_microseconds == 0 {
             1_000_000
         } else {
@@ -243,7 +303,13 @@ impl Scheduler {
         // that pipelines a sequence's requests): a request for a sequence not started yet waits a
         // moment for its START before it is refused. Only the error path pays for this.
         let deadline = Instant::now() + START_GRACE;
-        let (lane, slot, last_seen, ends) = loop {
+        let Handles {
+            lane,
+            slot,
+            last_seen,
+            ends,
+            backlog,
+        } = loop {
             match self.enter(params, &id) {
                 Some(handles) => break handles,
                 None if Instant::now() < deadline => {
@@ -257,15 +323,21 @@ impl Scheduler {
             }
         };
         let lane = lane.lock_owned().await;
+        if backlog.is_expired() {
+            return Err(Error::unavailable(BACKLOG_EXPIRED));
+        }
         let needs_slot = slot.lock().is_none();
         if needs_slot {
             use std::sync::atomic::Ordering::Relaxed;
             self.waiting.fetch_add(1, Relaxed);
-            let permit = self.slots.clone().acquire_owned().await;
+            let permit = backlog.wait_for_slot(self.slots.clone()).await;
             self.waiting.fetch_sub(1, Relaxed);
-            let permit = permit
-                .map_err(|_| Error::unavailable("the sequence scheduler is shutting down"))?;
-            *slot.lock() = Some(permit);
+            let Some(permit) = permit else {
+                self.forget_expired(&id, &backlog);
+                return Err(Error::unavailable(BACKLOG_EXPIRED));
+            };
+            *slot.lock() = Some(permit?);
+            *backlog.deadline.lock() = None;
         }
         let controls = self.control_tensors(params, &id, batched);
         Ok(Admission {
@@ -299,23 +371,42 @@ impl Scheduler {
                         last_seen: Arc::new(Mutex::new(Instant::now())),
                         ending: false,
                         generation: 0,
+                        backlog: Arc::default(),
                     },
                 );
             }
             None => return None,
         }
         let seq = sequences.get_mut(id)?;
-        *seq.last_seen.lock() = Instant::now();
+        let now = Instant::now();
+        *seq.last_seen.lock() = now;
         if params.end {
             seq.ending = true;
         }
+        if seq.slot.lock().is_none() {
+            seq.backlog.bound(now, params.timeout);
+        }
         let ends = params.end.then_some(seq.generation);
-        Some((
-            seq.lane.clone(),
-            seq.slot.clone(),
-            seq.last_seen.clone(),
+        Some(Handles {
+            lane: seq.lane.clone(),
+            slot: seq.slot.clone(),
+            last_seen: seq.last_seen.clone(),
             ends,
-        ))
+            backlog: seq.backlog.clone(),
+        })
+    }
+
+    /// Forgets a sequence whose backlog wait expired (unless a new sequence took its id since),
+    /// so that its next request needs a START, as in Triton.
+    fn forget_expired(&self, id: &CorrelationId, backlog: &Arc<Backlog>) {
+        let mut sequences = self.sequences.lock();
+        if sequences
+            .get(id)
+            .is_some_and(|seq| Arc::ptr_eq(&seq.backlog, backlog))
+        {
+            sequences.remove(id);
+        }
+        tracing::debug!(model = %self.model, sequence = %id, "backlogged sequence timed out");
     }
 
     fn control_tensors(
@@ -475,6 +566,7 @@ mod tests {
             id: Some(CorrelationId::Number(id)),
             start,
             end,
+            timeout: Duration::ZERO,
         }
     }
 
@@ -596,5 +688,79 @@ mod tests {
             "after the END, START is required"
         );
         assert_eq!(s.counters().active, 0, "the slot is free again");
+    }
+
+    fn with_timeout(mut params: SequenceParams, timeout: Duration) -> SequenceParams {
+        params.timeout = timeout;
+        params
+    }
+
+    /// Triton's backlog timeout: a sequence waiting for a slot past a request's `timeout` is
+    /// refused, with every request of it that waits, and forgotten; a sequence with a slot is
+    /// not bounded by its requests' timeouts.
+    #[tokio::test]
+    async fn a_backlogged_sequence_past_its_timeout_is_refused_and_forgotten() {
+        let s = scheduler(60_000_000); // one slot
+        let holder = s.admit(&params(1, true, false), 1, true, "").await.unwrap();
+        let late = |params: SequenceParams| {
+            let s = s.clone();
+            tokio::spawn(async move { s.admit(&params, 1, true, "").await.err() })
+        };
+        let start = late(with_timeout(
+            params(2, true, false),
+            Duration::from_millis(50),
+        ));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let middle = late(params(2, false, false));
+        // Sequence 1 holds its slot: its last request's timeout does not apply.
+        let own = late(with_timeout(
+            params(1, false, true),
+            Duration::from_millis(1),
+        ));
+        for refused in [start, middle] {
+            let error = tokio::time::timeout(Duration::from_secs(5), refused)
+                .await
+                .unwrap()
+                .unwrap()
+                .expect("refused");
+            assert_eq!(error.code, crate::error::Code::Unavailable);
+            assert_eq!(error.message, BACKLOG_EXPIRED);
+        }
+        let forgotten = s.admit(&params(2, false, false), 1, true, "").await;
+        assert!(
+            forgotten.err().unwrap().message.contains("START"),
+            "an expired sequence needs a START again"
+        );
+        drop(holder);
+        assert!(own.await.unwrap().is_none(), "sequence 1's END runs");
+        assert_eq!(s.counters().backlog, 0);
+        let fresh = s.admit(&params(2, true, false), 1, true, "").await;
+        assert!(fresh.is_ok(), "a new START of the id runs");
+    }
+
+    /// The earliest deadline among a backlogged sequence's requests bounds its wait.
+    #[tokio::test]
+    async fn a_later_request_can_bring_a_backlog_deadline_closer() {
+        let s = scheduler(60_000_000);
+        let _holder = s.admit(&params(1, true, false), 1, true, "").await.unwrap();
+        let started = std::time::Instant::now();
+        let start = tokio::spawn({
+            let s = s.clone();
+            async move {
+                let p = with_timeout(params(2, true, false), Duration::from_secs(30));
+                s.admit(&p, 1, true, "").await.err()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let p = with_timeout(params(2, false, false), Duration::from_millis(20));
+        let next = s.admit(&p, 1, true, "").await.err().expect("refused");
+        assert_eq!(next.message, BACKLOG_EXPIRED);
+        let first = tokio::time::timeout(Duration::from_secs(5), start)
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("refused");
+        assert_eq!(first.message, BACKLOG_EXPIRED);
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

@@ -107,3 +107,12 @@ def test_no_staging_pool_with_the_model_server(status):
     pool = status["shm"]["staging_pool"]
     assert pool["state"] == "Disabled", pool
     assert pool["byte_size"] == 0 and pool["in_use_bytes"] == 0, pool
+
+
+def test_schedule_policy_is_unsupported_by_the_model_server(extensions):
+    """The ModelServer lists no schedule_policy: `priority` and `timeout` reach it as plain parameters,
+    and `/v2` leaves the extension out."""
+    policy = extensions["schedule_policy"]
+    assert policy["state"] == "Unsupported", policy
+    assert policy["implementation"] == "upstream", policy
+    assert "does not offer schedule_policy" in policy["reason"], policy

@@ -101,3 +101,12 @@ def test_no_staging_pool(status):
     assert "staging_shm_bytes is 0" in pool["reason"], pool
     assert pool["byte_size"] == 0 and pool["in_use_bytes"] == 0, pool
     assert status["shm"]["shared_with_upstream"] is None, status["shm"]
+
+
+def test_schedule_policy_is_unsupported_by_the_model_server(extensions):
+    """MLServer lists no schedule_policy: `priority` and `timeout` reach it as plain parameters,
+    and `/v2` leaves the extension out."""
+    policy = extensions["schedule_policy"]
+    assert policy["state"] == "Unsupported", policy
+    assert policy["implementation"] == "upstream", policy
+    assert "does not offer schedule_policy" in policy["reason"], policy

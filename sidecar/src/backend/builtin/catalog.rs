@@ -255,8 +255,17 @@ impl ModelLoader for Catalog {
                 })?;
             labels.insert(output.name.clone(), parse_labels(text));
         }
+        // Triton validates a configuration while it polls the repository: one it refuses (a
+        // priority level out of range, say) fails the poll, with the reason in its log alone.
         Model::new(config, 1, Arc::new(Builtin::new(*implementation)), labels)
+            .map_err(|e| poll_failed(name, &e.message))
     }
+}
+
+/// A load that fails as Triton's failed poll of its repository: INTERNAL, the reason logged.
+fn poll_failed(model: &str, reason: &str) -> Error {
+    tracing::warn!(%model, error = reason, "the model's configuration does not apply");
+    Error::internal(POLL_FAILED)
 }
 
 /// Applies a load request's configuration on top of the model's own: fields the override
@@ -264,10 +273,7 @@ impl ModelLoader for Catalog {
 fn apply_override(base: &ModelConfig, overlay: &serde_json::Value) -> Result<ModelConfig> {
     // Triton converts the override to a model configuration while it polls the repository;
     // an override that is not one fails that poll, with the details in its log alone.
-    let poll_failed = |reason: &str| {
-        tracing::warn!(model = %base.name, error = reason, "the load's configuration does not apply");
-        Error::internal(POLL_FAILED)
-    };
+    let poll_failed = |reason: &str| poll_failed(&base.name, reason);
     if !overlay.is_object() {
         return Err(poll_failed(
             "the configuration override must be a JSON object",

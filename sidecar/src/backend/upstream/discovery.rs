@@ -254,6 +254,10 @@ async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<D
         if sequence_mode != Some(SequenceMode::Sidecar) {
             model.sequencer = None;
         }
+        // The model server queues the requests it is sent under its own configuration's
+        // policies (`priority` and `timeout` go with each request); a second queue here would
+        // hold back the batches it forms.
+        model.queue = None;
         if !metadata.platform.is_empty() {
             model.platform = metadata.platform;
         }
