@@ -84,7 +84,7 @@ pub fn report(st: &SharedState) -> J {
         Some(_) => extension(
             "schedule_policy",
             "Unsupported",
-            "upstream",
+            "sidecar",
             "the model server does not offer schedule_policy: priority and timeout reach it as plain parameters",
         ),
     });

@@ -108,5 +108,5 @@ def test_schedule_policy_is_unsupported_by_the_model_server(extensions):
     and `/v2` leaves the extension out."""
     policy = extensions["schedule_policy"]
     assert policy["state"] == "Unsupported", policy
-    assert policy["implementation"] == "upstream", policy
+    assert policy["implementation"] == "sidecar", policy
     assert "does not offer schedule_policy" in policy["reason"], policy

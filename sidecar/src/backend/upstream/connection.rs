@@ -316,10 +316,9 @@ pub fn upstream_error(status: tonic::Status, url: &str) -> Error {
         ));
     }
     match status.code() {
-        tonic::Code::Unavailable => Error::unavailable(format!(
-            "upstream model server {url} is unavailable: {}",
-            status.message()
-        )),
+        // The model server answered UNAVAILABLE itself (Triton: "Exceeds maximum queue size",
+        // "Request timeout expired", a stopping server): its words, as its clients know them.
+        tonic::Code::Unavailable => Error::unavailable(status.message().to_string()),
         tonic::Code::DeadlineExceeded => Error::unavailable(format!(
             "upstream model server {url} did not answer in time"
         )),
@@ -422,7 +421,12 @@ mod tests {
             (error.code, error.message.as_str()),
             (Code::InvalidArg, "bad shape")
         );
-        let sent = tonic::Status::unavailable("draining");
-        assert_eq!(upstream_error(sent, URL).code, Code::Unavailable);
+        let sent = tonic::Status::unavailable("Request timeout expired");
+        let error = upstream_error(sent, URL);
+        assert_eq!(
+            (error.code, error.message.as_str()),
+            (Code::Unavailable, "Request timeout expired"),
+            "the upstream's own UNAVAILABLE keeps its words"
+        );
     }
 }

@@ -103,7 +103,13 @@ impl RestClient {
                     }
                     http1::Error::TooLarge(_) => Status::resource_exhausted(text),
                     // The connection broke before the answer was complete: the upstream died.
-                    http1::Error::Broken(_) => Status::unavailable(text),
+                    // The cause goes with the status, which tells it from an UNAVAILABLE the
+                    // upstream answered itself.
+                    http1::Error::Broken(_) => {
+                        let mut status = Status::unavailable(text.clone());
+                        status.set_source(Arc::new(Broken(text)));
+                        status
+                    }
                 }
             })
     }
@@ -329,6 +335,11 @@ impl RestClient {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 struct Unreachable(String);
+
+/// A connection that broke in the middle of a call: the cause of the `Status` it fails with.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Broken(String);
 
 /// Whether a call failed without reaching the upstream at all (the connection was refused or
 /// timed out), so that sending it another way cannot run the model twice.
