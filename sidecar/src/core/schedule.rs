@@ -177,9 +177,11 @@ impl Queue {
             priority_levels: batching.priority_levels,
             default_level: batching.default_priority_level,
             default_policy,
+            // Without priority levels Triton has one queue, under the default policy alone.
             policies: batching
                 .priority_queue_policy
                 .iter()
+                .filter(|_| batching.priority_levels > 0)
                 .map(|(level, policy)| (*level, Policy::from(policy)))
                 .collect(),
             state: Mutex::default(),
@@ -480,6 +482,22 @@ mod tests {
         assert_eq!(
             refused.message,
             "[request id: 7] Exceeds maximum queue size"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_levels_only_the_default_policy_applies() {
+        let q = queue("priority_queue_policy { key: 0 value { max_queue_size: 1 } }");
+        let _running = q.admit(place(&q, 0, 0), "").await.unwrap();
+        let (done, _answers) = tokio::sync::mpsc::unbounded_channel();
+        for name in ["first", "second"] {
+            spawn_admit(&q, place(&q, 0, 0), &done, name);
+            settle().await;
+        }
+        assert_eq!(
+            q.counts(),
+            (1, 2),
+            "the unbounded default policy queued both"
         );
     }
 
