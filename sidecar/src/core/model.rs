@@ -150,7 +150,8 @@ impl Model {
             .map(|o| spec(&o.name, o.data_type, &o.dims, false))
             .collect::<Result<Vec<_>>>()?;
         let sequencer = super::sequence::Scheduler::for_model(&config)?;
-        let queue = super::schedule::Queue::for_model(&config, instance_count(&config))?;
+        let queue =
+            super::schedule::Queue::for_model(&config, super::schedule::instance_count(&config))?;
         let platform = if config.platform.is_empty() {
             config.backend.clone()
         } else {
@@ -201,17 +202,6 @@ impl Model {
     pub fn version_string(&self) -> String {
         self.version.to_string()
     }
-}
-
-/// How many instances the configuration's groups add up to (at least one): how many requests
-/// the model runs at once, and how many sequence slots it has per batch slot.
-pub fn instance_count(config: &ModelConfig) -> usize {
-    let n: i64 = config
-        .instance_group
-        .iter()
-        .map(|g| i64::from(g.count.max(1)))
-        .sum();
-    usize::try_from(n.max(1)).unwrap_or(1)
 }
 
 /// Fills in what Triton's config normalization fills in.

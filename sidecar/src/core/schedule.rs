@@ -371,6 +371,17 @@ impl Drop for Waiting {
     }
 }
 
+/// How many instances the configuration's groups add up to (at least one): how many requests
+/// the model runs at once, and how many sequence slots it has per batch slot.
+pub fn instance_count(config: &ModelConfig) -> usize {
+    let n: i64 = config
+        .instance_group
+        .iter()
+        .map(|g| i64::from(g.count.max(1)))
+        .sum();
+    usize::try_from(n.max(1)).unwrap_or(1)
+}
+
 /// Triton's checks of a dynamic batcher's priority settings (`ValidateModelConfig`).
 fn check(model: &str, batching: &ModelDynamicBatching) -> Result<()> {
     let levels = batching.priority_levels;

@@ -237,7 +237,7 @@ impl Scheduler {
             }
             _ => config.max_batch_size.max(1) as usize,
         };
-        let total_slots = per_instance * super::model::instance_count(config);
+        let total_slots = per_instance * super::schedule::instance_count(config);
         let idle = Duration::from_micros(if sb.max_sequence_idle_microseconds == 0 {
             1_000_000
         } else {
