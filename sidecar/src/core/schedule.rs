@@ -252,7 +252,7 @@ impl Queue {
                 answered: false,
             }
         };
-        waiting.wait(policy).await
+        waiting.wait().await
     }
 
     /// Hands a freed instance to the next waiting request, or counts it free.
@@ -316,7 +316,7 @@ struct Waiting {
 }
 
 impl Waiting {
-    async fn wait(&mut self, policy: Policy) -> Admitted {
+    async fn wait(&mut self) -> Admitted {
         if let Some(deadline) = self.deadline {
             tokio::select! {
                 turn = &mut self.turn => return self.answer(turn),
@@ -329,7 +329,7 @@ impl Waiting {
                 && let Some(at) = level.waiting.iter().position(|w| w.ticket == self.ticket)
                 && let Some(mut waiter) = level.waiting.remove(at)
             {
-                if !policy.delay_on_timeout {
+                if !self.queue.policy(self.level).delay_on_timeout {
                     drop(state);
                     return self.answer(Ok(Turn::Expired));
                 }
