@@ -1,8 +1,10 @@
 //! What tracing costs one request, on its own: the spans of a traced inference as the sidecar
 //! makes them (root with its events, the model's span, `compute`, an `upstream` client span and
-//! its `traceparent`), handed to the OpenTelemetry batch processor; and what an untraced request
-//! pays when tracing is configured but at level OFF. The exporter sends to a port where nothing
-//! listens (its failures are its own thread's), and a full queue drops spans, as in production.
+//! its `traceparent`), handed to the OpenTelemetry batch processor; the same request in Triton's
+//! trace-file mode (its 14 timestamps and header as JSON, written to a file in a temporary
+//! directory every 1000 traces); and what an untraced request pays when tracing is configured
+//! but at level OFF. The exporter sends to a port where nothing listens (its failures are its
+//! own thread's), and a full queue drops spans, as in production.
 //!
 //! `cargo bench -p infergate-sidecar --bench trace_spans` (add `-- ROUNDS` for other than 10).
 //! Prints the fastest round's nanoseconds per request.
@@ -19,15 +21,16 @@ use infergate_sidecar::trace::{Front, Kind, Tracing};
 const REQUESTS: u32 = 20_000;
 
 fn tracing(level: &str) -> Tracing {
-    let settings: Vec<String> = [
+    configured(&[
         "mode=opentelemetry",
         &format!("level={level}"),
         "rate=1",
         "opentelemetry,url=127.0.0.1:9/v1/traces",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ])
+}
+
+fn configured(settings: &[&str]) -> Tracing {
+    let settings: Vec<String> = settings.iter().map(|s| s.to_string()).collect();
     Tracing::new(TraceConfig::parse(&settings).unwrap()).unwrap()
 }
 
@@ -40,18 +43,20 @@ fn traced_request(tracing: &Tracing) {
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_string(),
         )])
     };
-    let Some(mut root) = tracing.start("simple", context, Front::Http, received) else {
+    let Some(mut root) = tracing.start("simple", || true, context, Front::Http, received) else {
         return;
     };
     root.event("HTTP_RECV_END", Instant::now());
     let scope = root.scope().clone();
     let mut model = scope.start("simple", Kind::Server, received);
+    model.model("simple", 1, "");
     model.event("REQUEST_START", received);
     model.event("QUEUE_START", Instant::now());
     let mut compute = model
         .scope()
         .start("compute", Kind::Internal, Instant::now());
     compute.event("COMPUTE_START", Instant::now());
+    compute.event("COMPUTE_INPUT_END", Instant::now());
     let upstream = compute
         .scope()
         .start("upstream", Kind::Client, Instant::now());
@@ -91,10 +96,21 @@ fn main() {
     let off = tracing("OFF");
     let on = tracing("TIMESTAMPS");
     let untraced = fastest(rounds, || {
-        black_box(off.start("simple", HashMap::new, Front::Http, Instant::now()));
+        black_box(off.start("simple", || true, HashMap::new, Front::Http, Instant::now()));
     });
     let traced = fastest(rounds, || traced_request(&on));
+    let dir = tempfile::tempdir().unwrap();
+    let file = format!("triton,file={}", dir.path().join("trace.json").display());
+    let to_file = configured(&[
+        &file,
+        "triton,log-frequency=1000",
+        "level=TIMESTAMPS",
+        "rate=1",
+    ]);
+    let written = fastest(rounds, || traced_request(&to_file));
     println!("untraced request, tracing configured at level OFF: {untraced:.1} ns");
-    println!("traced request (4 spans, 11 events, a traceparent): {traced:.0} ns");
+    println!("traced request (4 spans, 13 events, a traceparent): {traced:.0} ns");
+    println!("traced request into Triton's trace file (15 objects): {written:.0} ns");
     on.shutdown();
+    to_file.shutdown();
 }

@@ -55,7 +55,8 @@ pub fn report(st: &SharedState) -> J {
                 "trace",
                 "Disabled",
                 "sidecar",
-                "settings only: start with --trace-config mode=opentelemetry to export spans",
+                "settings only: start with a trace file (--trace-config triton,file=<path>) or \
+                 --trace-config mode=opentelemetry to trace",
             )
         },
         extension("logging", "Active", "sidecar", ""),

@@ -1,13 +1,16 @@
 """The trace extension: the settings API (REST `/v2/trace/setting`, `/v2/models/{m}/trace/setting`,
-gRPC `TraceSetting`) with Triton's answers, and OpenTelemetry spans of sampled requests exported
+gRPC `TraceSetting`) with Triton's answers, OpenTelemetry spans of sampled requests exported
 over OTLP/HTTP to a real receiver (tests/tools/otlp_receiver.py, built from the
-opentelemetry-proto definitions).
+opentelemetry-proto definitions), and Triton's own trace files.
 
 The first part runs against the suite's server in its default mode (Triton's `triton` mode with
-no trace file, where a trace level cannot be turned on), and holds for Triton 2.51 too. The second
-starts sidecars of its own with `--trace-config mode=opentelemetry`.
+no trace file, where a trace level cannot be turned on), and holds for Triton 2.51 too. The others
+start sidecars of their own, with `--trace-config mode=opentelemetry` or with a trace file
+(`--trace-config triton,file=...`; the same runs against Triton 2.51 are in tests/triton-qa,
+module L0_trace).
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -232,11 +235,13 @@ def check_tree(spans, parent, front):
     assert root["service"] == "infergate-sidecar"
     assert root["resource"]["deployment.environment"] == "conformance"
     assert events(model) == ["REQUEST_START", "QUEUE_START", "REQUEST_END"]
-    assert events(compute) == ["COMPUTE_START", "COMPUTE_OUTPUT_START", "COMPUTE_END"]
+    assert events(compute) == ["COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START",
+                               "COMPUTE_END"]
     assert model["attributes"] == {"triton.model_name": "simple", "triton.model_version": 1}
     names = events(root)
     assert names[0] == f"{front}_RECV_START" if front == "HTTP" else "GRPC_WAITREAD_START"
-    assert "INFER_RESPONSE_COMPLETE" in names and names[-1] == f"{front}_SEND_START"
+    assert "INFER_RESPONSE_COMPLETE" in names and names[-2:] == [f"{front}_SEND_START",
+                                                                 f"{front}_SEND_END"]
     # Children within their parents, events in order.
     for child, outer in ((model, root), (compute, model)):
         assert outer["start_ns"] <= child["start_ns"] <= child["end_ns"] <= outer["end_ns"]
@@ -255,6 +260,20 @@ def test_settings_in_opentelemetry_mode(traced, receiver):
         "bsp_max_export_batch_size": "512", "bsp_schedule_delay": "100",
         "bsp_max_queue_size": "2048",
     }
+
+
+@own_sidecars
+def test_a_zero_rate_is_taken_only_while_no_level_is_on(traced):
+    base = f"http://{traced.http}/v2/trace/setting"
+    r = requests.post(base, json={"trace_level": ["OFF"], "trace_rate": "0"}, timeout=10)
+    try:
+        assert r.status_code == 200, r.text
+        assert (r.json()["trace_level"], r.json()["trace_rate"]) == (["OFF"], "0")
+        r = requests.post(base, json={"trace_level": ["TIMESTAMPS"]}, timeout=10)
+        assert (r.status_code, r.json()) == (
+            400, {"error": "Attempting to set invalid trace setting :sample rate must be non-zero"})
+    finally:
+        requests.post(base, json={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}, timeout=10)
 
 
 @own_sidecars
@@ -392,8 +411,8 @@ def test_turning_tracing_off_stops_the_spans(traced, receiver):
 
 @own_sidecars
 @pytest.mark.parametrize("setting, words", [
-    ("triton,file=/tmp/trace.json", "trace files (mode triton with a file) are not written"),
-    ("level=TIMESTAMPS", "a trace level needs --trace-config mode=opentelemetry"),
+    ("level=TIMESTAMPS", "a trace level needs a trace file (--trace-config triton,file=<path>)"),
+    ("triton,file=", "the trace file needs a path"),
     ("rate=0", "must be a whole number above 0"),
     ("opentelemetry,colour=red", "unknown opentelemetry setting 'colour'"),
 ])
@@ -404,3 +423,169 @@ def test_settings_it_cannot_honour_stop_it_at_start(setting, words):
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "server.trace_config" in done.stderr and words in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------------ Triton's trace files
+
+def file_sidecar(tmp_path, *settings):
+    """A sidecar writing Triton's trace file `trace.json` in `tmp_path`."""
+    path = tmp_path / "trace.json"
+    args = ["--trace-config", f"triton,file={path}"]
+    for setting in settings:
+        args += ["--trace-config", setting]
+    return conftest._start_sidecar(tmp_path, extra_args=args), path
+
+
+def objects_by_id(objects):
+    traces = {}
+    for o in objects:
+        traces.setdefault(o["id"], []).append(o)
+    return traces
+
+
+def stamps(trace):
+    return {t["name"]: t["ns"] for o in trace for t in o.get("timestamps", [])}
+
+
+@own_sidecars
+def test_a_trace_file_holds_each_request_as_triton_writes_it(tmp_path):
+    server, path = file_sidecar(tmp_path, "level=TIMESTAMPS", "rate=1")
+    try:
+        settings = requests.get(f"http://{server.http}/v2/trace/setting", timeout=10).json()
+        assert settings == {"trace_level": ["TIMESTAMPS"], "trace_rate": "1",
+                            "trace_count": "-1", "log_frequency": "0",
+                            "trace_file": str(path), "trace_mode": "triton"}
+        httpclient.InferenceServerClient(server.http).infer(
+            "simple", simple_inputs(httpclient), request_id="req-1")
+        grpcclient.InferenceServerClient(server.grpc).infer("simple", simple_inputs(grpcclient))
+        # Not served: neither traced nor counted, as in Triton.
+        with pytest.raises(InferenceServerException):
+            httpclient.InferenceServerClient(server.http).infer("nosuch", simple_inputs(httpclient))
+    finally:
+        conftest._stop(server.process)
+    # Written as the server stops: one JSON array.
+    objects = json.loads(path.read_text())
+    traces = objects_by_id(objects)
+    assert sorted(traces) == [1, 2]
+    http_trace, grpc_trace = traces[1], traces[2]
+    headers = [o for o in http_trace if "model_name" in o]
+    assert headers == [{"id": 1, "model_name": "simple", "model_version": 1, "request_id": "req-1"}]
+    assert [o for o in grpc_trace if "model_name" in o] == [
+        {"id": 2, "model_name": "simple", "model_version": 1}]
+    for o in objects:
+        assert set(o) in ({"id", "timestamps"}, {"id", "model_name", "model_version"},
+                          {"id", "model_name", "model_version", "request_id"}), o
+        assert len(o.get("timestamps", [{}])) == 1
+    model = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
+             "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]
+    for trace, front in ((http_trace, ["HTTP_RECV_START", "HTTP_RECV_END"]),
+                         (grpc_trace, ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END"])):
+        ns = stamps(trace)
+        prefix = front[0].split("_")[0]
+        order = front + model + ["INFER_RESPONSE_COMPLETE", f"{prefix}_SEND_START",
+                                 f"{prefix}_SEND_END"]
+        assert sorted(ns) == sorted(order)
+        assert [ns[name] for name in order] == sorted(ns[name] for name in order)
+        # Nanoseconds of the monotonic clock, as Triton's steady_clock.
+        assert abs(ns["REQUEST_START"] - time.monotonic_ns()) < 120 * 10**9
+
+
+@own_sidecars
+def test_tensors_are_written_with_their_data(tmp_path):
+    server, path = file_sidecar(tmp_path, "level=TENSORS", "rate=1")
+    try:
+        client = httpclient.InferenceServerClient(server.http)
+        client.infer("simple", simple_inputs(httpclient, 3))
+        tensor = httpclient.InferInput("INPUT0", [3], "FP32")
+        tensor.set_data_from_numpy(np.array([0.5, 1.0, 1e-5], dtype=np.float32))
+        client.infer("identity_fp32", [tensor])
+        strings = httpclient.InferInput("INPUT0", [2], "BYTES")
+        strings.set_data_from_numpy(np.array([b"ab", b"c"], dtype=np.object_))
+        client.infer("identity_bytes", [strings])
+    finally:
+        conftest._stop(server.process)
+    objects = json.loads(path.read_text())
+    # TENSORS alone: the tensors only, no timestamps or header, as Triton writes them.
+    assert all(set(o) == {"id", "activity", "tensor"} for o in objects), objects
+    by = {(o["id"], o["activity"], o["tensor"]["name"]): o["tensor"] for o in objects}
+    assert by[(1, "TENSOR_QUEUE_INPUT", "INPUT0")] == {
+        "name": "INPUT0", "data": ",".join(["3"] * 16), "shape": "1,16", "dtype": "INT32"}
+    assert by[(1, "TENSOR_BACKEND_OUTPUT", "OUTPUT0")]["data"] == ",".join(["6"] * 16)
+    assert by[(1, "TENSOR_BACKEND_OUTPUT", "OUTPUT1")]["data"] == ",".join(["0"] * 16)
+    assert by[(2, "TENSOR_QUEUE_INPUT", "INPUT0")]["data"] == "0.5,1,1e-05"
+    assert by[(3, "TENSOR_BACKEND_OUTPUT", "OUTPUT0")] == {
+        "name": "OUTPUT0", "data": '"ab","c"', "shape": "2", "dtype": "BYTES"}
+
+
+@own_sidecars
+def test_an_input_in_shared_memory_is_traced_with_its_data(tmp_path):
+    import tritonclient.utils.shared_memory as shm
+    server, path = file_sidecar(tmp_path, "level=TENSORS", "rate=1")
+    key = f"/infergate-trace-{os.getpid()}"
+    region = shm.create_shared_memory_region("trace_in", key, 64)
+    try:
+        data = np.arange(16, dtype=np.int32).reshape(1, 16)
+        shm.set_shared_memory_region(region, [data])
+        client = httpclient.InferenceServerClient(server.http)
+        client.register_system_shared_memory("trace_in", key, 64)
+        inputs = simple_inputs(httpclient)
+        inputs[0].set_shared_memory("trace_in", 64)
+        client.infer("simple", inputs)
+    finally:
+        conftest._stop(server.process)
+        shm.destroy_shared_memory_region(region)
+    objects = json.loads(path.read_text())
+    queued = {o["tensor"]["name"]: o["tensor"]["data"] for o in objects
+              if o["activity"] == "TENSOR_QUEUE_INPUT"}
+    assert queued["INPUT0"] == ",".join(str(i) for i in range(16))
+    assert queued["INPUT1"] == ",".join(["1"] * 16)
+
+
+@own_sidecars
+def test_log_frequency_and_count_write_numbered_files(tmp_path):
+    server, path = file_sidecar(tmp_path, "level=TIMESTAMPS", "rate=1",
+                                "triton,log-frequency=2")
+    client = httpclient.InferenceServerClient(server.http)
+    numbered = lambda n: tmp_path / f"trace.json.{n}"  # noqa: E731
+    try:
+        for _ in range(3):
+            client.infer("simple", simple_inputs(httpclient))
+        # Two traces are due as the second request finishes.
+        assert len(objects_by_id(json.loads(numbered(0).read_text()))) == 2
+        assert not numbered(1).exists()
+        # A change of settings writes what the old ones held (one trace).
+        r = requests.post(f"http://{server.http}/v2/trace/setting",
+                          json={"log_frequency": "0", "trace_count": "2"}, timeout=10)
+        assert r.json()["trace_count"] == "2"
+        assert len(objects_by_id(json.loads(numbered(1).read_text()))) == 1
+        # The count used up, its traces go to the next numbered file at once.
+        for _ in range(3):
+            client.infer("simple", simple_inputs(httpclient))
+        assert len(objects_by_id(json.loads(numbered(2).read_text()))) == 2
+        assert requests.get(f"http://{server.http}/v2/trace/setting",
+                            timeout=10).json()["trace_count"] == "0"
+    finally:
+        conftest._stop(server.process)
+    assert not numbered(3).exists()
+    assert not path.exists()  # nothing was left for the main file
+
+
+@own_sidecars
+def test_a_models_own_settings_share_the_file(tmp_path):
+    server, path = file_sidecar(tmp_path, "level=OFF", "rate=1")
+    base = f"http://{server.http}/v2/models/simple/trace/setting"
+    try:
+        r = requests.post(base, json={"trace_level": ["TIMESTAMPS"]}, timeout=10)
+        assert r.status_code == 200, r.text
+        client = httpclient.InferenceServerClient(server.http)
+        client.infer("simple", simple_inputs(httpclient))
+        tensor = httpclient.InferInput("INPUT0", [1], "FP32")
+        tensor.set_data_from_numpy(np.ones(1, dtype=np.float32))
+        client.infer("identity_fp32", [tensor])  # the server's level: OFF
+        # Back to the server's: the model's traces are written now.
+        requests.post(base, json={"trace_level": None}, timeout=10)
+        objects = json.loads(path.read_text() + "]")
+        assert [o["model_name"] for o in objects if "model_name" in o] == ["simple"]
+    finally:
+        conftest._stop(server.process)
+    assert json.loads(path.read_text()) == objects

@@ -601,12 +601,126 @@ def l0_decoupled(c: Ctx, rows):
         rows[row] += c.unittest(mod, test, ["NonDecoupledTest"])
 
 
+def trace_args(file: str, level: str, rate: int) -> list:
+    """test.sh's trace flags (both servers take them with the same meaning)."""
+    return ["--trace-config", f"triton,file={file}", "--trace-config", f"level={level}",
+            "--trace-config", f"rate={rate}"]
+
+
+def l0_trace(c: Ctx, rows):
+    """L0_trace's checks of Triton's trace files (test.sh's first four server runs), judged as
+    test.sh judges them (its `trace_summary.py -t` line counts), and trace_endpoint_test.py.
+    The Python example clients stand in for test.sh's C++ ones; each makes two inferences of
+    `simple` where those make one (and the HTTP one a third, of an unknown model, which is not
+    traced), so every count test.sh expects is doubled here, and where test.sh's 20 requests at
+    rate 6 leave 3 traces in two files (2 and 1 at log_frequency 2), the 40 here leave 6 in
+    three (2, 2 and 2)."""
+    mod = "L0_trace"
+    row = "L0_trace test.sh trace-file checks"
+    summary = c.qa / "common" / "trace_summary.py"
+
+    def case(name, ok, why=""):
+        rows[row].append((name, "pass" if ok else "fail", "" if ok else str(why)[:300]))
+
+    def send(times):  # test.sh's send_inference_requests
+        for _ in range(times):
+            for client in ("simple_http_infer_client.py", "simple_grpc_infer_client.py"):
+                c.run([c.py, str(c.qa / "clients" / client)], c.qa / "clients")
+
+    def counted(name):  # test.sh's `grep -c COMPUTE_INPUT_END` and `grep -c ^simple`
+        path = c.out / name
+        if not path.exists():
+            return "no file"
+        _, text = c.run([c.py, str(summary), "-t", str(path)], c.out)
+        lines = text.splitlines()
+        return (sum("COMPUTE_INPUT_END" in line for line in lines),
+                sum(line.startswith("simple") for line in lines))
+
+    def setting(model=None, body=None):
+        path = f"/v2/models/{model}/trace/setting" if model else "/v2/trace/setting"
+        status, text = http("POST" if body is not None else "GET", path,
+                            None if body is None else json.dumps(body).encode())
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, {}
+
+    def expect(name, answer, **fields):
+        status, got = answer
+        wanted = {k: v if k == "trace_level" else str(v) for k, v in fields.items()}
+        shown = {k: got.get(k) for k in wanted}
+        case(name, status == 200 and shown == wanted, f"{status} {got}")
+
+    def settings(level, rate, count, log_frequency, file):
+        return dict(trace_level=[level], trace_rate=rate, trace_count=count,
+                    log_frequency=log_frequency, trace_file=file, trace_mode="triton")
+
+    # 1. Tracing off at start, turned on through the API: only what follows is traced.
+    with Server(c.target, c.out, ["simple"], both_args=trace_args("trace_off_to_min.log", "OFF", 1)):
+        expect("off to min: global update", setting(body={"trace_level": ["TIMESTAMPS"]}),
+               **settings("TIMESTAMPS", 1, -1, 0, "trace_off_to_min.log"))
+        send(10)
+    got = counted("trace_off_to_min.log")
+    case("off to min: 40 traces", got == (40, 40), got)
+
+    # 2. A model's own log_frequency: its traces in numbered files, two at a time.
+    with Server(c.target, c.out, ["simple"], both_args=trace_args("global_trace.log", "TIMESTAMPS", 6)):
+        status, got = setting("simple", {"trace_file": "global_trace.log"})
+        case("model: trace_file refused", status != 200 and got.get("error") ==
+             "trace file location can not be updated through network protocol", f"{status} {got}")
+        expect("model: log_frequency 2", setting("simple", {"log_frequency": "2"}),
+               **settings("TIMESTAMPS", 6, -1, 2, "global_trace.log"))
+        send(10)
+    case("model: no simple_trace.log", not (c.out / "simple_trace.log").exists())
+    for n in range(3):
+        got = counted(f"global_trace.log.{n}")
+        case(f"model: 2 traces in .{n}", got == (2, 2), got)
+    case("model: no .3", not (c.out / "global_trace.log.3").exists())
+
+    # 3. A model's settings updated, then cleared back to the server's.
+    for name in ["global_trace.log"] + [f"global_trace.log.{n}" for n in range(4)]:
+        (c.out / name).unlink(missing_ok=True)
+    with Server(c.target, c.out, ["simple"], both_args=trace_args("global_trace.log", "TIMESTAMPS", 6)):
+        expect("update: model rate 1", setting("simple", {"trace_rate": "1"}),
+               **settings("TIMESTAMPS", 1, -1, 0, "global_trace.log"))
+        expect("update: model level OFF", setting("simple", {"trace_level": ["OFF"]}),
+               **settings("OFF", 1, -1, 0, "global_trace.log"))
+        send(10)
+        expect("update: model level cleared", setting("simple", {"trace_level": None}),
+               **settings("TIMESTAMPS", 1, -1, 0, "global_trace.log"))
+        send(5)
+    case("update: no update_trace.log", not (c.out / "update_trace.log").exists())
+    got = counted("global_trace.log")
+    case("update: 20 traces", got == (20, 20), got)
+
+    # 4. trace_count: a numbered file once the count is used up.
+    with Server(c.target, c.out, ["simple"], both_args=trace_args("global_count.log", "TIMESTAMPS", 1)):
+        send(10)
+        expect("count: before", setting("simple"), **settings("TIMESTAMPS", 1, -1, 0, "global_count.log"))
+        expect("count: global count 5", setting(body={"trace_count": "5"}),
+               **settings("TIMESTAMPS", 1, 5, 0, "global_count.log"))
+        send(10)
+        expect("count: used up", setting("simple"), **settings("TIMESTAMPS", 1, 0, 0, "global_count.log"))
+        case("count: global_count.log.0 written", (c.out / "global_count.log.0").exists())
+        for name in ["trace_count", "trace_rate", "log_frequency"]:
+            status, got = setting("simple", {name: "10000000000"})
+            case(f"count: {name} out of range refused", status != 200, f"{status} {got}")
+    got = counted("global_count.log")
+    case("count: 40 traces before the count", got == (40, 40), got)
+    got = counted("global_count.log.0")
+    case("count: 5 counted traces in .0", got == (5, 5), got)
+
+    with Server(c.target, c.out, ["simple"], both_args=trace_args("global_unittest.log", "TIMESTAMPS", 1)):
+        rows["L0_trace trace_endpoint_test.py"] += c.unittest(mod, "trace_endpoint_test.py")
+
+
 MODULES = {
     "L0_http": l0_http,
     "L0_shared_memory": l0_shared_memory,
     "L0_grpc": l0_grpc,
     "L0_client_timeout": l0_client_timeout,
     "L0_decoupled": l0_decoupled,
+    "L0_trace": l0_trace,
 }
 
 

@@ -5,14 +5,14 @@
 //! processor's `bsp_max_queue_size`, `bsp_schedule_delay` (ms) and `bsp_max_export_batch_size`;
 //! the `triton` ones are `file` and `log-frequency`.
 //!
-//! The sidecar exports OpenTelemetry spans over OTLP/HTTP only: Triton's own trace files (mode
-//! `triton` with a `file`) are refused at start rather than silently not written.
+//! In mode `triton` traces are written to the `file` as Triton writes them; without a file no
+//! level can be on, as in Triton. In mode `opentelemetry` spans are exported over OTLP/HTTP.
 
 /// What Triton calls the trace mode: where traces go.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TraceMode {
-    /// Triton's trace files. Without a file (the only way the sidecar accepts this mode), tracing
-    /// stays off, as in Triton.
+    /// Triton's trace files: JSON written to `file`. Without a file, tracing stays off, as in
+    /// Triton.
     #[default]
     Triton,
     /// OpenTelemetry spans exported over OTLP/HTTP to `url`.
@@ -70,12 +70,15 @@ pub struct TraceConfig {
     pub rate: u32,
     /// How many more requests are traced; -1 without end.
     pub count: i32,
-    /// Triton mode's `log-frequency`, kept and reported; the sidecar writes no trace file.
+    /// Triton mode's `log-frequency`: every this many traces go to `<file>.<n>`; 0 keeps them
+    /// for `file` until the settings change or the server stops.
     pub log_frequency: u32,
-    /// Triton mode's trace file, which the sidecar does not write: refused by validation.
+    /// Triton mode's trace file (a path, relative to the working directory unless absolute).
     pub file: Option<String>,
     /// The OTLP/HTTP traces endpoint; `http://` is assumed when no scheme is given.
     pub url: String,
+    /// Whether `url` was given (Triton's settings answer lists it only then).
+    pub url_given: bool,
     /// Attributes of the OpenTelemetry resource (`service.name` among them, when given).
     pub resource: Vec<(String, String)>,
     pub bsp_max_queue_size: u32,
@@ -93,6 +96,7 @@ impl Default for TraceConfig {
             log_frequency: 0,
             file: None,
             url: DEFAULT_OTLP_URL.to_string(),
+            url_given: false,
             resource: Vec::new(),
             bsp_max_queue_size: 2048,
             bsp_schedule_delay_ms: 5000,
@@ -157,6 +161,7 @@ impl TraceConfig {
                         return Err(invalid("the url must not be empty"));
                     }
                     config.url = value.to_string();
+                    config.url_given = true;
                 }
                 (Some("opentelemetry"), "resource") => {
                     let Some((key, attribute)) = value.split_once('=') else {
@@ -187,16 +192,16 @@ impl TraceConfig {
                 (None, _) => return Err(invalid(&format!("unknown trace setting '{name}'"))),
             }
         }
-        if config.mode == TraceMode::Triton && config.file.is_some() {
+        if config.mode == TraceMode::Triton && config.file.is_none() && !config.levels.is_empty() {
+            // As Triton: a level without anywhere to write the trace.
             return Err(
-                "trace files (mode triton with a file) are not written by this server: use \
-                 --trace-config mode=opentelemetry and an OTLP collector"
+                "a trace level needs a trace file (--trace-config triton,file=<path>) \
+                        or --trace-config mode=opentelemetry"
                     .to_string(),
             );
         }
-        if config.mode == TraceMode::Triton && !config.levels.is_empty() {
-            // As Triton: a level without anywhere to write the trace.
-            return Err("a trace level needs --trace-config mode=opentelemetry".to_string());
+        if config.file.as_deref() == Some("") {
+            return Err("'triton,file=': the trace file needs a path".to_string());
         }
         if config.bsp_max_export_batch_size > config.bsp_max_queue_size {
             return Err(format!(
@@ -274,6 +279,19 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_file_lets_tritons_mode_trace() {
+        let config = parse(&[
+            "triton,file=/tmp/trace.json",
+            "triton,log-frequency=50",
+            "level=TIMESTAMPS",
+        ])
+        .unwrap();
+        assert_eq!(config.mode, TraceMode::Triton);
+        assert_eq!(config.file.as_deref(), Some("/tmp/trace.json"));
+        assert_eq!((config.log_frequency, config.levels.len()), (50, 1));
+    }
+
+    #[test]
     fn level_off_clears_and_a_scheme_is_kept() {
         let config = parse(&[
             "mode=opentelemetry",
@@ -288,11 +306,8 @@ mod tests {
     #[test]
     fn refuses_what_it_cannot_do_or_read() {
         for (settings, words) in [
-            (&["triton,file=/tmp/t.json"][..], "trace files"),
-            (
-                &["level=TIMESTAMPS"][..],
-                "needs --trace-config mode=opentelemetry",
-            ),
+            (&["level=TIMESTAMPS"][..], "needs a trace file"),
+            (&["triton,file="][..], "needs a path"),
             (&["level=ALL"][..], "unknown trace level"),
             (&["rate=0"][..], "above 0"),
             (&["count=-2"][..], "-1 or more"),

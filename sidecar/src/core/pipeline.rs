@@ -15,7 +15,7 @@ use super::request::{InferRequest, InferResponse, RequestedOutput};
 use super::schedule::{Permit, Refused};
 use super::sequence::{Admission, SequenceParams};
 use super::stats::Timings;
-use super::traced::ModelSpans;
+use super::traced::{self, ModelSpans};
 use super::validate::{Validated, validate};
 use crate::error::{Error, Result, request_prefix};
 use crate::shm::registry::ShmTarget;
@@ -60,10 +60,15 @@ impl Prepared {
     /// The model's spans, when the request is traced, from now (the model starting on it).
     fn spans(&self, compute_start: Instant) -> Option<ModelSpans> {
         let scope = self.trace.as_ref()?;
+        let request = traced::Request {
+            id: &self.id,
+            inputs: &self.validated.inputs,
+            input_regions: &self.validated.input_regions,
+        };
         Some(ModelSpans::start(
             scope,
             &self.model,
-            &self.validated.inputs,
+            request,
             self.received,
             self.queued,
             compute_start,

@@ -199,6 +199,12 @@ impl GrpcInferenceService for Inference {
         };
         let root = self.state.tracing.start(
             &message.model_name,
+            || {
+                let repository = &self.state.repository;
+                repository
+                    .get(&message.model_name, &message.model_version)
+                    .is_ok()
+            },
             || trace::context_of(|name| metadata.get(name).and_then(|v| v.to_str().ok())),
             trace::Front::Grpc,
             received,

@@ -154,6 +154,12 @@ fn start_trace(
     let received = Instant::now();
     let mut root = state.tracing.start(
         &request.model_name,
+        || {
+            let repository = &state.repository;
+            repository
+                .get(&request.model_name, &request.model_version)
+                .is_ok()
+        },
         || context.clone(),
         trace::Front::Grpc,
         received,

@@ -45,6 +45,7 @@ pub(super) async fn run_infer(
     let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let mut root = st.tracing.start(
         &model,
+        || st.repository.get(&model, &version).is_ok(),
         || trace::context_of(|name| headers.get(name).and_then(|v| v.to_str().ok())),
         trace::Front::Http,
         received,

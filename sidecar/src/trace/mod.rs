@@ -14,11 +14,18 @@
 //!       - `upstream` (client): the call to the model server, which gets this span's
 //!         `traceparent`, so that its own spans (Triton's in `opentelemetry` mode) join the trace.
 //!
+//! In Triton's own mode (`triton`, with a `file`), the same events are written as Triton writes
+//! them: each sampled request's timestamps (and, at level TENSORS, its tensors) as JSON objects
+//! in the trace file (see `file` and `record`).
+//!
 //! When no level is on (the default), a request pays one relaxed atomic load.
 
 mod export;
+mod file;
+mod record;
 pub mod settings;
 pub mod span;
+mod tensor_text;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,10 +36,11 @@ use parking_lot::Mutex;
 
 pub use export::DEFAULT_SERVICE_NAME;
 pub use settings::{Given, READ_ORDER, Update, Via, View};
-pub use span::{ContextHeaders, Kind, Scope, Span};
+pub use span::{ContextHeaders, Kind, Scope, Side, Span};
 
 use crate::error::Result;
 use export::Exporter;
+use record::Record;
 use settings::Settings;
 
 /// The front end a request came through, which names its events as Triton names them.
@@ -62,10 +70,11 @@ impl Front {
     }
 }
 
-/// The process's tracing: settings, and the exporter when the mode is `opentelemetry`.
+/// The process's tracing: settings (with the trace file in Triton's mode), and the exporter when
+/// the mode is `opentelemetry`.
 pub struct Tracing {
     settings: Mutex<Settings>,
-    /// Some level is on somewhere and spans have somewhere to go: the only thing an untraced
+    /// Some level is on somewhere (so traces have somewhere to go): the only thing an untraced
     /// request reads.
     enabled: AtomicBool,
     exporter: Option<Exporter>,
@@ -97,14 +106,14 @@ impl Tracing {
     }
 
     fn refresh(&self) {
-        let on = self.exporter.is_some() && self.settings.lock().any_enabled();
+        let on = self.exports() && self.settings.lock().any_enabled();
         self.enabled.store(on, Ordering::Relaxed);
     }
 
-    /// Whether spans have somewhere to go (`mode=opentelemetry`); without, no level can be turned
-    /// on, as in Triton's mode without a trace file.
+    /// Whether traces have somewhere to go (`mode=opentelemetry`, or Triton's mode with a file);
+    /// without, no level can be turned on, as in Triton's mode without a trace file.
     pub fn exports(&self) -> bool {
-        self.exporter.is_some()
+        self.exporter.is_some() || self.settings.lock().file().is_some()
     }
 
     /// The settings of `model`, or the server's.
@@ -114,52 +123,74 @@ impl Tracing {
 
     /// Changes the settings of `model` (or the server's); answers them as they are then.
     pub fn update(&self, model: Option<&str>, update: &Update, via: Via) -> Result<View> {
-        let view = {
+        let (view, retired) = {
             let mut settings = self.settings.lock();
-            settings.update(model, update, via)?;
-            settings.view(model)
+            let retired = settings.update(model, update, via)?;
+            (settings.view(model), retired)
         };
         self.refresh();
+        // Trace files: what the replaced settings held is written now, outside the lock.
+        drop(retired);
         Ok(view)
     }
 
-    /// The root span of a request to `model`, when it is sampled. `context` holds the caller's
-    /// `traceparent` and `tracestate`, where it sent them.
+    /// The root span of a request to `model`, when it is sampled. `served` tells whether the
+    /// model (and version) is served: as in Triton, a request for one that is not is neither
+    /// traced nor counted for `trace_rate`. `context` holds the caller's `traceparent` and
+    /// `tracestate`, where it sent them.
     pub fn start(
         &self,
         model: &str,
+        served: impl FnOnce() -> bool,
         context: impl FnOnce() -> HashMap<String, String>,
         front: Front,
         received: Instant,
     ) -> Option<Span> {
-        if !self.enabled.load(Ordering::Relaxed) {
+        if !self.enabled.load(Ordering::Relaxed) || !served() {
             return None;
         }
-        let exporter = self.exporter.as_ref()?;
-        let levels = self.settings.lock().sample(model)?;
-        let tensors = levels.contains(&TraceLevel::Tensors);
-        let scope = Scope::root(exporter.tracer.clone(), &context(), tensors);
+        let sampled = self.settings.lock().sample(model)?;
+        let tensors = sampled.levels.contains(&TraceLevel::Tensors);
+        let scope = match (&self.exporter, sampled.collector) {
+            (Some(exporter), _) => Scope::root(exporter.tracer.clone(), &context(), tensors),
+            (None, Some(collector)) => {
+                Scope::file(Record::new(&sampled.levels, collector), tensors)
+            }
+            (None, None) => return None,
+        };
         let mut root = scope.start("InferRequest", Kind::Server, received);
         root.event(front.events()[0], received);
         Some(root)
     }
 
-    /// Sends the spans still queued; blocks until they are sent or given up.
+    /// Sends the spans still queued, or writes the traces still held and closes the trace
+    /// file; blocks until done or given up.
     pub fn shutdown(&self) {
         if let Some(exporter) = &self.exporter {
             exporter.shutdown();
+        }
+        let file = {
+            let mut settings = self.settings.lock();
+            settings.retire();
+            settings.file().cloned()
+        };
+        if let Some(file) = file {
+            file.close();
         }
     }
 }
 
 /// Ends a request's root span as its answer is handed to the front end to send, with the error
-/// the request ended with, if any.
+/// the request ended with, if any. The send's start and end are both that moment: Triton's mark
+/// the answer handed to its HTTP library (or gRPC's queue) too; its time on the wire is not seen.
 pub fn end_root(mut root: Span, front: Front, failure: Option<&crate::error::Error>) {
     let now = Instant::now();
     if let Some(e) = failure {
         root.fail(&e.message);
     }
-    root.event(front.events()[2], now);
+    let [_, _, send_start, send_end] = front.events();
+    root.event(send_start, now);
+    root.event(send_end, now);
     root.end(now);
 }
 

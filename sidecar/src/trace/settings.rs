@@ -1,11 +1,17 @@
 //! The trace settings clients read and change (`/v2/trace/setting`, gRPC `TraceSetting`), with
 //! Triton's rules: server-wide settings, a model's own settings over them, `null` (gRPC: no
 //! values) to fall back, and which requests are sampled (`trace_rate`, `trace_count`).
+//!
+//! As in Triton, every change starts a new generation of the settings it touches (a server-wide
+//! change, of every model's own too): counting for `trace_rate` starts again, and in Triton's
+//! own mode the finished traces of the old generation are written (see `file`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
 
+use super::file::{Collector, TraceFile};
 use crate::cxx_number::{self, CxxParseError};
 use crate::error::{Error, Result};
 
@@ -19,19 +25,46 @@ struct Overrides {
     log_frequency: Option<u32>,
 }
 
-/// One scope's sampling state: every `rate`-th request is traced while `count` allows.
+impl Overrides {
+    /// These settings over the server's.
+    fn over(&self, global: &Resolved) -> Resolved {
+        Resolved {
+            levels: self.levels.clone().unwrap_or_else(|| global.levels.clone()),
+            rate: self.rate.unwrap_or(global.rate),
+            count: self.count.unwrap_or(global.count),
+            log_frequency: self.log_frequency.unwrap_or(global.log_frequency),
+        }
+    }
+}
+
+/// One generation's sampling state: every `rate`-th request is traced while `count` allows; in
+/// Triton's mode with a file, where its traces go.
 #[derive(Debug, Default)]
 struct Sampling {
     seen: u64,
+    collector: Option<Arc<Collector>>,
 }
 
 /// The settings of the server and of each model that has its own.
 #[derive(Debug)]
 pub struct Settings {
     config: TraceConfig,
+    /// Triton's mode with a file: where traces are written.
+    file: Option<Arc<TraceFile>>,
     global: Resolved,
     global_sampling: Sampling,
     models: HashMap<String, (Overrides, Sampling)>,
+}
+
+/// Generations of settings that a change replaced; dropping them writes their traces.
+#[derive(Debug)]
+pub struct Retired(Vec<Sampling>);
+
+/// A request to trace: at which levels, and (in Triton's mode) where its trace goes.
+#[derive(Debug)]
+pub struct Sampled {
+    pub levels: Vec<TraceLevel>,
+    pub collector: Option<Arc<Collector>>,
 }
 
 /// Every setting with a value.
@@ -85,11 +118,42 @@ impl Settings {
             count: config.count,
             log_frequency: config.log_frequency,
         };
-        Settings {
+        let file = match (config.mode, &config.file) {
+            (TraceMode::Triton, Some(path)) => Some(Arc::new(TraceFile::new(path.clone()))),
+            _ => None,
+        };
+        let mut settings = Settings {
             config,
+            file,
             global,
             global_sampling: Sampling::default(),
             models: HashMap::new(),
+        };
+        settings.global_sampling = settings.generation(&settings.global);
+        settings
+    }
+
+    /// A new generation's sampling state for settings resolved as `r`.
+    fn generation(&self, r: &Resolved) -> Sampling {
+        Sampling {
+            seen: 0,
+            collector: self
+                .file
+                .as_ref()
+                .map(|file| Arc::new(Collector::new(file.clone(), r.log_frequency, r.count))),
+        }
+    }
+
+    /// The trace file, in Triton's mode with one.
+    pub fn file(&self) -> Option<&Arc<TraceFile>> {
+        self.file.as_ref()
+    }
+
+    /// Retires every generation (their traces are written), as the server stops.
+    pub fn retire(&mut self) {
+        self.global_sampling = Sampling::default();
+        for (_, sampling) in self.models.values_mut() {
+            *sampling = Sampling::default();
         }
     }
 
@@ -103,22 +167,15 @@ impl Settings {
     }
 
     fn resolved(&self, model: Option<&str>) -> Resolved {
-        let Some((own, _)) = model.and_then(|m| self.models.get(m)) else {
-            return self.global.clone();
-        };
-        Resolved {
-            levels: own
-                .levels
-                .clone()
-                .unwrap_or_else(|| self.global.levels.clone()),
-            rate: own.rate.unwrap_or(self.global.rate),
-            count: own.count.unwrap_or(self.global.count),
-            log_frequency: own.log_frequency.unwrap_or(self.global.log_frequency),
+        match model.and_then(|m| self.models.get(m)) {
+            Some((own, _)) => own.over(&self.global),
+            None => self.global.clone(),
         }
     }
 
     /// The settings a model (or, without one, the server) has, as the API answers them.
     pub fn view(&self, model: Option<&str>) -> View {
+        let file = self.file.as_ref().map(|f| f.path().to_string());
         let r = self.resolved(model);
         let levels = if r.levels.is_empty() {
             vec!["OFF".to_string()]
@@ -134,13 +191,17 @@ impl Settings {
         match self.config.mode {
             TraceMode::Triton => {
                 view.push(("log_frequency", one(r.log_frequency.to_string())));
-                view.push(("trace_file", one(String::new())));
+                view.push(("trace_file", one(file.unwrap_or_default())));
                 view.push(("trace_mode", one("triton".into())));
             }
             TraceMode::OpenTelemetry => {
                 let c = &self.config;
                 view.push(("trace_mode", one("opentelemetry".into())));
-                view.push(("url", one(c.url.clone())));
+                if c.url_given {
+                    // Triton lists the OpenTelemetry settings given at start, and the batch
+                    // processor's whether given or not.
+                    view.push(("url", one(c.url.clone())));
+                }
                 view.push((
                     "bsp_max_export_batch_size",
                     one(c.bsp_max_export_batch_size.to_string()),
@@ -157,7 +218,10 @@ impl Settings {
 
     /// Applies `update` to a model's settings (or the server's) as Triton does, all or nothing:
     /// unknown keys are ignored, as are the ones only the start sets (`trace_mode`, the exporter's).
-    pub fn update(&mut self, model: Option<&str>, update: &Update, via: Via) -> Result<()> {
+    /// Answers the generations it replaced: dropping them writes what they held, best done
+    /// outside any lock.
+    pub fn update(&mut self, model: Option<&str>, update: &Update, via: Via) -> Result<Retired> {
+        let mut retired = Retired(Vec::new());
         let mut changes = Overrides::default();
         let mut cleared = Overrides::default();
         for key in READ_ORDER {
@@ -190,52 +254,61 @@ impl Settings {
                 continue;
             };
             match key {
-                "trace_rate" => {
-                    let rate = parse_unsigned(key, text)?;
-                    // Triton checks the rate where spans are made; in its own mode without a
-                    // file it takes 0, which then never matters.
-                    if rate == 0 && self.config.mode == TraceMode::OpenTelemetry {
-                        return Err(invalid_setting("sample rate must be non-zero"));
-                    }
-                    changes.rate = Some(rate);
-                }
+                "trace_rate" => changes.rate = Some(parse_unsigned(key, text)?),
                 "trace_count" => changes.count = Some(parse_count(text, via)?),
                 _ => changes.log_frequency = Some(parse_unsigned(key, text)?),
             }
         }
-        let turns_on = changes.levels.as_ref().is_some_and(|l| !l.is_empty());
-        if turns_on && self.config.mode == TraceMode::Triton {
-            // Triton's words: in its own mode, traces go to a file, and none was given.
-            return Err(invalid_setting("trace file name is not given"));
-        }
         match model {
             None => {
                 let start = &self.config;
-                let g = &mut self.global;
+                let mut global = self.global.clone();
                 apply(
-                    &mut g.levels,
+                    &mut global.levels,
                     changes.levels,
                     cleared.levels.is_some(),
                     || start.levels.clone(),
                 );
-                apply(&mut g.rate, changes.rate, cleared.rate.is_some(), || {
-                    start.rate
-                });
-                if changes.count.is_some() || cleared.count.is_some() {
-                    self.global_sampling = Sampling::default();
-                }
-                apply(&mut g.count, changes.count, cleared.count.is_some(), || {
-                    start.count
-                });
                 apply(
-                    &mut g.log_frequency,
+                    &mut global.rate,
+                    changes.rate,
+                    cleared.rate.is_some(),
+                    || start.rate,
+                );
+                apply(
+                    &mut global.count,
+                    changes.count,
+                    cleared.count.is_some(),
+                    || start.count,
+                );
+                apply(
+                    &mut global.log_frequency,
                     changes.log_frequency,
                     cleared.log_frequency.is_some(),
                     || start.log_frequency,
                 );
+                self.check(&global)?;
+                self.global = global;
+                // A new generation of the server's settings and, as in Triton, of every
+                // model's own (they read the server's for what they do not set).
+                let fresh = self.generation(&self.global);
+                retired
+                    .0
+                    .push(std::mem::replace(&mut self.global_sampling, fresh));
+                let models: Vec<String> = self.models.keys().cloned().collect();
+                for model in models {
+                    let fresh = self.generation(&self.resolved(Some(&model)));
+                    if let Some((_, sampling)) = self.models.get_mut(&model) {
+                        retired.0.push(std::mem::replace(sampling, fresh));
+                    }
+                }
             }
             Some(model) => {
-                let (own, sampling) = self.models.entry(model.to_string()).or_default();
+                let mut own = self
+                    .models
+                    .get(model)
+                    .map(|(own, _)| own.clone())
+                    .unwrap_or_default();
                 merge(&mut own.levels, changes.levels, cleared.levels.is_some());
                 merge(&mut own.rate, changes.rate, cleared.rate.is_some());
                 merge(&mut own.count, changes.count, cleared.count.is_some());
@@ -244,18 +317,41 @@ impl Settings {
                     changes.log_frequency,
                     cleared.log_frequency.is_some(),
                 );
-                *sampling = Sampling::default();
-                if *own == Overrides::default() {
-                    self.models.remove(model);
+                let resolved = own.over(&self.global);
+                self.check(&resolved)?;
+                if own == Overrides::default() {
+                    if let Some((_, old)) = self.models.remove(model) {
+                        retired.0.push(old);
+                    }
+                } else {
+                    let sampling = self.generation(&resolved);
+                    if let Some((_, old)) = self.models.insert(model.to_string(), (own, sampling)) {
+                        retired.0.push(old);
+                    }
                 }
             }
+        }
+        Ok(retired)
+    }
+
+    /// Triton's one check of settings as they would be: with a level on, they must sample
+    /// (a rate above 0) and, in its own mode, have a file to write to.
+    fn check(&self, r: &Resolved) -> Result<()> {
+        if r.levels.is_empty() {
+            return Ok(());
+        }
+        if r.rate == 0 {
+            return Err(invalid_setting("sample rate must be non-zero"));
+        }
+        if self.config.mode == TraceMode::Triton && self.file.is_none() {
+            return Err(invalid_setting("trace file name is not given"));
         }
         Ok(())
     }
 
     /// Whether this request of `model` is traced, and at which levels: one in `rate`, while the
     /// count (of the model's own settings, or else the server's) lasts, which it then uses up.
-    pub fn sample(&mut self, model: &str) -> Option<Vec<TraceLevel>> {
+    pub fn sample(&mut self, model: &str) -> Option<Sampled> {
         let resolved = self.resolved(Some(model));
         if resolved.levels.is_empty() || resolved.count == 0 {
             return None;
@@ -267,19 +363,28 @@ impl Settings {
             None => &mut self.global_sampling,
         };
         sampling.seen += 1;
-        if sampling.seen % u64::from(resolved.rate) != 0 {
-            return None;
-        }
-        if resolved.count > 0 {
+        let seen = sampling.seen;
+        let collector = sampling.collector.clone();
+        // A rate of 0 never samples (a level cannot be on with it; this is for safety).
+        let hit = resolved.rate != 0 && seen % u64::from(resolved.rate) == 0;
+        let mut count_left = resolved.count;
+        if hit && resolved.count > 0 {
             let count = match (counts_own, self.models.get_mut(model)) {
                 (true, Some((own, _))) => own.count.as_mut(),
                 _ => Some(&mut self.global.count),
             };
             if let Some(count) = count {
                 *count -= 1;
+                count_left = *count;
             }
         }
-        Some(resolved.levels)
+        if let Some(collector) = &collector {
+            collector.counted(seen, count_left);
+        }
+        hit.then_some(Sampled {
+            levels: resolved.levels,
+            collector,
+        })
     }
 }
 
@@ -440,6 +545,39 @@ mod tests {
     }
 
     #[test]
+    fn the_url_is_listed_only_when_given_at_start() {
+        let keys = |settings: &[&str]| -> Vec<&'static str> {
+            let settings: Vec<String> = settings.iter().map(|s| s.to_string()).collect();
+            let config = TraceConfig::parse(&settings).unwrap();
+            Settings::new(config)
+                .view(None)
+                .iter()
+                .map(|(k, _)| *k)
+                .collect()
+        };
+        let without = keys(&["mode=opentelemetry"]);
+        assert!(!without.contains(&"url") && without.contains(&"bsp_max_queue_size"));
+        assert!(
+            keys(&["mode=opentelemetry", "opentelemetry,url=c:4318/v1/traces"]).contains(&"url")
+        );
+    }
+
+    #[test]
+    fn a_new_generation_counts_toward_the_rate_afresh() {
+        let mut s = otel();
+        let on = set(&[
+            ("trace_level", Some(&["TIMESTAMPS"])),
+            ("trace_rate", Some(&["2"])),
+        ]);
+        s.update(None, &on, Via::Rest).unwrap();
+        assert!(s.sample("simple").is_none());
+        // Any change (here none of substance) starts the count again, as Triton's new settings.
+        s.update(None, &on, Via::Rest).unwrap();
+        assert!(s.sample("simple").is_none());
+        assert!(s.sample("simple").is_some());
+    }
+
+    #[test]
     fn a_models_settings_override_the_servers_until_cleared() {
         let mut s = otel();
         s.update(
@@ -526,7 +664,10 @@ mod tests {
         )
         .unwrap();
         assert!(s.sample("quiet").is_none());
-        assert_eq!(s.sample("loud"), Some(vec![TraceLevel::Timestamps]));
+        assert_eq!(
+            s.sample("loud").map(|s| s.levels),
+            Some(vec![TraceLevel::Timestamps])
+        );
     }
 
     #[test]
@@ -540,7 +681,10 @@ mod tests {
                 "Unable to parse 'trace_rate', got: abc",
             ),
             (
-                set(&[("trace_rate", Some(&["0"]))]),
+                set(&[
+                    ("trace_level", Some(&["TIMESTAMPS"])),
+                    ("trace_rate", Some(&["0"])),
+                ]),
                 400,
                 "Attempting to set invalid trace setting :sample rate must be non-zero",
             ),

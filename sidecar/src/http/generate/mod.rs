@@ -88,6 +88,7 @@ async fn run(
     let received = Instant::now();
     let root = st.tracing.start(
         &model,
+        || st.repository.get(&model, &version).is_ok(),
         || trace::context_of(|name| headers.get(name).and_then(|v| v.to_str().ok())),
         trace::Front::Http,
         received,
