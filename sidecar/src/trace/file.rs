@@ -49,14 +49,19 @@ impl TraceFile {
 
     /// Writes finished traces (JSON objects, comma-separated): to the next numbered file, or
     /// appended to the main one.
-    fn save(&self, traces: &str, numbered: bool) {
+    fn save(&self, traces: &[u8], numbered: bool) {
         if numbered {
             let path = format!(
                 "{}.{}",
                 self.path,
                 self.next_index.fetch_add(1, Ordering::Relaxed)
             );
-            if let Err(e) = std::fs::write(&path, format!("[{traces}]")) {
+            let written = File::create(&path).and_then(|mut file| {
+                file.write_all(b"[")?;
+                file.write_all(traces)?;
+                file.write_all(b"]")
+            });
+            if let Err(e) = written {
                 tracing::error!(path, error = %e, "failed creating trace file");
             }
             return;
@@ -70,9 +75,10 @@ impl TraceFile {
             return;
         }
         let written = match &mut main.file {
-            Some(file) => file.write_all(format!(",{traces}").as_bytes()),
+            Some(file) => file.write_all(b",").and_then(|()| file.write_all(traces)),
             None => File::create(&self.path).and_then(|mut file| {
-                file.write_all(format!("[{traces}").as_bytes())?;
+                file.write_all(b"[")?;
+                file.write_all(traces)?;
                 main.file = Some(file);
                 Ok(())
             }),
@@ -105,48 +111,42 @@ pub struct Collector {
 #[derive(Debug, Default)]
 struct Batch {
     /// Finished traces not written yet, comma-separated.
-    traces: String,
+    traces: Vec<u8>,
     /// How many traces `traces` holds (some may have written nothing).
     held: u32,
     /// Traces finished under these settings.
     collected: u64,
-    /// Requests these settings counted (for `trace_rate`), and `trace_count` left, as of the
-    /// latest request.
-    counted: u64,
-    count_left: i32,
+    /// Once `trace_count` is used up: how many requests these settings had counted (for
+    /// `trace_rate`) by then; none are counted after.
+    used_up_at: Option<u64>,
 }
 
 impl Collector {
-    pub fn new(file: Arc<TraceFile>, log_frequency: u32, count_left: i32) -> Collector {
+    pub fn new(file: Arc<TraceFile>, log_frequency: u32) -> Collector {
         Collector {
             file,
             log_frequency,
-            batch: Mutex::new(Batch {
-                count_left,
-                ..Batch::default()
-            }),
+            batch: Mutex::new(Batch::default()),
         }
     }
 
-    /// The settings counted a request: `counted` so far, `count_left` after it.
-    pub fn counted(&self, counted: u64, count_left: i32) {
-        let mut batch = self.batch.lock();
-        batch.counted = counted;
-        batch.count_left = count_left;
+    /// The settings' `trace_count` ran out with the request they counted `counted`th.
+    pub fn used_up(&self, counted: u64) {
+        self.batch.lock().used_up_at = Some(counted);
     }
 
     /// A finished trace (its objects, possibly none); writes the batch when it is due.
-    pub fn collect(&self, trace: &str) {
+    pub fn collect(&self, trace: &[u8]) {
         let mut batch = self.batch.lock();
         if !trace.is_empty() {
             if !batch.traces.is_empty() {
-                batch.traces.push(',');
+                batch.traces.push(b',');
             }
-            batch.traces.push_str(trace);
+            batch.traces.extend_from_slice(trace);
         }
         batch.held += 1;
         batch.collected += 1;
-        let count_done = batch.count_left == 0 && batch.collected == batch.counted;
+        let count_done = batch.used_up_at == Some(batch.collected);
         let frequency_due = self.log_frequency != 0 && batch.held >= self.log_frequency;
         if count_done || frequency_due {
             let traces = std::mem::take(&mut batch.traces);
@@ -180,13 +180,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         let file = Arc::new(TraceFile::new(path.to_string_lossy().into_owned()));
-        let first = Collector::new(file.clone(), 0, -1);
-        first.collect(r#"{"id":1}"#);
-        first.collect(r#"{"id":2}"#);
+        let first = Collector::new(file.clone(), 0);
+        first.collect(br#"{"id":1}"#);
+        first.collect(br#"{"id":2}"#);
         assert!(!path.exists());
         drop(first);
-        let second = Collector::new(file.clone(), 0, -1);
-        second.collect(r#"{"id":3}"#);
+        let second = Collector::new(file.clone(), 0);
+        second.collect(br#"{"id":3}"#);
         drop(second);
         file.close();
         assert_eq!(read(&path), serde_json::json!([{"id":1},{"id":2},{"id":3}]));
@@ -198,9 +198,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         let file = Arc::new(TraceFile::new(path.to_string_lossy().into_owned()));
-        let c = Collector::new(file.clone(), 2, -1);
+        let c = Collector::new(file.clone(), 2);
         for id in 1..=3 {
-            c.collect(&format!(r#"{{"id":{id}}}"#));
+            c.collect(format!(r#"{{"id":{id}}}"#).as_bytes());
         }
         assert_eq!(
             read(&dir.path().join("t.json.0")),
@@ -220,12 +220,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.json");
         let file = Arc::new(TraceFile::new(path.to_string_lossy().into_owned()));
-        let c = Collector::new(file.clone(), 0, 2);
-        c.counted(1, 1);
-        c.counted(2, 0);
-        c.collect(r#"{"id":1}"#);
+        let c = Collector::new(file.clone(), 0);
+        c.used_up(2);
+        c.collect(br#"{"id":1}"#);
         assert!(!dir.path().join("t.json.0").exists());
-        c.collect(r#"{"id":2}"#);
+        c.collect(br#"{"id":2}"#);
         assert_eq!(
             read(&dir.path().join("t.json.0")),
             serde_json::json!([{"id":1},{"id":2}])

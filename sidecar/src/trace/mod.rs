@@ -106,14 +106,19 @@ impl Tracing {
     }
 
     fn refresh(&self) {
-        let on = self.exports() && self.settings.lock().any_enabled();
+        let settings = self.settings.lock();
+        let on = self.exports_to(&settings) && settings.any_enabled();
         self.enabled.store(on, Ordering::Relaxed);
     }
 
     /// Whether traces have somewhere to go (`mode=opentelemetry`, or Triton's mode with a file);
     /// without, no level can be turned on, as in Triton's mode without a trace file.
     pub fn exports(&self) -> bool {
-        self.exporter.is_some() || self.settings.lock().file().is_some()
+        self.exports_to(&self.settings.lock())
+    }
+
+    fn exports_to(&self, settings: &Settings) -> bool {
+        self.exporter.is_some() || settings.file().is_some()
     }
 
     /// The settings of `model`, or the server's.

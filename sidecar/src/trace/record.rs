@@ -10,7 +10,6 @@
 //! `{"id":N,"activity":"TENSOR_QUEUE_INPUT","tensor":{"name":..,"data":..,"shape":..,"dtype":..}}`.
 //! At level TENSORS alone only the tensors are written, as in Triton.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
@@ -20,6 +19,7 @@ use parking_lot::Mutex;
 
 use super::file::Collector;
 use super::tensor_text;
+use crate::json::Writer;
 use crate::tensor::Tensor;
 
 /// Trace ids, as Triton numbers its traces: from 1, one per sampled request, process-wide.
@@ -30,7 +30,7 @@ pub struct Record {
     timestamps: bool,
     tensors: bool,
     /// The objects so far, comma-separated.
-    objects: Mutex<String>,
+    objects: Mutex<Writer>,
     collector: Arc<Collector>,
 }
 
@@ -41,7 +41,7 @@ impl Record {
             timestamps: levels.contains(&TraceLevel::Timestamps),
             tensors: levels.contains(&TraceLevel::Tensors),
             // A traced request at level TIMESTAMPS writes about 1 KB.
-            objects: Mutex::new(String::with_capacity(1024)),
+            objects: Mutex::new(Writer::with_capacity(1024)),
             collector,
         }
     }
@@ -53,31 +53,28 @@ impl Record {
     /// A moment of the request, by Triton's name for it.
     pub fn timestamp(&self, name: &str, at: Instant) {
         if self.timestamps {
-            let (id, ns) = (self.id, monotonic_ns(at));
+            let ns = monotonic_ns(at);
             self.push(|o| {
-                let _ = write!(o, r#"{{"id":{id},"timestamps":[{{"name":"#);
-                quote(o, name);
-                let _ = write!(o, r#","ns":{ns}}}]}}"#);
+                o.key("timestamps")
+                    .raw("[{")
+                    .key("name")
+                    .string(name.as_bytes());
+                o.raw(",").key("ns").u64(ns).raw("}]");
             });
         }
     }
 
     /// The model the request is for: written before the model's first timestamp.
     pub fn model(&self, name: &str, version: i64, request_id: &str) {
-        if !self.timestamps {
-            return;
+        if self.timestamps {
+            self.push(|o| {
+                o.key("model_name").string(name.as_bytes());
+                o.raw(",").key("model_version").i64(version);
+                if !request_id.is_empty() {
+                    o.raw(",").key("request_id").string(request_id.as_bytes());
+                }
+            });
         }
-        let id = self.id;
-        self.push(|o| {
-            let _ = write!(o, r#"{{"id":{id},"model_name":"#);
-            quote(o, name);
-            let _ = write!(o, r#","model_version":{version}"#);
-            if !request_id.is_empty() {
-                o.push_str(r#","request_id":"#);
-                quote(o, request_id);
-            }
-            o.push('}');
-        });
     }
 
     /// One tensor at level TENSORS, with its data as Triton prints it.
@@ -92,55 +89,34 @@ impl Record {
             .map(i64::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        let id = self.id;
         self.push(|o| {
-            let _ = write!(o, r#"{{"id":{id},"activity":"#);
-            quote(o, activity);
-            o.push_str(r#","tensor":{"name":"#);
-            quote(o, &tensor.name);
-            o.push_str(r#","data":"#);
-            quote(o, &data);
-            o.push_str(r#","shape":"#);
-            quote(o, &shape);
-            o.push_str(r#","dtype":"#);
-            quote(o, tensor.datatype.as_protocol());
-            o.push_str("}}");
+            o.key("activity").string(activity.as_bytes());
+            o.raw(",").key("tensor").raw("{").key("name");
+            o.string(tensor.name.as_bytes());
+            o.raw(",").key("data").string(data.as_bytes());
+            o.raw(",").key("shape").string(shape.as_bytes());
+            o.raw(",").key("dtype");
+            o.string(tensor.datatype.as_protocol().as_bytes()).raw("}");
         });
     }
 
-    fn push(&self, write: impl FnOnce(&mut String)) {
+    /// One object, `{"id":N,` then what `fields` writes, then `}`.
+    fn push(&self, fields: impl FnOnce(&mut Writer)) {
         let mut objects = self.objects.lock();
-        if !objects.is_empty() {
-            objects.push(',');
+        if !objects.buf.is_empty() {
+            objects.raw(",");
         }
-        write(&mut objects);
+        objects.raw("{").key("id").u64(self.id).raw(",");
+        fields(&mut objects);
+        objects.raw("}");
     }
 }
 
 impl Drop for Record {
     fn drop(&mut self) {
         let objects = std::mem::take(self.objects.get_mut());
-        self.collector.collect(&objects);
+        self.collector.collect(&objects.buf);
     }
-}
-
-/// `text` as a JSON string.
-fn quote(out: &mut String, text: &str) {
-    out.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// Where the monotonic clock and `Instant` were read together, once: an `Instant` is then
@@ -164,6 +140,7 @@ pub(super) fn monotonic_ns(at: Instant) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::file::TraceFile;
     use super::*;
 
     #[test]
@@ -175,9 +152,18 @@ mod tests {
             "\u{1}\u{1f}",
             "é ü 漢",
         ] {
-            let mut out = String::new();
-            quote(&mut out, text);
-            assert_eq!(serde_json::from_str::<String>(&out).unwrap(), text, "{out}");
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("t.json");
+            let file = Arc::new(TraceFile::new(path.to_string_lossy().into_owned()));
+            let collector = Arc::new(Collector::new(file.clone(), 0));
+            let record = Record::new(&[TraceLevel::Timestamps], collector.clone());
+            record.model(text, 1, text);
+            drop((record, collector));
+            file.close();
+            let out = std::fs::read_to_string(&path).unwrap();
+            let objects: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(objects[0]["model_name"], text, "{out}");
+            assert_eq!(objects[0]["request_id"], text, "{out}");
         }
     }
 

@@ -140,7 +140,7 @@ impl Settings {
             collector: self
                 .file
                 .as_ref()
-                .map(|file| Arc::new(Collector::new(file.clone(), r.log_frequency, r.count))),
+                .map(|file| Arc::new(Collector::new(file.clone(), r.log_frequency))),
         }
     }
 
@@ -364,24 +364,25 @@ impl Settings {
         };
         sampling.seen += 1;
         let seen = sampling.seen;
-        let collector = sampling.collector.clone();
         // A rate of 0 never samples (a level cannot be on with it; this is for safety).
-        let hit = resolved.rate != 0 && seen % u64::from(resolved.rate) == 0;
-        let mut count_left = resolved.count;
-        if hit && resolved.count > 0 {
+        if resolved.rate == 0 || seen % u64::from(resolved.rate) != 0 {
+            return None;
+        }
+        let collector = sampling.collector.clone();
+        if resolved.count > 0 {
             let count = match (counts_own, self.models.get_mut(model)) {
                 (true, Some((own, _))) => own.count.as_mut(),
                 _ => Some(&mut self.global.count),
             };
             if let Some(count) = count {
                 *count -= 1;
-                count_left = *count;
+                // No request is counted after this one: the trace file's count rule.
+                if let (0, Some(collector)) = (*count, &collector) {
+                    collector.used_up(seen);
+                }
             }
         }
-        if let Some(collector) = &collector {
-            collector.counted(seen, count_left);
-        }
-        hit.then_some(Sampled {
+        Some(Sampled {
             levels: resolved.levels,
             collector,
         })

@@ -16,39 +16,29 @@ pub fn data(tensor: &Tensor) -> String {
         .try_fold(1usize, |n, &d| n.checked_mul(usize::try_from(d).ok()?))
         .unwrap_or(0);
     let data = &tensor.data[..];
-    let items: Vec<String> = match tensor.datatype {
+    let mut items: Vec<String> = match tensor.datatype {
         DataType::Bool => data.iter().map(|&b| u8::from(b != 0).to_string()).collect(),
         DataType::Uint8 | DataType::Int8 => {
             data.iter().map(|&b| char::from(b).to_string()).collect()
         }
-        DataType::Uint16 => le_elements::<2>(data)
-            .map(|e| u16::from_le_bytes(e).to_string())
-            .collect(),
-        DataType::Int16 => le_elements::<2>(data)
-            .map(|e| i16::from_le_bytes(e).to_string())
-            .collect(),
-        DataType::Uint32 => le_elements::<4>(data)
-            .map(|e| u32::from_le_bytes(e).to_string())
-            .collect(),
-        DataType::Int32 => le_elements::<4>(data)
-            .map(|e| i32::from_le_bytes(e).to_string())
-            .collect(),
-        DataType::Uint64 => le_elements::<8>(data)
-            .map(|e| u64::from_le_bytes(e).to_string())
-            .collect(),
-        DataType::Int64 => le_elements::<8>(data)
-            .map(|e| i64::from_le_bytes(e).to_string())
-            .collect(),
-        DataType::Fp32 => le_elements::<4>(data)
-            .map(|e| general(f64::from(f32::from_le_bytes(e))))
-            .collect(),
-        DataType::Fp64 => le_elements::<8>(data)
-            .map(|e| general(f64::from_le_bytes(e)))
-            .collect(),
+        DataType::Uint16 => texts::<2>(data, |e| u16::from_le_bytes(e).to_string()),
+        DataType::Int16 => texts::<2>(data, |e| i16::from_le_bytes(e).to_string()),
+        DataType::Uint32 => texts::<4>(data, |e| u32::from_le_bytes(e).to_string()),
+        DataType::Int32 => texts::<4>(data, |e| i32::from_le_bytes(e).to_string()),
+        DataType::Uint64 => texts::<8>(data, |e| u64::from_le_bytes(e).to_string()),
+        DataType::Int64 => texts::<8>(data, |e| i64::from_le_bytes(e).to_string()),
+        DataType::Fp32 => texts::<4>(data, |e| general(f64::from(f32::from_le_bytes(e)))),
+        DataType::Fp64 => texts::<8>(data, |e| general(f64::from_le_bytes(e))),
         DataType::Fp16 | DataType::Bf16 => Vec::new(),
         DataType::Bytes => strings(data),
     };
-    items.into_iter().take(count).collect::<Vec<_>>().join(",")
+    items.truncate(count);
+    items.join(",")
+}
+
+/// Fixed-size little-endian elements, each as `text` prints it.
+fn texts<const N: usize>(data: &[u8], text: impl Fn([u8; N]) -> String) -> Vec<String> {
+    le_elements::<N>(data).map(text).collect()
 }
 
 /// `BYTES` elements, each in double quotes; a cut element ends the list, as Triton stops there.
