@@ -21,6 +21,8 @@ import base64
 import itertools
 import json
 import os
+import threading
+import time
 
 import grpc
 import numpy as np
@@ -33,6 +35,10 @@ from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
 from support import SIMPLE_A, SIMPLE_B, assert_serving, binary_body, grpc_error, raw_request
+
+UPSTREAM = os.environ.get("INFERGATE_BACKEND", "").strip().lower().startswith("upstream")
+local_models = pytest.mark.skipif(
+    UPSTREAM, reason="an upstream's models are loaded in its model container")
 
 A_BYTES = SIMPLE_A.tobytes()  # 64 bytes: INPUT0 of `simple`
 B_BYTES = SIMPLE_B.tobytes()  # 64 bytes: INPUT1 of `simple`
@@ -727,10 +733,97 @@ def test_same_key_two_regions(api, pool):
     np.testing.assert_array_equal(got["OUTPUT1"], DIFF)
 
 
-@pytest.mark.skip(reason="unregister while a request is in flight needs a slow model; the built-in models finish "
-                         "too fast to observe the deferred unmap (TRITON.md §5.2)")
-def test_unregister_while_in_flight():
-    pass
+DELAYED = "custom_identity_int32"  # an INT32 identity that waits its `execute_delay_ms` parameter
+DELAY_MS = 2000
+
+
+@pytest.fixture
+def delayed_model(raw_http):
+    """DELAYED loaded to answer DELAY_MS after each request, on one instance; restored after.
+    (Triton takes a load's configuration as the whole configuration, the sidecar lays it over
+    the model's own: the model's own with changes serves both.)"""
+    resp = raw_http("GET", f"/v2/models/{DELAYED}/config")
+    assert resp.status == 200, resp
+    config = dict(resp.json())
+    config.update({
+        "max_batch_size": 1,
+        "instance_group": [{"count": 1, "kind": "KIND_CPU"}],
+        "parameters": {"execute_delay_ms": {"string_value": str(DELAY_MS)}},
+    })
+    body = json.dumps({"parameters": {"config": json.dumps(config)}}).encode()
+    resp = raw_http("POST", f"/v2/repository/models/{DELAYED}/load", body)
+    assert resp.status == 200, resp
+    yield
+    assert raw_http("POST", f"/v2/repository/models/{DELAYED}/unload").status == 200
+    assert raw_http("POST", f"/v2/repository/models/{DELAYED}/load").status == 200
+
+
+def infer_delayed_in_shm(api, in_name, out_name):
+    """INPUT0 from `in_name`, OUTPUT0 into `out_name` (16 INT32 each); None or the error."""
+    params = {"INPUT0": shm_params(in_name, 64), "OUTPUT0": shm_params(out_name, 64)}
+    if api.proto == "http":
+        doc = {
+            "inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16],
+                        "parameters": params["INPUT0"]}],
+            "outputs": [{"name": "OUTPUT0", "parameters": params["OUTPUT0"]}],
+        }
+        return api._http("POST", f"/v2/models/{DELAYED}/infer", json.dumps(doc))[0]
+    req = service_pb2.ModelInferRequest(model_name=DELAYED)
+    set_grpc_params(req.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 16]).parameters,
+                    params["INPUT0"])
+    set_grpc_params(req.outputs.add(name="OUTPUT0").parameters, params["OUTPUT0"])
+    return api._grpc("ModelInfer", req)[0]
+
+
+@local_models
+@pytest.mark.triton251_differs("2.51 refuses: 'Cannot unregister shared memory region ..., it is currently "
+                              "in use.' (current Triton marks the region and lets it go when its last "
+                              "request ends, TRITON.md §5.2)")
+def test_unregister_while_in_flight(api, pool, delayed_model):
+    """Unregistering a region a request is using succeeds at once; the region stays registered
+    (listed, its name taken, usable by a new request) until the last request using it ends, and
+    then goes without another call. Inputs and outputs alike: the request holds both."""
+    values = np.arange(100, 116, dtype=np.int32)
+    in_handle, in_key = pool.create(64, "in")
+    write(in_handle, values.tobytes())
+    out_handle, out_key = pool.create(64, "out", fill=SENTINEL)
+    in_name, out_name = pool.name("in"), pool.name("out")
+    assert api.register(in_name, in_key, 64) is None
+    assert api.register(out_name, out_key, 64) is None
+    listed = [{"name": in_name, "key": in_key, "offset": 0, "byte_size": 64},
+              {"name": out_name, "key": out_key, "offset": 0, "byte_size": 64}]
+    listed.sort(key=lambda d: d["name"])
+
+    answers = {}
+
+    def send(tag):
+        answers[tag] = infer_delayed_in_shm(api, in_name, out_name)
+
+    first = threading.Thread(target=send, args=("first",))
+    first.start()
+    time.sleep(DELAY_MS / 4000)
+    assert api.unregister(in_name) is None
+    assert api.unregister() is None
+    assert api.status() == listed
+    assert api.register(in_name, in_key, 64) == api.err(
+        400, "ALREADY_EXISTS", f"shared memory region '{in_name}' already in manager")
+    # A new request may still name the regions while they wait.
+    second = threading.Thread(target=send, args=("second",))
+    second.start()
+    time.sleep(DELAY_MS / 4000)
+    first.join(timeout=30)
+    assert answers["first"] is None, answers
+    np.testing.assert_array_equal(read_i32(out_handle).reshape(-1), values)
+    assert api.status() == listed  # the second request still uses them
+    second.join(timeout=30)
+    assert answers["second"] is None, answers
+    deadline = time.monotonic() + 5
+    while api.status() != [] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert api.status() == []
+    assert api.status(in_name) == api.err(
+        404, "NOT_FOUND", f"Unable to find system shared memory region: '{in_name}'")
+    assert api.register(in_name, in_key, 64) is None
 
 
 # --------------------------------------------------------------------------- inference errors

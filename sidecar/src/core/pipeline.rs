@@ -35,6 +35,9 @@ struct Prepared {
     _admission: Option<Admission>,
     /// One of the model's instances, for a model with a queue.
     _instance: Option<Permit>,
+    /// The clients' regions the inputs were read from: in use until the request ends, as in
+    /// Triton (unregistering one meanwhile waits for it).
+    _input_regions_read: Vec<ShmTarget>,
     received: Instant,
     queued: Instant,
     /// How long it waited for its sequence's turn and a slot, or in the model's queue.
@@ -281,6 +284,11 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
 
     // Inputs in clients' regions are read here, unless the backend can pass the regions on.
     let mut request = request;
+    let input_regions_read = request
+        .inputs
+        .iter()
+        .filter_map(|i| i.shm.clone())
+        .collect();
     if !model.backend.takes_client_regions() {
         for input in &mut request.inputs {
             input.read_region().map_err(rejected)?;
@@ -331,6 +339,7 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
         output_classification,
         _admission: admission,
         _instance: instance,
+        _input_regions_read: input_regions_read,
         received,
         queued,
         waited,

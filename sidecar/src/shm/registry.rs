@@ -1,9 +1,15 @@
 //! Registered regions by name, with Triton's register / status / unregister semantics and
-//! explicit limits. System and CUDA regions share one namespace. A request holds an `Arc` of
-//! each region it uses, so unregistering during a request unmaps only when that request ends.
+//! explicit limits. System and CUDA regions share one namespace.
+//!
+//! A request holds an `Arc` of each region it uses (in its [`ShmTarget`]s). Unregistering a
+//! region that requests are using succeeds at once but, as in Triton, only marks it: it stays
+//! registered (listed, usable by new requests, its name taken) until the last request using it
+//! ends, which then completes the unregistration. A region whose last user ended without seeing
+//! the mark (the two raced) is let go of by the next call that looks at the table.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -120,7 +126,88 @@ pub struct Registry {
     allowed: bool,
     limits: ShmLimits,
     cuda: Cuda,
-    regions: Mutex<BTreeMap<String, Arc<Region>>>,
+    table: Arc<Table>,
+}
+
+/// One registration.
+#[derive(Debug)]
+struct Registered {
+    region: Arc<Region>,
+    /// Unregistered while requests were using it: it goes when the last of them ends.
+    awaiting_unregister: bool,
+}
+
+/// The registered regions by name, shared with the requests that use them so that the last one
+/// to end can complete an unregistration that waited for it.
+#[derive(Debug, Default)]
+struct Table {
+    regions: Mutex<BTreeMap<String, Registered>>,
+    /// How many registrations wait for their requests to end; while none do, a request ends
+    /// without taking the lock.
+    awaiting: AtomicUsize,
+}
+
+type Regions = BTreeMap<String, Registered>;
+
+impl Table {
+    /// The table, locked, without the waiting registrations that nothing uses any more.
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Regions> {
+        let mut regions = self.regions.lock();
+        if self.awaiting.load(Ordering::Acquire) > 0 {
+            self.remove_where(&mut regions, |_| false);
+        }
+        regions
+    }
+
+    /// Unregisters `name`: at once when no request uses it, otherwise when the last one ends.
+    fn unregister(&self, regions: &mut Regions, name: &str) {
+        let Some(entry) = regions.get_mut(name) else {
+            return;
+        };
+        if Arc::strong_count(&entry.region) == 1 {
+            self.remove(regions, name);
+        } else if !entry.awaiting_unregister {
+            entry.awaiting_unregister = true;
+            self.awaiting.fetch_add(1, Ordering::AcqRel);
+            tracing::debug!(
+                region = name,
+                "shared memory region will be unregistered after in-flight requests complete"
+            );
+        }
+    }
+
+    fn remove(&self, regions: &mut Regions, name: &str) -> Option<Arc<Region>> {
+        let entry = regions.remove(name)?;
+        if entry.awaiting_unregister {
+            self.awaiting.fetch_sub(1, Ordering::AcqRel);
+        }
+        Some(entry.region)
+    }
+
+    /// Removes the waiting registrations no request uses, counting `ending` (a request's hold
+    /// that is about to be dropped) as not using its region.
+    fn remove_where(&self, regions: &mut Regions, ending: impl Fn(&Arc<Region>) -> bool) {
+        let done: Vec<String> = regions
+            .iter()
+            .filter(|(_, e)| {
+                let holders = Arc::strong_count(&e.region) - usize::from(ending(&e.region));
+                e.awaiting_unregister && holders == 1
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in done {
+            self.remove(regions, &name);
+        }
+    }
+
+    /// A request lets go of `region`: the unregistration it was the last user of is completed.
+    fn release(&self, region: &Arc<Region>) {
+        if self.awaiting.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut regions = self.regions.lock();
+        self.remove_where(&mut regions, |r| Arc::ptr_eq(r, region));
+    }
 }
 
 impl Registry {
@@ -129,7 +216,7 @@ impl Registry {
             allowed,
             limits,
             cuda,
-            regions: Mutex::new(BTreeMap::new()),
+            table: Arc::default(),
         }
     }
 
@@ -143,12 +230,7 @@ impl Registry {
     }
 
     /// Refuses a name already taken (by either kind) or a registration beyond the limits.
-    fn check_room(
-        &self,
-        regions: &BTreeMap<String, Arc<Region>>,
-        name: &str,
-        byte_size: u64,
-    ) -> Result<()> {
+    fn check_room(&self, regions: &Regions, name: &str, byte_size: u64) -> Result<()> {
         if regions.contains_key(name) {
             return Err(Error::already_exists(format!(
                 "shared memory region '{name}' already in manager"
@@ -160,7 +242,7 @@ impl Registry {
                 self.limits.max_regions
             )));
         }
-        let mapped: u64 = regions.values().map(|r| r.byte_size()).sum();
+        let mapped: u64 = regions.values().map(|r| r.region.byte_size()).sum();
         if mapped.saturating_add(byte_size) > self.limits.max_total_bytes {
             return Err(Error::invalid_arg(format!(
                 "cannot register shared memory region '{name}': registered regions would exceed the limit of {} bytes",
@@ -178,20 +260,27 @@ impl Registry {
         byte_size: u64,
         open: impl FnOnce() -> Result<Region>,
     ) -> Result<Arc<Region>> {
-        self.check_room(&self.regions.lock(), name, byte_size)?;
+        self.check_room(&self.table.lock(), name, byte_size)?;
         let region = Arc::new(open()?);
-        let mut regions = self.regions.lock();
+        let mut regions = self.table.lock();
         self.check_room(&regions, name, byte_size)?;
-        regions.insert(name.to_string(), region.clone());
+        let registered = Registered {
+            region: region.clone(),
+            awaiting_unregister: false,
+        };
+        regions.insert(name.to_string(), registered);
         Ok(region)
     }
 
     /// Takes back a registration that could not be completed, unless the name was unregistered
     /// and registered again meanwhile.
     pub fn withdraw(&self, name: &str, region: &Arc<Region>) {
-        let mut regions = self.regions.lock();
-        if regions.get(name).is_some_and(|r| Arc::ptr_eq(r, region)) {
-            regions.remove(name);
+        let mut regions = self.table.lock();
+        if regions
+            .get(name)
+            .is_some_and(|r| Arc::ptr_eq(&r.region, region))
+        {
+            self.table.remove(&mut regions, name);
         }
     }
 
@@ -272,7 +361,7 @@ impl Registry {
     }
 
     /// Unregisters `name`, or every system region when `None`. Unknown names, and names of
-    /// CUDA regions, are no-ops.
+    /// CUDA regions, are no-ops. A region requests are using goes when the last of them ends.
     pub fn unregister_system(&self, name: Option<&str>) -> Result<()> {
         self.unregister(Kind::System, name)
     }
@@ -286,14 +375,18 @@ impl Registry {
         if !self.allowed {
             return Err(Error::unsupported(DISABLED));
         }
-        let mut regions = self.regions.lock();
-        match name {
-            Some(n) => {
-                if regions.get(n).is_some_and(|r| r.kind() == kind) {
-                    regions.remove(n);
-                }
-            }
-            None => regions.retain(|_, r| r.kind() != kind),
+        let mut regions = self.table.lock();
+        let names: Vec<String> = match name {
+            Some(n) if regions.get(n).is_some_and(|r| r.region.kind() == kind) => vec![n.into()],
+            Some(_) => Vec::new(),
+            None => regions
+                .iter()
+                .filter(|(_, r)| r.region.kind() == kind)
+                .map(|(n, _)| n.clone())
+                .collect(),
+        };
+        for n in names {
+            self.table.unregister(&mut regions, &n);
         }
         Ok(())
     }
@@ -344,21 +437,27 @@ impl Registry {
         missing: impl Fn(&str) -> String,
         other_kind: impl Fn(&str) -> String,
     ) -> Result<Vec<S>> {
-        let regions = self.regions.lock();
+        let regions = self.table.lock();
         match name {
-            None => Ok(regions.values().filter_map(|r| of_kind(r)).collect()),
+            None => Ok(regions
+                .values()
+                .filter_map(|r| of_kind(&r.region))
+                .collect()),
             Some(n) => match regions.get(n) {
                 None => Err(Error::not_found(missing(n))),
-                Some(r) => of_kind(r)
+                Some(r) => of_kind(&r.region)
                     .map(|s| vec![s])
                     .ok_or_else(|| Error::not_found(other_kind(n))),
             },
         }
     }
 
-    /// The region an inference request names, with its offset and size checked.
+    /// The region an inference request names, with its offset and size checked. Requests hold
+    /// it through [`Registry::target`]; a bare hold ending after the region was unregistered
+    /// lets it go only at the next look at the table.
     pub fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<Arc<Region>> {
-        let region = self.regions.lock().get(name).cloned().ok_or_else(|| {
+        let region = self.table.lock().get(name).map(|r| r.region.clone());
+        let region = region.ok_or_else(|| {
             Error::not_found(format!("Unable to find shared memory region: '{name}'"))
         })?;
         let size = region.byte_size();
@@ -387,6 +486,7 @@ impl Registry {
             region: self.resolve(name, offset, byte_size)?,
             offset,
             byte_size,
+            table: self.table.clone(),
         })
     }
 }
@@ -398,12 +498,30 @@ pub fn gpus_not_supported(name: &str) -> Error {
     ))
 }
 
-/// Where an output goes when the client asked for it in shared memory.
-#[derive(Clone, Debug)]
+/// A window of a registered region that a request reads an input from or writes an output to.
+/// While it lives, the region is in use: unregistering it waits until it is dropped.
+#[derive(Clone)]
 pub struct ShmTarget {
     pub region: Arc<Region>,
     pub offset: u64,
     pub byte_size: u64,
+    table: Arc<Table>,
+}
+
+impl std::fmt::Debug for ShmTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmTarget")
+            .field("region", &self.region)
+            .field("offset", &self.offset)
+            .field("byte_size", &self.byte_size)
+            .finish()
+    }
+}
+
+impl Drop for ShmTarget {
+    fn drop(&mut self) {
+        self.table.release(&self.region);
+    }
 }
 
 impl ShmTarget {
@@ -580,15 +698,71 @@ mod tests {
     }
 
     #[test]
-    fn in_flight_requests_keep_an_unregistered_region_mapped() {
+    fn unregistering_a_region_in_use_waits_for_its_last_request() {
         let obj = object("inflight");
         let registry = Registry::new(true, ShmLimits::default(), no_gpu());
         registry.register_system("a", &obj.0, 0, 64).unwrap();
+        registry.register_system("idle", &obj.0, 0, 64).unwrap();
+        let first = registry.target("a", 0, 64).unwrap();
+        let input = first.clone();
+        // Triton: the unregistration succeeds, the region stays registered (listed, its name
+        // taken, usable by new requests); an idle region goes at once, by name or all at once.
+        registry.unregister_system(None).unwrap();
+        let names = |r: &Registry| -> Vec<String> {
+            r.system_status(None)
+                .unwrap()
+                .into_iter()
+                .map(|s| s.name)
+                .collect()
+        };
+        assert_eq!(names(&registry), ["a"]);
+        registry.unregister_system(Some("a")).unwrap();
+        let again = registry.register_system("a", &obj.0, 0, 64).unwrap_err();
+        assert_eq!(again.message, "shared memory region 'a' already in manager");
+        let second = registry.target("a", 0, 64).unwrap();
+        first.write("OUTPUT0", &[1, 2, 3]).unwrap();
+        assert_eq!(&second.read().unwrap()[..3], &[1, 2, 3]);
+        // The first request ends (both its windows): the second still uses the region.
+        drop(first);
+        drop(input);
+        assert_eq!(names(&registry), ["a"]);
+        assert_eq!(&second.read().unwrap()[..3], &[1, 2, 3]);
+        // The last one ends: the region is gone without another call, and its name is free.
+        drop(second);
+        assert_eq!(registry.table.regions.lock().len(), 0);
+        assert_eq!(registry.table.awaiting.load(Ordering::Relaxed), 0);
+        assert!(names(&registry).is_empty());
+        registry.register_system("a", &obj.0, 0, 64).unwrap();
+        // A region nothing uses is unregistered at once.
+        registry.unregister_system(Some("a")).unwrap();
+        assert!(names(&registry).is_empty());
+    }
+
+    #[test]
+    fn a_region_whose_last_user_raced_the_mark_goes_at_the_next_look() {
+        let obj = object("raced");
+        let registry = Registry::new(true, ShmLimits::default(), no_gpu());
+        registry.register_system("a", &obj.0, 0, 64).unwrap();
+        // A hold that ends without telling the table (as a request whose end raced the
+        // unregistration): the next call that looks at the table lets the region go.
         let held = registry.resolve("a", 0, 64).unwrap();
         registry.unregister_system(Some("a")).unwrap();
+        drop(held);
+        assert_eq!(registry.table.regions.lock().len(), 1);
+        assert!(registry.system_status(None).unwrap().is_empty());
+        assert_eq!(registry.table.awaiting.load(Ordering::Relaxed), 0);
         assert!(registry.resolve("a", 0, 1).is_err());
-        held.write(0, &[1, 2, 3]).unwrap();
-        assert_eq!(&held.read(0, 3).unwrap()[..], &[1, 2, 3]);
+    }
+
+    #[test]
+    fn withdrawing_a_waiting_registration_forgets_the_wait() {
+        let registry = Registry::new(true, ShmLimits::default(), no_gpu());
+        let region = registry.register_cuda("c", &[7; 64], 0, 64, true).unwrap();
+        registry.unregister_cuda(Some("c")).unwrap();
+        assert_eq!(registry.table.awaiting.load(Ordering::Relaxed), 1);
+        registry.withdraw("c", &region);
+        assert_eq!(registry.table.awaiting.load(Ordering::Relaxed), 0);
+        assert!(registry.cuda_status(None).unwrap().is_empty());
     }
 
     #[test]
@@ -664,8 +838,12 @@ mod tests {
             "{}",
             again.message
         );
-        // Withdrawing takes back only the registration it names.
+        // Withdrawing takes back only the registration it names (not a later one of the name).
+        drop((region, target, empty));
         registry.unregister_cuda(Some("c")).unwrap();
+        let region = Arc::new(Region::CudaForwarded(
+            ForwardedCudaRegion::new("c", &handle, 1, 64).unwrap(),
+        ));
         let second = registry.register_cuda("c", &handle, 1, 64, true).unwrap();
         registry.withdraw("c", &region);
         assert_eq!(registry.cuda_status(None).unwrap().len(), 1);
