@@ -101,6 +101,21 @@ pub struct Args {
     /// server.trace_config.
     #[arg(long, value_name = "[MODE,]NAME=VALUE")]
     pub trace_config: Vec<String>,
+    /// Deprecated, as in Triton: --trace-config triton,file=PATH.
+    #[arg(long, value_name = "PATH")]
+    pub trace_file: Option<String>,
+    /// Deprecated, as in Triton: --trace-config level=LEVEL (repeatable).
+    #[arg(long, value_name = "OFF|TIMESTAMPS|TENSORS")]
+    pub trace_level: Vec<String>,
+    /// Deprecated, as in Triton: --trace-config rate=N.
+    #[arg(long, value_name = "N")]
+    pub trace_rate: Option<String>,
+    /// Deprecated, as in Triton: --trace-config count=N.
+    #[arg(long, value_name = "N")]
+    pub trace_count: Option<String>,
+    /// Deprecated, as in Triton: --trace-config triton,log-frequency=N.
+    #[arg(long, value_name = "N")]
+    pub trace_log_frequency: Option<String>,
     /// Every replica's sidecar gRPC address, this one's included, the same list on every
     /// replica (comma-separated or repeated): each sequence is served by the replica that holds
     /// it, whichever one a request lands on. Given, these replace server.sequence_peers.
@@ -118,6 +133,35 @@ pub struct Args {
 }
 
 impl Args {
+    /// Triton's deprecated trace flags as the --trace-config settings they stand for, each with
+    /// Triton's warning on stderr (logging is not set up yet when flags are read).
+    fn deprecated_trace_settings(&self) -> Vec<String> {
+        let single = [
+            ("trace-file", "triton,file", &self.trace_file),
+            ("trace-rate", "rate", &self.trace_rate),
+            ("trace-count", "count", &self.trace_count),
+            (
+                "trace-log-frequency",
+                "triton,log-frequency",
+                &self.trace_log_frequency,
+            ),
+        ];
+        let levels = self.trace_level.iter().map(|v| ("trace-level", "level", v));
+        let given = single
+            .into_iter()
+            .filter_map(|(flag, setting, value)| Some((flag, setting, value.as_ref()?)))
+            .chain(levels);
+        let mut settings = Vec::new();
+        for (flag, setting, value) in given {
+            eprintln!(
+                "Warning: '--{flag}' has been deprecated and will be removed in future releases. \
+                 Please use '--trace-config {setting}=<value>' instead."
+            );
+            settings.push(format!("{setting}={value}"));
+        }
+        settings
+    }
+
     /// Applies the flags that were given on top of `config`.
     pub fn apply(&self, config: &mut SidecarConfig) {
         let s = &mut config.server;
@@ -186,6 +230,11 @@ impl Args {
         if !self.trace_config.is_empty() {
             s.trace_config = self.trace_config.clone();
         }
+        let deprecated = self.deprecated_trace_settings();
+        if !deprecated.is_empty() {
+            // Before the --trace-config settings, which win over them as in Triton.
+            s.trace_config.splice(0..0, deprecated);
+        }
         if !self.sequence_peers.is_empty() {
             s.sequence_peers = self.sequence_peers.clone();
         }
@@ -238,6 +287,38 @@ mod tests {
         assert_eq!(up.rest_url.as_deref(), Some("http://127.0.0.1:8000"));
         assert_eq!((up.rest_max_bytes, up.rest_idle_ms), (1024, 250));
         assert_eq!(up.staging_shm_bytes, 0);
+    }
+
+    #[test]
+    fn tritons_deprecated_trace_flags_stand_for_trace_config_settings() {
+        let config = applied(&[
+            "--trace-file=/tmp/old.json",
+            "--trace-level=TIMESTAMPS",
+            "--trace-level",
+            "TENSORS",
+            "--trace-rate=5",
+            "--trace-count=7",
+            "--trace-log-frequency=3",
+            "--trace-config=rate=9",
+        ]);
+        // The deprecated ones first, so that --trace-config wins where both say something.
+        assert_eq!(
+            config.server.trace_config,
+            [
+                "triton,file=/tmp/old.json",
+                "rate=5",
+                "count=7",
+                "triton,log-frequency=3",
+                "level=TIMESTAMPS",
+                "level=TENSORS",
+                "rate=9",
+            ]
+        );
+        let trace =
+            infergate_proto::config::TraceConfig::parse(&config.server.trace_config).unwrap();
+        assert_eq!((trace.rate, trace.count, trace.log_frequency), (9, 7, 3));
+        assert_eq!(trace.file.as_deref(), Some("/tmp/old.json"));
+        assert_eq!(trace.levels.len(), 2);
     }
 
     #[test]

@@ -491,6 +491,28 @@ def test_a_trace_file_holds_each_request_as_triton_writes_it(tmp_path):
 
 
 @own_sidecars
+def test_tritons_deprecated_trace_flags_still_work(tmp_path):
+    """--trace-file, --trace-level, --trace-rate, --trace-count and --trace-log-frequency, which
+    Triton 2.51 still takes with a warning each; --trace-config wins where both are given."""
+    path = tmp_path / "old.json"
+    server = conftest._start_sidecar(tmp_path, extra_args=[
+        "--trace-file", str(path), "--trace-level", "TIMESTAMPS", "--trace-rate", "3",
+        "--trace-count", "5", "--trace-log-frequency", "0", "--trace-config", "rate=1"])
+    try:
+        settings = requests.get(f"http://{server.http}/v2/trace/setting", timeout=10).json()
+        assert settings == {"trace_level": ["TIMESTAMPS"], "trace_rate": "1",
+                            "trace_count": "5", "log_frequency": "0",
+                            "trace_file": str(path), "trace_mode": "triton"}
+        httpclient.InferenceServerClient(server.http).infer("simple", simple_inputs(httpclient))
+    finally:
+        conftest._stop(server.process)
+    log = server.log_path.read_text()
+    for flag in ("trace-file", "trace-level", "trace-rate", "trace-count", "trace-log-frequency"):
+        assert f"Warning: '--{flag}' has been deprecated" in log, log
+    assert [o["model_name"] for o in json.loads(path.read_text()) if "model_name" in o] == ["simple"]
+
+
+@own_sidecars
 def test_tensors_are_written_with_their_data(tmp_path):
     server, path = file_sidecar(tmp_path, "level=TENSORS", "rate=1")
     try:

@@ -107,10 +107,12 @@ impl Default for TraceConfig {
 
 impl TraceConfig {
     /// Reads `--trace-config` settings, in order (a later setting of the same name wins, except
-    /// `level` and `resource`, which add up).
+    /// `level` and `resource`, which add up). A `level=OFF` anywhere turns tracing off, whatever
+    /// other levels say, as in Triton.
     pub fn parse(settings: &[String]) -> Result<TraceConfig, String> {
         let mut config = TraceConfig::default();
         let mut levels_given = false;
+        let mut off_given = false;
         for setting in settings {
             let (scope, rest) = match setting.split_once(',') {
                 Some((scope, rest)) if !scope.contains('=') => (Some(scope), rest),
@@ -129,6 +131,7 @@ impl TraceConfig {
                         levels_given = true;
                     }
                     let level = TraceLevel::parse(value).map_err(|e| invalid(&e))?;
+                    off_given |= level.is_none();
                     if let Some(level) = level.filter(|l| !config.levels.contains(l)) {
                         config.levels.push(level);
                         config.levels.sort();
@@ -191,6 +194,9 @@ impl TraceConfig {
                 }
                 (None, _) => return Err(invalid(&format!("unknown trace setting '{name}'"))),
             }
+        }
+        if off_given {
+            config.levels.clear();
         }
         if config.mode == TraceMode::Triton && config.file.is_none() && !config.levels.is_empty() {
             // As Triton: a level without anywhere to write the trace.
@@ -301,6 +307,18 @@ mod tests {
         .unwrap();
         assert!(config.levels.is_empty());
         assert_eq!(config.endpoint(), "https://c:4318/v1/traces");
+    }
+
+    #[test]
+    fn an_off_level_anywhere_turns_tracing_off() {
+        for levels in [
+            ["level=TIMESTAMPS", "level=OFF"],
+            ["level=OFF", "level=TENSORS"],
+        ] {
+            let mut settings = vec!["triton,file=/tmp/t.json"];
+            settings.extend(levels);
+            assert!(parse(&settings).unwrap().levels.is_empty(), "{levels:?}");
+        }
     }
 
     #[test]
