@@ -101,7 +101,8 @@ const FAMILIES: &[Family] = &[
 
 pub fn render(state: &SharedState) -> String {
     let models = state.repository.ready_models();
-    let snapshots: Vec<_> = models.iter().map(|m| (m, m.stats.snapshot())).collect();
+    // Metrics count across reloads, where statistics start again (see `EarlierLoads`).
+    let snapshots: Vec<_> = models.iter().map(|m| (m, m.metrics_snapshot())).collect();
     let mut out = String::with_capacity(4096);
     for family in FAMILIES {
         let _ = writeln!(out, "# HELP {} {}", family.name, family.help);
@@ -133,7 +134,12 @@ pub fn render(state: &SharedState) -> String {
                     continue;
                 }
                 "nv_inference_pending_request_count" => {
-                    let _ = writeln!(out, "{}{{{labels}}} {}", family.name, model.stats.pending());
+                    let _ = writeln!(
+                        out,
+                        "{}{{{labels}}} {}",
+                        family.name,
+                        model.metrics_pending()
+                    );
                     continue;
                 }
                 _ => {}

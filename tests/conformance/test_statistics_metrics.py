@@ -201,3 +201,79 @@ def test_metrics_failure_line_as_triton_writes_it(metrics_url):
     reasons = [line.split('reason="')[1].split('"')[0] for line in text.splitlines()
                if line.startswith('nv_inference_request_failure{model="simple",reason=')]
     assert reasons == ["OTHER", "BACKEND", "CANCELED", "REJECTED"], text
+
+
+# --------------------------------------------------------------------------- across loads
+RELOADED = "custom_identity_int32"
+local_models = pytest.mark.skipif(
+    __import__("os").environ.get("INFERGATE_BACKEND", "").strip().lower().startswith("upstream"),
+    reason="an upstream's models are loaded and unloaded in its model container")
+
+
+def reloaded_metric(metrics_url, family):
+    """The family's value for RELOADED (version 1); None when the model has no line."""
+    return scrape(metrics_url)[1].get((family, (("model", RELOADED), ("version", "1"))))
+
+
+def reloaded_successes(raw_http):
+    (entry,) = model_stats(raw_http, f"/v2/models/{RELOADED}/stats")
+    return entry["inference_stats"]["success"]["count"]
+
+
+def infer_reloaded(raw_http, times):
+    body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 4],
+                                   "data": [1, 2, 3, 4]}]})
+    for _ in range(times):
+        resp = raw_http("POST", f"/v2/models/{RELOADED}/infer", body)
+        assert resp.status == 200, resp
+
+
+def wait_metric(metrics_url, family, want):
+    deadline = time.monotonic() + 10
+    while reloaded_metric(metrics_url, family) != want and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return reloaded_metric(metrics_url, family)
+
+
+@local_models
+def test_metrics_count_on_across_a_reload_and_end_with_an_unload(raw_http, metrics_url):
+    """Triton's metric reporter is shared by a model and the one that replaces it on a reload (a
+    load of a loaded model with a changed configuration), so its counters go on; the statistics
+    belong to the model and start again. A load with the configuration the model has changes
+    nothing. An unload ends both: the model's lines go, and a later load starts from 0."""
+    own = raw_http("GET", f"/v2/models/{RELOADED}/config").json()
+    assert raw_http("POST", f"/v2/repository/models/{RELOADED}/unload").status == 200
+    try:
+        deadline = time.monotonic() + 10
+        while reloaded_metric(metrics_url, "nv_inference_request_success") is not None:
+            assert time.monotonic() < deadline, "an unloaded model still has metrics"
+            time.sleep(0.1)
+        assert raw_http("POST", f"/v2/repository/models/{RELOADED}/load").status == 200
+        assert wait_metric(metrics_url, "nv_inference_request_success", 0) == 0
+        infer_reloaded(raw_http, 3)
+        assert wait_metric(metrics_url, "nv_inference_request_success", 3) == 3
+        assert reloaded_successes(raw_http) == 3
+
+        def load_with(config):
+            body = json.dumps({"parameters": {"config": json.dumps(config)}})
+            resp = raw_http("POST", f"/v2/repository/models/{RELOADED}/load", body)
+            assert resp.status == 200, resp
+
+        # Its own configuration again: nothing changed, so Triton keeps the model as it is.
+        load_with(own)
+        assert reloaded_successes(raw_http) == 3
+        # A changed configuration: a reload.
+        config = dict(own)
+        config["parameters"] = {**own.get("parameters", {}), "execute_delay_ms": {"string_value": "1"}}
+        load_with(config)
+        assert raw_http("GET", f"/v2/models/{RELOADED}/config").json()["parameters"] == config["parameters"]
+        assert reloaded_successes(raw_http) == 0
+        assert reloaded_metric(metrics_url, "nv_inference_request_success") == 3
+        infer_reloaded(raw_http, 2)
+        assert wait_metric(metrics_url, "nv_inference_request_success", 5) == 5
+        assert reloaded_metric(metrics_url, "nv_inference_count") == 5
+        assert reloaded_metric(metrics_url, "nv_inference_exec_count") == 5
+        assert reloaded_successes(raw_http) == 2
+    finally:
+        raw_http("POST", f"/v2/repository/models/{RELOADED}/unload")
+        assert raw_http("POST", f"/v2/repository/models/{RELOADED}/load").status == 200

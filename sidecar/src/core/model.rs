@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use infergate_proto::DataType;
 use infergate_proto::inference::ModelConfig;
 
-use super::stats::ModelStats;
+use super::stats::{EarlierLoads, ModelStats, Snapshot};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -99,7 +99,9 @@ pub struct Model {
     /// Class labels per output name, from each output's `label_filename`.
     pub labels: HashMap<String, Vec<String>>,
     pub backend: Arc<dyn Backend>,
-    pub stats: ModelStats,
+    pub stats: Arc<ModelStats>,
+    /// What this model's earlier loads counted, for its metrics (see [`EarlierLoads`]).
+    pub earlier: EarlierLoads,
     pub platform: String,
     /// The sequence scheduler of a model whose config declares `sequence_batching`.
     pub sequencer: Option<Arc<super::sequence::Scheduler>>,
@@ -165,12 +167,23 @@ impl Model {
             outputs,
             labels,
             backend,
-            stats: ModelStats::default(),
+            stats: Arc::default(),
+            earlier: EarlierLoads::default(),
             platform,
             sequencer,
             queue,
             config,
         })
+    }
+
+    /// The counts behind the metrics: this load's statistics on top of its earlier loads'.
+    pub fn metrics_snapshot(&self) -> Snapshot {
+        self.earlier.with(&self.stats)
+    }
+
+    /// The requests pending on this model, earlier loads still finishing included.
+    pub fn metrics_pending(&self) -> i64 {
+        self.earlier.pending_with(&self.stats)
     }
 
     pub fn input(&self, name: &str) -> Option<&TensorSpec> {

@@ -222,7 +222,8 @@ impl Repository {
             return Err(poll_failed(name));
         }
         // Triton does not load a model again whose files have not changed: a load without a
-        // configuration keeps a loaded model as it is (its configuration and statistics).
+        // configuration keeps a loaded model as it is (its configuration and statistics), and
+        // so does one whose configuration is the loaded one's (below).
         let loaded = self
             .slots
             .read()
@@ -239,12 +240,24 @@ impl Repository {
                 return Err(poll_failed(name));
             }
         };
-        let model = self
+        let mut model = self
             .loader
             .load(name, overlay.as_ref())
             .map_err(|e| Error::internal(format!("failed to load '{name}', {}", e.message)))?;
         let version = Some(model.version);
-        self.slots.write().insert(
+        let mut slots = self.slots.write();
+        if let Some(old) = slots.get(name).and_then(|s| s.model.as_ref())
+            && old.version == model.version
+        {
+            // Triton loads again only a model whose configuration changed: the same one keeps
+            // the loaded model as it is (its statistics included).
+            if old.config == model.config {
+                return Ok(());
+            }
+            // A reload: the metrics go on from the replaced model's counts, as Triton's do.
+            model.earlier = old.earlier.and(&old.stats);
+        }
+        slots.insert(
             name.to_string(),
             Slot {
                 model: Some(Arc::new(model)),

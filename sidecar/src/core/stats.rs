@@ -2,6 +2,7 @@
 //! `perf_analyzer` reads (every count and nanosecond sum), per batch size, and failures.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -15,6 +16,11 @@ pub struct Duration2 {
 }
 
 impl Duration2 {
+    fn absorb(&mut self, other: &Duration2) {
+        self.count += other.count;
+        self.ns = self.ns.saturating_add(other.ns);
+    }
+
     fn add(&mut self, d: Duration) {
         self.count += 1;
         self.ns = self
@@ -47,6 +53,83 @@ pub struct Snapshot {
     /// Failures by Prometheus `reason`: REJECTED (invalid request) or BACKEND (model error).
     pub failures_rejected: u64,
     pub failures_backend: u64,
+}
+
+impl Snapshot {
+    /// Adds `other`'s counts and durations to these (the later of the two last inferences).
+    fn absorb(&mut self, other: &Snapshot) {
+        self.last_inference_ms = self.last_inference_ms.max(other.last_inference_ms);
+        self.inference_count += other.inference_count;
+        self.execution_count += other.execution_count;
+        for (mine, theirs) in [
+            (&mut self.success, &other.success),
+            (&mut self.fail, &other.fail),
+            (&mut self.queue, &other.queue),
+            (&mut self.compute_input, &other.compute_input),
+            (&mut self.compute_infer, &other.compute_infer),
+            (&mut self.compute_output, &other.compute_output),
+            (&mut self.cache_hit, &other.cache_hit),
+            (&mut self.cache_miss, &other.cache_miss),
+        ] {
+            mine.absorb(theirs);
+        }
+        for (size, theirs) in &other.batches {
+            let mine = self.batches.entry(*size).or_default();
+            mine.compute_input.absorb(&theirs.compute_input);
+            mine.compute_infer.absorb(&theirs.compute_infer);
+            mine.compute_output.absorb(&theirs.compute_output);
+        }
+        self.failures_rejected += other.failures_rejected;
+        self.failures_backend += other.failures_backend;
+    }
+}
+
+/// What a model's earlier loads counted, which its metrics go on from. Triton's metrics outlive
+/// a reload (a load of a loaded model): the new model shares the old one's reporter, so its
+/// counters go on, while its statistics (the extension) start again. An unload ends them.
+#[derive(Clone, Default)]
+pub struct EarlierLoads {
+    /// The counts of loads no request can reach any more, added up.
+    settled: Snapshot,
+    /// Loads that requests may still be finishing on.
+    live: Vec<Arc<ModelStats>>,
+}
+
+impl EarlierLoads {
+    /// These (a replaced model's own), and then the replaced model's statistics: the next
+    /// model's earlier loads.
+    pub fn and(&self, replaced: &Arc<ModelStats>) -> EarlierLoads {
+        let mut earlier = EarlierLoads {
+            settled: self.settled.clone(),
+            live: Vec::with_capacity(self.live.len() + 1),
+        };
+        for stats in &self.live {
+            // Held by these alone: its model is gone, and nothing will count there again.
+            if Arc::strong_count(stats) == 1 {
+                earlier.settled.absorb(&stats.snapshot());
+            } else {
+                earlier.live.push(stats.clone());
+            }
+        }
+        // Requests may still be finishing on the replaced model.
+        earlier.live.push(replaced.clone());
+        earlier
+    }
+
+    /// `current`'s counts, on top of the earlier loads'.
+    pub fn with(&self, current: &ModelStats) -> Snapshot {
+        let mut total = self.settled.clone();
+        for stats in &self.live {
+            total.absorb(&stats.snapshot());
+        }
+        total.absorb(&current.snapshot());
+        total
+    }
+
+    /// `current`'s pending requests, with those the earlier loads are still finishing.
+    pub fn pending_with(&self, current: &ModelStats) -> i64 {
+        self.live.iter().map(|s| s.pending()).sum::<i64>() + current.pending()
+    }
 }
 
 /// Where each part of one successful request's time went.
@@ -151,5 +234,41 @@ mod tests {
         assert_eq!(s.failures_rejected, 1);
         assert_eq!(s.batches.len(), 2);
         assert!(s.last_inference_ms > 0);
+    }
+
+    #[test]
+    fn earlier_loads_add_up_and_settle_once_their_model_is_gone() {
+        let t = Timings {
+            total: Duration::from_micros(3),
+            ..Default::default()
+        };
+        // Load 1 counts, then is replaced by load 2: its counts stay live (requests may still
+        // finish on it, and what they count shows).
+        let first = Arc::new(ModelStats::default());
+        first.record_success(2, t);
+        first.record_failure(Duration::from_micros(1), true);
+        let after_first = EarlierLoads::default().and(&first);
+        let second = Arc::new(ModelStats::default());
+        let pending = first.enter();
+        second.record_success(1, t);
+        let total = after_first.with(&second);
+        assert_eq!((total.inference_count, total.execution_count), (3, 2));
+        assert_eq!((total.success.count, total.success.ns), (2, 6000));
+        assert_eq!(total.failures_rejected, 1);
+        assert_eq!(total.batches.len(), 2);
+        assert_eq!(after_first.pending_with(&second), 1);
+        first.record_success(1, t);
+        drop(pending);
+        assert_eq!(after_first.with(&second).inference_count, 4);
+        // Load 1's model is gone (only the earlier loads hold its counts); load 2 is replaced
+        // by load 3: load 1 settles into one sum, load 2 stays live.
+        drop(first);
+        let after_second = after_first.and(&second);
+        assert_eq!(after_second.live.len(), 1);
+        assert!(Arc::ptr_eq(&after_second.live[0], &second));
+        let third = ModelStats::default();
+        let total = after_second.with(&third);
+        assert_eq!((total.inference_count, total.execution_count), (4, 3));
+        assert_eq!(total.failures_rejected, 1);
     }
 }
