@@ -87,14 +87,21 @@ def _infer_traced(server, client_protocol, trace_id):
     assert (result.as_numpy("OUTPUT0") == 2 * np.arange(16)).all()
 
 
-def _joined_trace(receiver, server, client_protocol, attempts=3):
+def _joined_trace(receiver, server, client_protocol, attempts=5):
     """The spans of one request's trace, Triton's included.
 
-    OTLP export is best effort (an exporter drops a batch it could not send), and once, in one CI
-    run of many, none of Triton's spans of one request arrived in 30 s while the sidecar's did and
-    the next requests' did too. So a request whose Triton spans never arrive is tried again, in a
-    new trace, up to `attempts` times. Triton spans that arrive in a trace of no request of ours
-    are a broken propagation, not a lost export: that fails at once.
+    A request is tried again, in a new trace, up to `attempts` times, when Triton's spans do not
+    join it for one of two reasons of Triton's own:
+    - OTLP export is best effort (an exporter drops a batch it could not send): once, in one CI
+      run of many, none of Triton's spans of one request arrived in 30 s while the sidecar's did
+      and the next requests' did too;
+    - Triton 2.51's gRPC front reads a `traceparent` from the call's metadata past the value's
+      end (`GrpcServerCarrier::Get` hands a `grpc::string_ref`'s unterminated `data()` to a
+      string view), so now and then the value it reads is not a valid one and it starts a trace
+      of its own: a root span. Measured with tritonclient straight to Triton, no sidecar: 3 of
+      60 traced calls.
+    Triton spans with a parent, in a trace of no request of ours, are a broken propagation:
+    that fails at once.
     """
     tried = set()
     for _ in range(attempts):
@@ -105,17 +112,28 @@ def _joined_trace(receiver, server, client_protocol, attempts=3):
 
         def of_trace(spans):
             return [s for s in spans if s["trace_id"] == trace_id]
-        # The sidecar's four spans and Triton's three.
-        arrived = receiver.wait_for(lambda s: len(of_trace(s)) >= 7, timeout=20)
+
+        def triton_roots(spans):
+            return [s for s in spans[seen:] if s["service"] == "triton-inference-server"
+                    and s["name"] == "InferRequest" and not s["parent_span_id"]]
+        # The sidecar's four spans and Triton's three; or Triton's own root.
+        arrived = receiver.wait_for(
+            lambda s: len(of_trace(s)) >= 7 or triton_roots(s), timeout=20)
         spans = of_trace(arrived)
         if any(s["service"] == "triton-inference-server" for s in spans):
             return spans
         # Only this test sends inferences to Triton now: any Triton span is this request's.
+        roots = {s["trace_id"] for s in triton_roots(arrived)}
         strays = [s for s in arrived[seen:]
-                  if s["service"] == "triton-inference-server" and s["trace_id"] not in tried]
+                  if s["service"] == "triton-inference-server" and s["trace_id"] not in tried
+                  and s["trace_id"] not in roots]
         assert not strays, f"Triton's spans are in another trace than the sidecar's: {strays}"
-        print(f"no span of Triton's arrived for trace {trace_id}; trying again")
-    pytest.fail(f"Triton exported none of its spans in {attempts} traced requests")
+        if roots:
+            print(f"Triton did not read the traceparent of trace {trace_id} (a root of its own); "
+                  "trying again")
+        else:
+            print(f"no span of Triton's arrived for trace {trace_id}; trying again")
+    pytest.fail(f"Triton's spans joined none of {attempts} traced requests")
 
 
 @pytest.mark.parametrize("client_protocol", ["http", "grpc"])
