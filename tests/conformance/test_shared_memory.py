@@ -1022,6 +1022,7 @@ def test_perf_analyzer_system_shared_memory(http_url, grpc_url, raw_http, protoc
 
 
 # --------------------------------------------------------------------------- owner misbehaving
+@pytest.mark.triton251_differs("2.51 dies of the SIGBUS its copy out of the shrunk object raises", run=False)
 def test_an_object_shrunk_by_its_owner_is_an_error_never_a_crash(http_url, pool):
     """The owner truncates its object after registering it, and keeps resizing it while requests
     read it: each request is answered (right or with an error), and the server keeps serving.
