@@ -33,8 +33,8 @@ pub struct Args {
     /// error, warn, info, debug or trace.
     #[arg(long)]
     pub log_level: Option<String>,
-    /// text or json.
-    #[arg(long)]
+    /// text, json, or Triton's line layouts default and ISO8601 (the last one given wins).
+    #[arg(long, overrides_with = "log_format")]
     pub log_format: Option<String>,
     /// Name reported by server metadata (default "triton", which Triton's clients expect).
     #[arg(long)]

@@ -6,7 +6,8 @@
 //! - [`cli`]: command-line flags, each overriding a field of the configuration file.
 //! - [`server`]: builds the state, binds the four ports, serves until SIGTERM or SIGINT, drains.
 //! - [`allocator`]: glibc's malloc thresholds raised, by starting the binary once more with them.
-//! - [`telemetry`]: logging, text or JSON, with a level changeable at run time.
+//! - [`telemetry`]: logging, text or JSON, with a level (and text's layout) changeable at run time.
+//! - [`log_line`]: log lines in Triton's two layouts, which its `log_format` setting names.
 //!
 //! The ports:
 //!
@@ -57,6 +58,7 @@ pub mod health;
 pub mod host_metrics;
 pub mod http;
 pub mod json;
+pub mod log_line;
 pub mod log_update;
 pub mod metrics;
 pub mod peers;

@@ -62,7 +62,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let log = telemetry::init(&config.server.log_level, config.server.log_format == "json");
+        let log = telemetry::init(&config.server.log_level, &config.server.log_format);
         match &malloc_tuning {
             allocator::Tuning::Failed(reason) => tracing::warn!(
                 %reason,

@@ -1,8 +1,11 @@
 """Repository index and logging settings (HTTP + gRPC)."""
 
 import json
+import os
+import re
 
 import pytest
+import requests
 from tritonclient.grpc import service_pb2
 
 from support import MODELS
@@ -151,3 +154,44 @@ def test_logging_grpc_invalid(grpc_stub, raw_http, restore_logging, key, value, 
     with pytest.raises(Exception) as info:
         grpc_stub.LogSettings(req)
     assert (info.value.code().name, info.value.details()) == ("INVALID_ARGUMENT", message)
+
+
+# --------------------------------------------------------------------------- Triton's log lines
+# The two layouts as Triton's own QA reads them (qa/L0_logging/log_format_test.py).
+DEFAULT_LINE = re.compile(r"(?P<level>[EWI])(?P<month>\d{2})(?P<day>\d{2}) "
+                          r"(?P<time>\d{2}:\d{2}:\d{2}\.\d{6}) (?P<pid>\d+) (?P<file>[\w\.]+):"
+                          r"(?P<line>\d+)] (?P<message>.*)")
+ISO8601_LINE = re.compile(r"(?P<timestamp>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z) (?P<level>[EWI]) "
+                          r"(?P<pid>\d+) (?P<file>.+):(?P<line>\d+)] (?P<message>.*)")
+
+
+@pytest.mark.skipif(bool(os.environ.get("INFERGATE_HTTP_URL")),
+                    reason="starts a sidecar of its own; the suite is pointed at a running server")
+def test_log_lines_follow_the_log_format_setting(tmp_path):
+    """Started with Triton's `--log-format default`, lines are in Triton's default layout with
+    the message as a JSON string; `log_format` set to ISO8601 switches the lines that follow."""
+    import conftest
+
+    server = conftest._start_sidecar(tmp_path, extra_args=["--log-format", "default"])
+    http = f"http://{server.http}"
+    try:
+        assert requests.get(f"{http}/v2/logging", timeout=10).json()["log_format"] == "default"
+        assert requests.post(f"{http}/v2/repository/models/simple/unload", timeout=10).status_code == 200
+        changed = requests.post(f"{http}/v2/logging", json={"log_format": "ISO8601"}, timeout=10)
+        assert changed.json()["log_format"] == "ISO8601"
+        assert requests.post(f"{http}/v2/repository/models/simple/load", timeout=10).status_code == 200
+    finally:
+        conftest._stop(server.process)
+    lines = server.log_path.read_text().splitlines()
+    split = next(i for i, line in enumerate(lines) if "log settings changed" in line)
+    before, after = lines[:split], lines[split:]
+    for line in before:
+        m = DEFAULT_LINE.fullmatch(line)
+        assert m, line
+        assert int(m["pid"]) == server.process.pid
+    serving = next(line for line in before if "is serving" in line)
+    assert DEFAULT_LINE.fullmatch(serving)["message"].startswith('"infergate-sidecar is serving" ')
+    assert any('"model unloaded" model=simple' in line for line in before), before
+    for line in after:
+        assert ISO8601_LINE.fullmatch(line), line
+    assert any('"model loaded" model=simple' in line for line in after), after

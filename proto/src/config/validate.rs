@@ -44,10 +44,13 @@ impl SidecarConfig {
                 ),
             );
         }
-        if !["text", "json"].contains(&s.log_format.as_str()) {
+        if !["text", "json", "default", "ISO8601"].contains(&s.log_format.as_str()) {
             err(
                 "server.log_format",
-                format!("'{}' is not one of text, json", s.log_format),
+                format!(
+                    "'{}' is not one of text, json, default, ISO8601",
+                    s.log_format
+                ),
             );
         }
         if s.worker_threads > 1024 {
