@@ -4,15 +4,16 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
-use tracing::{Event, Subscriber};
+use tracing::subscriber::Interest;
+use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::{Format, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::layer::{Context, Filter, Layer as _, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::reload;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -109,11 +110,64 @@ where
     }
 }
 
+/// Triton's three severity switches, each on its own: errors, warnings and info lines can be
+/// turned off apart (`log_error` off with `log_warning` on hides errors and shows warnings).
+/// Debug and trace lines, Triton's verbose ones, follow `log_verbose_level` alone, through the
+/// level filter, which lets through the most verbose of what is on.
+#[derive(Debug)]
+struct Severities {
+    info: AtomicBool,
+    warning: AtomicBool,
+    error: AtomicBool,
+}
+
+impl Severities {
+    fn of(settings: &LogSettings) -> Severities {
+        let severities = Severities {
+            info: AtomicBool::new(false),
+            warning: AtomicBool::new(false),
+            error: AtomicBool::new(false),
+        };
+        severities.set(settings);
+        severities
+    }
+
+    fn set(&self, settings: &LogSettings) {
+        self.info.store(settings.log_info, Ordering::Relaxed);
+        self.warning.store(settings.log_warning, Ordering::Relaxed);
+        self.error.store(settings.log_error, Ordering::Relaxed);
+    }
+
+    fn allow(&self, level: &Level) -> bool {
+        match *level {
+            Level::ERROR => self.error.load(Ordering::Relaxed),
+            Level::WARN => self.warning.load(Ordering::Relaxed),
+            Level::INFO => self.info.load(Ordering::Relaxed),
+            _ => true,
+        }
+    }
+}
+
+/// The severity switches as a filter of the log lines (asked each time: they change at run
+/// time, so no answer is cached per call site).
+struct SeverityFilter(Arc<Severities>);
+
+impl<S> Filter<S> for SeverityFilter {
+    fn enabled(&self, meta: &Metadata<'_>, _: &Context<'_, S>) -> bool {
+        self.0.allow(meta.level())
+    }
+
+    fn callsite_enabled(&self, _: &'static Metadata<'static>) -> Interest {
+        Interest::sometimes()
+    }
+}
+
 /// Current settings plus the hooks that apply a new level, and a new layout of text lines, to
 /// the running subscriber.
 pub struct LogControl {
     settings: Mutex<LogSettings>,
     apply: Option<Reloader>,
+    severities: Arc<Severities>,
     /// The style of text lines; `None` for JSON lines, which keep their own layout.
     style: Option<Arc<AtomicU8>>,
 }
@@ -121,8 +175,10 @@ pub struct LogControl {
 impl LogControl {
     /// A control that records settings without a subscriber (tests).
     pub fn detached(level: &str) -> Self {
+        let settings = LogSettings::from_level(level);
         LogControl {
-            settings: Mutex::new(LogSettings::from_level(level)),
+            severities: Arc::new(Severities::of(&settings)),
+            settings: Mutex::new(settings),
             apply: None,
             style: None,
         }
@@ -138,6 +194,7 @@ impl LogControl {
         if let Some(apply) = &self.apply {
             apply(settings.filter());
         }
+        self.severities.set(&settings);
         let mut current = self.settings.lock();
         if let Some(style) = &self.style
             && settings.log_format != current.log_format
@@ -159,13 +216,20 @@ pub fn init(level: &str, format: &str) -> LogControl {
     let registry = tracing_subscriber::registry().with(filter);
     let json = format == "json";
     let style = Arc::new(AtomicU8::new(style_of(Layout::named(format))));
+    let mut settings = LogSettings::from_level(level);
+    if format == "ISO8601" {
+        settings.log_format = format.to_string();
+    }
+    let severities = Arc::new(Severities::of(&settings));
+    let gate = SeverityFilter(severities.clone());
     let result = if json {
         registry
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
                     .with_writer(std::io::stderr)
-                    .flatten_event(true),
+                    .flatten_event(true)
+                    .with_filter(gate),
             )
             .try_init()
     } else {
@@ -178,7 +242,8 @@ pub fn init(level: &str, format: &str) -> LogControl {
                         style: style.clone(),
                         escape: log_line::escape_from_env(),
                         text: Format::default(),
-                    }),
+                    })
+                    .with_filter(gate),
             )
             .try_init()
     };
@@ -188,13 +253,10 @@ pub fn init(level: &str, format: &str) -> LogControl {
     let apply: Reloader = Arc::new(move |level: &str| {
         let _ = handle.modify(|f| *f = EnvFilter::new(filter_directive(level)));
     });
-    let mut settings = LogSettings::from_level(level);
-    if format == "ISO8601" {
-        settings.log_format = format.to_string();
-    }
     LogControl {
         settings: Mutex::new(settings),
         apply: Some(apply),
+        severities,
         style: (!json).then_some(style),
     }
 }
@@ -212,9 +274,8 @@ mod tests {
     fn a_log_format_change_switches_text_lines_and_nothing_else_does() {
         let style = Arc::new(AtomicU8::new(TEXT));
         let control = LogControl {
-            settings: Mutex::new(LogSettings::from_level("info")),
-            apply: None,
             style: Some(style.clone()),
+            ..LogControl::detached("info")
         };
         let with = |format: &str, verbose: u32| LogSettings {
             log_format: format.into(),
@@ -231,5 +292,23 @@ mod tests {
         control.set(with("default", 0));
         assert_eq!(style.load(Ordering::Relaxed), TRITON_DEFAULT);
         assert_eq!(control.get().log_format, "default");
+    }
+
+    #[test]
+    fn each_severity_is_switched_on_its_own() {
+        let control = LogControl::detached("info");
+        let allowed = |c: &LogControl| {
+            [Level::ERROR, Level::WARN, Level::INFO, Level::DEBUG].map(|l| c.severities.allow(&l))
+        };
+        assert_eq!(allowed(&control), [true, true, true, true]);
+        control.set(LogSettings {
+            log_error: false,
+            log_info: false,
+            log_verbose_level: 1,
+            ..control.get()
+        });
+        // Warnings only, and the verbose (debug) lines the level filter lets through.
+        assert_eq!(allowed(&control), [false, true, false, true]);
+        assert_eq!(control.get().filter(), "debug");
     }
 }
