@@ -714,6 +714,15 @@ def l0_trace(c: Ctx, rows):
         rows["L0_trace trace_endpoint_test.py"] += c.unittest(mod, "trace_endpoint_test.py")
 
 
+def l0_logging(c: Ctx, rows):
+    """logging_endpoint_test.py, as test.sh runs it last: a server of `simple` with no logging
+    flags. (test.sh's other runs start Triton with --log-file, --log-verbose and the like and
+    grep its log; log_format_test.py starts Triton's own binary.)"""
+    with Server(c.target, c.out, ["simple"]):
+        rows["L0_logging logging_endpoint_test.py"] += c.unittest(
+            "L0_logging", "logging_endpoint_test.py")
+
+
 MODULES = {
     "L0_http": l0_http,
     "L0_shared_memory": l0_shared_memory,
@@ -721,6 +730,7 @@ MODULES = {
     "L0_client_timeout": l0_client_timeout,
     "L0_decoupled": l0_decoupled,
     "L0_trace": l0_trace,
+    "L0_logging": l0_logging,
 }
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run Triton's own QA test modules (L0_http, L0_shared_memory, L0_grpc, L0_client_timeout,
-# L0_decoupled, L0_trace; Python parts) against the sidecar with its built-in models and against a real
+# L0_decoupled, L0_trace, L0_logging; Python parts) against the sidecar with its built-in models and against a real
 # Triton 2.51 serving the same catalog (tests/upstream/make_triton_repo.py, python backend),
 # one server at a time on localhost:8000/8001 (the addresses the tests hard-code), and print
 # the table that docs/compatibility.md ("Triton's QA tests") shows. Not part of CI or
@@ -62,14 +62,15 @@ ref_of() { # GIT_DIR: BRANCH as the clone names it
   done
   log "$g has no $BRANCH"; exit 1
 }
-if [ ! -d "$QA_ROOT/qa/clients" ] || [ ! -d "$QA_ROOT/qa/L0_trace" ]; then
+if [ ! -d "$QA_ROOT/qa/clients" ] || [ ! -d "$QA_ROOT/qa/L0_logging" ]; then
   SERVER_GIT="$(git_dir server "${TRITON_SERVER_GIT:-}")"
   CLIENT_GIT="$(git_dir client "${TRITON_CLIENT_GIT:-}")"
   rm -rf "$QA_ROOT.tmp" && mkdir -p "$QA_ROOT.tmp/qa/clients"
   sref="$(ref_of "$SERVER_GIT")"
   cref="$(ref_of "$CLIENT_GIT")"
   git --git-dir="$SERVER_GIT" archive "$sref" qa/common qa/python_models/execute_delayed_model \
-    qa/L0_http qa/L0_shared_memory qa/L0_grpc qa/L0_client_timeout qa/L0_decoupled qa/L0_trace |
+    qa/L0_http qa/L0_shared_memory qa/L0_grpc qa/L0_client_timeout qa/L0_decoupled qa/L0_trace \
+    qa/L0_logging |
     tar -x -C "$QA_ROOT.tmp"
   git --git-dir="$CLIENT_GIT" archive "$cref" src/python/examples | tar -x -C "$QA_ROOT.tmp"
   mv "$QA_ROOT.tmp"/src/python/examples/*.py "$QA_ROOT.tmp/qa/clients/"
