@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import struct
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
 import numpy as np
+import pytest
 
 # --------------------------------------------------------------------------- catalog
 # The built-in models (names and contracts mirror Triton's example models).
 # dtype -> numpy dtype for identity_<dtype>. BF16 is carried as float32 by
 # tritonclient (serialized as the upper 16 bits).
+# Where the suite runs: INFERGATE_BACKEND=upstream-<server> puts the sidecar in front of a model
+# server; INFERGATE_HTTP_URL points the suite at a server that is already running.
+UPSTREAM = os.environ.get("INFERGATE_BACKEND", "").strip().lower().startswith("upstream")
+local_models = pytest.mark.skipif(
+    UPSTREAM, reason="an upstream's models are loaded and unloaded in its model container")
+own_sidecars = pytest.mark.skipif(
+    bool(os.environ.get("INFERGATE_HTTP_URL")),
+    reason="starts sidecars of its own; the suite is pointed at a running server",
+)
+
 IDENTITY_DTYPES = {
     "BOOL": np.bool_,
     "UINT8": np.uint8,

@@ -8,19 +8,15 @@ Each test leaves `simple` loaded with its own configuration.
 
 import base64
 import json
-import os
 import time
 
 import pytest
 from tritonclient.grpc import service_pb2
 
-from support import assert_serving, grpc_error, simple_json_request
+from support import UPSTREAM, assert_serving, grpc_error, local_models, simple_json_request
 
-UPSTREAM = os.environ.get("INFERGATE_BACKEND", "").strip().lower().startswith("upstream")
 POLL_FAILED = "failed to load '{}', failed to poll from model repository"
 
-local_models = pytest.mark.skipif(
-    UPSTREAM, reason="an upstream's models are loaded and unloaded in its model container")
 
 
 def load_http(raw_http, model, body=b""):

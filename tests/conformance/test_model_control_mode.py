@@ -4,7 +4,6 @@ enabled", checked once the request is read (a file override gets the same answer
 inference keep working. Sidecar-specific setup: the test starts its own sidecar in each mode, so it
 is skipped when the suite is pointed at a running server."""
 
-import os
 
 import pytest
 import requests
@@ -12,13 +11,11 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 import conftest
+from support import own_sidecars
 
 MESSAGE = "explicit model load / unload is not allowed if polling is enabled"
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("INFERGATE_HTTP_URL")),
-    reason="starts sidecars of its own; the suite is pointed at a running server",
-)
+pytestmark = own_sidecars
 
 
 @pytest.fixture(scope="module", params=[None, "none", "poll"], ids=["default", "none", "poll"])

@@ -1,14 +1,13 @@
 """Repository index and logging settings (HTTP + gRPC)."""
 
 import json
-import os
 import re
 
 import pytest
 import requests
 from tritonclient.grpc import service_pb2
 
-from support import MODELS
+from support import MODELS, own_sidecars
 
 
 def test_repository_index(raw_http):
@@ -165,8 +164,7 @@ ISO8601_LINE = re.compile(r"(?P<timestamp>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z) 
                           r"(?P<pid>\d+) (?P<file>.+):(?P<line>\d+)] (?P<message>.*)")
 
 
-@pytest.mark.skipif(bool(os.environ.get("INFERGATE_HTTP_URL")),
-                    reason="starts a sidecar of its own; the suite is pointed at a running server")
+@own_sidecars
 def test_log_lines_follow_the_log_format_setting(tmp_path):
     """Started with Triton's `--log-format default`, lines are in Triton's default layout with
     the message as a JSON string; `log_format` set to ISO8601 switches the lines that follow."""

@@ -21,11 +21,9 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import conftest
+from support import own_sidecars
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("INFERGATE_HTTP_URL")),
-    reason="starts sidecars of its own; the suite is pointed at a running server",
-)
+pytestmark = own_sidecars
 
 PREFIX = "triton-grpc-protocol-"
 FLAGS = [

@@ -21,10 +21,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-UPSTREAM = os.environ.get("INFERGATE_BACKEND", "").strip().lower().startswith("upstream")
+from support import local_models
+
 BACKEND = os.environ.get("INFERGATE_BACKEND", "").strip().lower()
-local_models = pytest.mark.skipif(
-    UPSTREAM, reason="an upstream's models are loaded and unloaded in its model container")
 
 MODEL = "custom_identity_int32"
 DELAY_MS = 1000

@@ -24,15 +24,13 @@ import grpc
 import conftest
 from seq_support import (EXAMPLE_VALUES, expected_outputs, grpc_seq_request, http_output,
                          http_seq, start_error, steps_of, unique_id)
+from support import own_sidecars
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from ports import free_ports  # noqa: E402
 from rendezvous import owner  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    bool(os.environ.get("INFERGATE_HTTP_URL")),
-    reason="starts sidecars of its own; the suite is pointed at a running server",
-)
+pytestmark = own_sidecars
 
 MODELS = ("simple_sequence", "sequence_accumulator", "simple_string_dyna_sequence")
 

@@ -34,11 +34,9 @@ from tritonclient import utils
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException
 
-from support import SIMPLE_A, SIMPLE_B, assert_serving, binary_body, grpc_error, raw_request
+from support import (SIMPLE_A, SIMPLE_B, assert_serving, binary_body, grpc_error, local_models,
+                     raw_request)
 
-UPSTREAM = os.environ.get("INFERGATE_BACKEND", "").strip().lower().startswith("upstream")
-local_models = pytest.mark.skipif(
-    UPSTREAM, reason="an upstream's models are loaded in its model container")
 
 A_BYTES = SIMPLE_A.tobytes()  # 64 bytes: INPUT0 of `simple`
 B_BYTES = SIMPLE_B.tobytes()  # 64 bytes: INPUT1 of `simple`

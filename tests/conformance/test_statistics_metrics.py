@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2
 
-from support import MODELS, grpc_error, raw_request, simple_json_request
+from support import MODELS, grpc_error, local_models, raw_request, simple_json_request
 
 DURATIONS = ["success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss"]
 
@@ -205,9 +205,6 @@ def test_metrics_failure_line_as_triton_writes_it(metrics_url):
 
 # --------------------------------------------------------------------------- across loads
 RELOADED = "custom_identity_int32"
-local_models = pytest.mark.skipif(
-    __import__("os").environ.get("INFERGATE_BACKEND", "").strip().lower().startswith("upstream"),
-    reason="an upstream's models are loaded and unloaded in its model container")
 
 
 def reloaded_metric(metrics_url, family):

@@ -25,6 +25,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import conftest
+from support import own_sidecars
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import otlp_receiver  # noqa: E402
@@ -38,10 +39,6 @@ TRITON_DEFAULT = {
     "trace_mode": "triton",
 }
 
-own_sidecars = pytest.mark.skipif(
-    bool(os.environ.get("INFERGATE_HTTP_URL")),
-    reason="starts sidecars of its own; the suite is pointed at a running server",
-)
 
 
 def post(http_url, path, body):

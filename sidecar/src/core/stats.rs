@@ -87,7 +87,7 @@ impl Snapshot {
 /// What a model's earlier loads counted, which its metrics go on from. Triton's metrics outlive
 /// a reload (a load of a loaded model): the new model shares the old one's reporter, so its
 /// counters go on, while its statistics (the extension) start again. An unload ends them.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct EarlierLoads {
     /// The counts of loads no request can reach any more, added up.
     settled: Snapshot,

@@ -159,45 +159,47 @@ impl Table {
         regions
     }
 
-    /// Unregisters `name`: at once when no request uses it, otherwise when the last one ends.
-    fn unregister(&self, regions: &mut Regions, name: &str) {
-        let Some(entry) = regions.get_mut(name) else {
-            return;
-        };
-        if Arc::strong_count(&entry.region) == 1 {
-            self.remove(regions, name);
-        } else if !entry.awaiting_unregister {
-            entry.awaiting_unregister = true;
-            self.awaiting.fetch_add(1, Ordering::AcqRel);
-            tracing::debug!(
-                region = name,
-                "shared memory region will be unregistered after in-flight requests complete"
-            );
-        }
+    /// Unregisters the regions `wanted` picks: at once those no request uses, the others when
+    /// the last request using them ends (marked until then).
+    fn unregister(&self, regions: &mut Regions, wanted: impl Fn(&str, &Registered) -> bool) {
+        regions.retain(|name, entry| {
+            if !wanted(name, entry) {
+                return true;
+            }
+            if Arc::strong_count(&entry.region) == 1 {
+                self.forget(entry);
+                return false;
+            }
+            if !entry.awaiting_unregister {
+                entry.awaiting_unregister = true;
+                self.awaiting.fetch_add(1, Ordering::AcqRel);
+                tracing::debug!(
+                    region = name,
+                    "shared memory region will be unregistered after in-flight requests complete"
+                );
+            }
+            true
+        });
     }
 
-    fn remove(&self, regions: &mut Regions, name: &str) -> Option<Arc<Region>> {
-        let entry = regions.remove(name)?;
+    /// Accounts for `entry` leaving the table.
+    fn forget(&self, entry: &Registered) {
         if entry.awaiting_unregister {
             self.awaiting.fetch_sub(1, Ordering::AcqRel);
         }
-        Some(entry.region)
     }
 
     /// Removes the waiting registrations no request uses, counting `ending` (a request's hold
     /// that is about to be dropped) as not using its region.
     fn remove_where(&self, regions: &mut Regions, ending: impl Fn(&Arc<Region>) -> bool) {
-        let done: Vec<String> = regions
-            .iter()
-            .filter(|(_, e)| {
-                let holders = Arc::strong_count(&e.region) - usize::from(ending(&e.region));
-                e.awaiting_unregister && holders == 1
-            })
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in done {
-            self.remove(regions, &name);
-        }
+        regions.retain(|_, entry| {
+            let holders = Arc::strong_count(&entry.region) - usize::from(ending(&entry.region));
+            let done = entry.awaiting_unregister && holders == 1;
+            if done {
+                self.forget(entry);
+            }
+            !done
+        });
     }
 
     /// A request lets go of `region`: the unregistration it was the last user of is completed.
@@ -279,8 +281,9 @@ impl Registry {
         if regions
             .get(name)
             .is_some_and(|r| Arc::ptr_eq(&r.region, region))
+            && let Some(entry) = regions.remove(name)
         {
-            self.table.remove(&mut regions, name);
+            self.table.forget(&entry);
         }
     }
 
@@ -376,18 +379,9 @@ impl Registry {
             return Err(Error::unsupported(DISABLED));
         }
         let mut regions = self.table.lock();
-        let names: Vec<String> = match name {
-            Some(n) if regions.get(n).is_some_and(|r| r.region.kind() == kind) => vec![n.into()],
-            Some(_) => Vec::new(),
-            None => regions
-                .iter()
-                .filter(|(_, r)| r.region.kind() == kind)
-                .map(|(n, _)| n.clone())
-                .collect(),
-        };
-        for n in names {
-            self.table.unregister(&mut regions, &n);
-        }
+        self.table.unregister(&mut regions, |n, r| {
+            r.region.kind() == kind && name.is_none_or(|wanted| wanted == n)
+        });
         Ok(())
     }
 
