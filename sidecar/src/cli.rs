@@ -9,6 +9,9 @@ use infergate_proto::config::{BackendConfig, ModelControlMode, SidecarConfig, Up
 #[command(
     name = "infergate-sidecar",
     version,
+    // A flag may be shortened to any prefix that names it alone, as Triton's (getopt's) may:
+    // its QA starts it with `--log-warn`.
+    infer_long_args = true,
     about = "The Open Inference Protocol (KServe V2) with Triton's extensions, over REST and gRPC"
 )]
 pub struct Args {
@@ -36,6 +39,21 @@ pub struct Args {
     /// text, json, or Triton's line layouts default and ISO8601 (the last one given wins).
     #[arg(long, overrides_with = "log_format")]
     pub log_format: Option<String>,
+    /// Info lines on or off (Triton's flag: true, false, on, off, 1 or 0).
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    pub log_info: Option<bool>,
+    /// Warning lines on or off.
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    pub log_warning: Option<bool>,
+    /// Error lines on or off.
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    pub log_error: Option<bool>,
+    /// Triton's verbose level: 1 adds debug lines, 2 trace lines, 0 none (true is 1, false 0).
+    #[arg(long, value_name = "N", value_parser = triton_verbose_level)]
+    pub log_verbose: Option<u32>,
+    /// Append log lines to this file instead of writing them to stderr.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<String>,
     /// Name reported by server metadata (default "triton", which Triton's clients expect).
     #[arg(long)]
     pub server_name: Option<String>,
@@ -186,6 +204,13 @@ impl Args {
         if let Some(v) = &self.log_format {
             s.log_format = v.clone();
         }
+        s.log_info = self.log_info.or(s.log_info);
+        s.log_warning = self.log_warning.or(s.log_warning);
+        s.log_error = self.log_error.or(s.log_error);
+        s.log_verbose = self.log_verbose.or(s.log_verbose);
+        if let Some(v) = &self.log_file {
+            s.log_file = Some(v.clone());
+        }
         if let Some(v) = &self.server_name {
             s.name = v.clone();
         }
@@ -250,6 +275,28 @@ impl Args {
         if let Some(v) = self.max_grpc_message_bytes {
             config.limits.max_grpc_message_bytes = v;
         }
+    }
+}
+
+/// A boolean as Triton's flags read one: true, on or 1, false, off or 0, in any case.
+fn triton_bool(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "on" | "1" => Ok(true),
+        "false" | "off" | "0" => Ok(false),
+        _ => Err(format!("invalid value for bool option: {value}")),
+    }
+}
+
+/// `--log-verbose`'s value as Triton reads it: true is 1, false 0, otherwise a number (a
+/// negative one turns verbose lines off, as any level below 1 does in Triton).
+fn triton_verbose_level(value: &str) -> Result<u32, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" => Ok(1),
+        "false" => Ok(0),
+        number => number
+            .parse::<i32>()
+            .map(|level| level.max(0) as u32)
+            .map_err(|_| format!("Invalid option value. Got {value}")),
     }
 }
 
@@ -349,6 +396,40 @@ mod tests {
             .unwrap()
             .apply(&mut kept);
         assert_eq!(kept.server.http_restricted_api, ["logging:a=b"]);
+    }
+
+    #[test]
+    fn tritons_log_flags_read_its_words_and_set_the_log_settings() {
+        let config = applied(&[
+            "--log-info=OFF",
+            "--log-warning",
+            "1",
+            "--log-error=false",
+            "--log-verbose=true",
+            "--log-file=/tmp/sidecar.log",
+        ]);
+        let s = &config.server;
+        assert_eq!(
+            (s.log_info, s.log_warning, s.log_error),
+            (Some(false), Some(true), Some(false))
+        );
+        assert_eq!(s.log_verbose, Some(1));
+        assert_eq!(s.log_file.as_deref(), Some("/tmp/sidecar.log"));
+        assert_eq!(applied(&["--log-verbose=-3"]).server.log_verbose, Some(0));
+        assert_eq!(applied(&["--log-verbose=2"]).server.log_verbose, Some(2));
+        assert_eq!(applied(&[]).server.log_info, None);
+        // Shortened as getopt lets Triton's users shorten them.
+        assert_eq!(
+            applied(&["--log-warn=false"]).server.log_warning,
+            Some(false)
+        );
+        assert!(Args::try_parse_from(["infergate-sidecar", "--log=1"]).is_err());
+        for bad in [&["--log-info=yes"][..], &["--log-verbose=loud"]] {
+            let parsed = Args::try_parse_from(
+                std::iter::once("infergate-sidecar").chain(bad.iter().copied()),
+            );
+            assert!(parsed.is_err(), "{bad:?} was taken");
+        }
     }
 
     #[test]

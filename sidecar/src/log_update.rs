@@ -107,6 +107,7 @@ mod tests {
 
     fn settings() -> LogSettings {
         LogSettings {
+            log_file: String::new(),
             log_info: true,
             log_warning: true,
             log_error: true,

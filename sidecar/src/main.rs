@@ -62,7 +62,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let log = telemetry::init(&config.server.log_level, &config.server.log_format);
+        let log = telemetry::init(&config.server);
         match &malloc_tuning {
             allocator::Tuning::Failed(reason) => tracing::warn!(
                 %reason,
@@ -85,6 +85,10 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        // Triton's own lines, which scripts and tools wait for in its log.
+        tracing::info!("Started GRPCInferenceService at {}", running.addrs.grpc);
+        tracing::info!("Started HTTPService at {}", running.addrs.http);
+        tracing::info!("Started Metrics Service at {}", running.addrs.metrics);
         tracing::info!(
             http_addr = %running.addrs.http,
             grpc_addr = %running.addrs.grpc,
@@ -95,7 +99,11 @@ fn main() -> ExitCode {
             "infergate-sidecar is serving"
         );
         termination.wait().await;
-        tracing::info!("shutting down: readiness is false, draining in-flight requests");
+        tracing::info!(
+            readiness = false,
+            grace_seconds = config.server.shutdown_grace_seconds,
+            "Waiting for in-flight requests to complete."
+        );
         running
             .shutdown(Duration::from_secs(config.server.shutdown_grace_seconds))
             .await;

@@ -3,15 +3,19 @@
 //! Request payloads are never logged.
 
 use std::fmt;
+use std::fs::OpenOptions;
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::SystemTime;
 
+use infergate_proto::config::ServerSettings;
 use parking_lot::Mutex;
 use tracing::subscriber::Interest;
 use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::{Format, Writer};
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::layer::{Context, Filter, Layer as _, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
@@ -23,6 +27,8 @@ use crate::log_line::{self, Layout};
 /// Triton's log settings, as `/v2/logging` reports them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogSettings {
+    /// Where lines go: a file's path, or empty for stderr. Set at start only.
+    pub log_file: String,
     pub log_info: bool,
     pub log_warning: bool,
     pub log_error: bool,
@@ -31,6 +37,19 @@ pub struct LogSettings {
 }
 
 impl LogSettings {
+    /// The settings a start gives: the level's, then Triton's switches over them.
+    fn at_start(server: &ServerSettings) -> Self {
+        let mut settings = LogSettings::from_level(&server.log_level);
+        settings.log_info = server.log_info.unwrap_or(settings.log_info);
+        settings.log_warning = server.log_warning.unwrap_or(settings.log_warning);
+        settings.log_error = server.log_error.unwrap_or(settings.log_error);
+        settings.log_verbose_level = server.log_verbose.unwrap_or(settings.log_verbose_level);
+        if server.log_format == "ISO8601" {
+            settings.log_format = server.log_format.clone();
+        }
+        settings
+    }
+
     fn from_level(level: &str) -> Self {
         let (info, warn, verbose) = match level {
             "error" => (false, false, 0),
@@ -40,6 +59,7 @@ impl LogSettings {
             _ => (true, true, 0),
         };
         LogSettings {
+            log_file: String::new(),
             log_info: info,
             log_warning: warn,
             log_error: true,
@@ -208,18 +228,31 @@ impl LogControl {
     }
 }
 
-/// Installs the global subscriber. `level` is one of error, warn, info, debug, trace; `format`
-/// one of text, json, or Triton's layouts `default` and `ISO8601`.
-pub fn init(level: &str, format: &str) -> LogControl {
-    let filter = EnvFilter::new(filter_directive(level));
+/// Installs the global subscriber, with the server's log settings: its level and Triton's
+/// switches, its line format (text, json, or Triton's layouts `default` and `ISO8601`) and where
+/// lines go (stderr, or appended to `log_file`; one that cannot be opened leaves them on stderr,
+/// with a warning, as Triton goes on without it).
+pub fn init(server: &ServerSettings) -> LogControl {
+    let mut settings = LogSettings::at_start(server);
+    let (writer, file_error) = match server.log_file.as_deref().filter(|f| !f.is_empty()) {
+        None => (BoxMakeWriter::new(std::io::stderr), None),
+        Some(path) => match OpenOptions::new().create(true).append(true).open(path) {
+            Ok(file) => {
+                settings.log_file = path.to_string();
+                (BoxMakeWriter::new(Arc::new(file)), None)
+            }
+            Err(e) => (
+                BoxMakeWriter::new(std::io::stderr),
+                Some(format!("{path}: {e}")),
+            ),
+        },
+    };
+    let to_terminal = settings.log_file.is_empty() && std::io::stderr().is_terminal();
+    let filter = EnvFilter::new(filter_directive(settings.filter()));
     let (filter, handle) = reload::Layer::new(filter);
     let registry = tracing_subscriber::registry().with(filter);
-    let json = format == "json";
-    let style = Arc::new(AtomicU8::new(style_of(Layout::named(format))));
-    let mut settings = LogSettings::from_level(level);
-    if format == "ISO8601" {
-        settings.log_format = format.to_string();
-    }
+    let json = server.log_format == "json";
+    let style = Arc::new(AtomicU8::new(style_of(Layout::named(&server.log_format))));
     let severities = Arc::new(Severities::of(&settings));
     let gate = SeverityFilter(severities.clone());
     let result = if json {
@@ -227,7 +260,7 @@ pub fn init(level: &str, format: &str) -> LogControl {
             .with(
                 tracing_subscriber::fmt::layer()
                     .json()
-                    .with_writer(std::io::stderr)
+                    .with_writer(writer)
                     .flatten_event(true)
                     .with_filter(gate),
             )
@@ -236,8 +269,8 @@ pub fn init(level: &str, format: &str) -> LogControl {
         registry
             .with(
                 tracing_subscriber::fmt::layer()
-                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                    .with_writer(std::io::stderr)
+                    .with_ansi(to_terminal)
+                    .with_writer(writer)
                     .event_format(Lines {
                         style: style.clone(),
                         escape: log_line::escape_from_env(),
@@ -249,6 +282,9 @@ pub fn init(level: &str, format: &str) -> LogControl {
     };
     if let Err(err) = result {
         eprintln!("logging was already initialized: {err}");
+    }
+    if let Some(error) = file_error {
+        tracing::warn!(%error, "cannot open the log file; logging to stderr");
     }
     let apply: Reloader = Arc::new(move |level: &str| {
         let _ = handle.modify(|f| *f = EnvFilter::new(filter_directive(level)));

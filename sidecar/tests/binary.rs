@@ -137,7 +137,11 @@ fn serves_on_chosen_ports_and_drains_on_sigterm() {
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status}");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    assert!(rest.iter().any(|l| l.contains("shutting down")), "{rest:?}");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("Waiting for in-flight requests to complete.")),
+        "{rest:?}"
+    );
 }
 
 /// Runs the binary on a configuration file holding `yaml`; returns its exit code and stderr.

@@ -1,13 +1,21 @@
 """Repository index and logging settings (HTTP + gRPC)."""
 
 import json
+import os
 import re
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import requests
 from tritonclient.grpc import service_pb2
 
 from support import MODELS, own_sidecars
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from ports import free_ports  # noqa: E402
 
 
 def test_repository_index(raw_http):
@@ -193,3 +201,70 @@ def test_log_lines_follow_the_log_format_setting(tmp_path):
     for line in after:
         assert ISO8601_LINE.fullmatch(line), line
     assert any('"model loaded" model=simple' in line for line in after), after
+
+
+@own_sidecars
+def test_tritons_log_flags_set_the_start_settings_and_write_the_log_file(tmp_path):
+    """Triton's start flags `--log-file`, `--log-verbose`, `--log-info`, as its QA's L0_logging
+    test.sh uses them: the settings report them, the lines go to the file (appended) and not to
+    stderr, each HTTP request is a verbose line while verbose logging is on, info lines follow
+    `log_info`, and a stop is logged with Triton's words."""
+    import conftest
+
+    log_file = tmp_path / "log_file.log"
+    log_file.write_text("an earlier line\n")
+    http_port, grpc_port, metrics_port = free_ports(3)
+    binary = os.environ.get("INFERGATE_SIDECAR_BIN", str(conftest.DEFAULT_SIDECAR_BIN))
+    stderr_path = tmp_path / "stderr.log"
+    with open(stderr_path, "wb") as stderr:
+        proc = subprocess.Popen(
+            [binary, "--host", "127.0.0.1", "--http-port", str(http_port),
+             "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
+             "--admin-port", "0", "--log-format", "default", f"--log-file={log_file}",
+             "--log-verbose=1", "--log-info=false"],
+            stdout=stderr, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    http = f"http://127.0.0.1:{http_port}"
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                if requests.get(f"{http}/v2/health/ready", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert proc.poll() is None and time.time() < deadline, stderr_path.read_text()
+            time.sleep(0.1)
+        settings = requests.get(f"{http}/v2/logging", timeout=10).json()
+        assert settings == {"log_file": str(log_file), "log_info": False, "log_warning": True,
+                            "log_error": True, "log_verbose_level": 1, "log_format": "default"}
+        requests.get(f"{http}/v2/logging", timeout=10)
+        lines = log_file.read_text().splitlines()
+        assert lines[0] == "an earlier line"
+        assert sum("/v2/logging" in line for line in lines) == 2, lines
+        # Info lines are off: Triton's start lines are not there.
+        assert not any("Started HTTPService at" in line for line in lines), lines
+        changed = requests.post(f"{http}/v2/logging",
+                                json={"log_verbose_level": 0, "log_info": True}, timeout=10)
+        assert changed.status_code == 200, changed.text
+        requests.get(f"{http}/v2/logging", timeout=10)
+        assert sum("/v2/logging" in line for line in log_file.read_text().splitlines()) == 3
+    finally:
+        conftest._stop(proc)
+    lines = log_file.read_text().splitlines()
+    for line in lines[1:]:
+        assert DEFAULT_LINE.fullmatch(line), line
+    assert sum("Waiting for in-flight requests to complete." in line for line in lines) == 1, lines
+    assert stderr_path.read_text() == ""
+
+
+@own_sidecars
+def test_the_start_lines_name_tritons_services(tmp_path):
+    """The lines scripts wait for in Triton's log, with the addresses bound."""
+    import conftest
+
+    server = conftest._start_sidecar(tmp_path, extra_args=["--log-format", "default"])
+    conftest._stop(server.process)
+    text = server.log_path.read_text()
+    for service, addr in [("GRPCInferenceService", server.grpc), ("HTTPService", server.http)]:
+        assert re.search(rf'"Started {service} at [^"]*:{addr.rsplit(":", 1)[1]}"', text), text
+    assert '"Started Metrics Service at ' in text

@@ -44,8 +44,23 @@ pub struct ServerSettings {
     pub admin_port: u16,
     /// `error`, `warn`, `info`, `debug` or `trace`.
     pub log_level: String,
-    /// `text` or `json`.
+    /// `text`, `json`, or Triton's line layouts `default` and `ISO8601`.
     pub log_format: String,
+    /// Triton's `--log-info`, `--log-warning` and `--log-error`: info, warning and error lines
+    /// each on or off, over what `log_level` implies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_info: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_warning: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_error: Option<bool>,
+    /// Triton's `--log-verbose`: 1 adds debug lines, 2 and more trace lines; 0 none (over what
+    /// `log_level` implies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_verbose: Option<u32>,
+    /// Triton's `--log-file`: log lines are appended to this file instead of written to stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_file: Option<String>,
     /// How long in-flight requests may take to finish after SIGTERM, in seconds.
     pub shutdown_grace_seconds: u64,
     /// Let clients register shared-memory regions (off by default, as in Triton).
@@ -125,7 +140,12 @@ impl Default for ServerSettings {
             metrics_port: 8002,
             admin_port: 8003,
             log_level: "info".to_string(),
-            log_format: "text".to_string(),
+            log_format: "default".to_string(),
+            log_info: None,
+            log_warning: None,
+            log_error: None,
+            log_verbose: None,
+            log_file: None,
             shutdown_grace_seconds: 30,
             allow_client_shm: false,
             model_control_mode: ModelControlMode::None,

@@ -69,6 +69,8 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The verbose line for each call (`--log-verbose=1`), as Triton logs its handlers'.
+        tracing::debug!("gRPC request: {}", request.uri().path());
         match Self::route(request.uri().path()) {
             Route::Inference => Either::Left(Either::Left(self.inference.call(request))),
             Route::Health => Either::Left(Either::Right(self.health.call(request))),

@@ -529,10 +529,7 @@ impl GrpcInferenceService for Inference {
             parameter_choice: Some(c),
         };
         let settings = HashMap::from([
-            (
-                "log_file".to_string(),
-                entry(Out::StringParam(String::new())),
-            ),
+            ("log_file".to_string(), entry(Out::StringParam(s.log_file))),
             ("log_info".to_string(), entry(Out::BoolParam(s.log_info))),
             (
                 "log_warning".to_string(),

@@ -75,8 +75,10 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // Triton refuses a restricted API before it looks at anything else.
         let path = request.uri().path();
+        // Triton's verbose line for each request (`--log-verbose=1`).
+        tracing::debug!("HTTP request: {} {path}", request.method());
+        // Triton refuses a restricted API before it looks at anything else.
         if let Some(refused) =
             restricted::refusal(&self.state.http_restricted, path, request.headers())
         {

@@ -14,7 +14,7 @@ use crate::telemetry::LogSettings;
 
 fn logging_json(s: &LogSettings) -> J {
     json!({
-        "log_file": "", "log_info": s.log_info, "log_warning": s.log_warning, "log_error": s.log_error,
+        "log_file": s.log_file, "log_info": s.log_info, "log_warning": s.log_warning, "log_error": s.log_error,
         "log_verbose_level": s.log_verbose_level, "log_format": s.log_format,
     })
 }
