@@ -21,6 +21,7 @@ Environment (run.sh sets it):
                   tritonserver, its backends, PATH and LD_LIBRARY_PATH for the python backend,
                   and the repository written by tests/upstream/make_triton_repo.py
   HEALTH_PROBE    optional grpc-health-probe binary (L0_grpc's health-probe check)
+  LANG_CLIENTS    the Go, JavaScript and Java example clients, built by build-lang-clients.sh
 
 Also usable as the unittest runner: run.py --unittest FILE RESULT_JSON [TEST_NAME...]
 """
@@ -714,13 +715,216 @@ def l0_trace(c: Ctx, rows):
         rows["L0_trace trace_endpoint_test.py"] += c.unittest(mod, "trace_endpoint_test.py")
 
 
+TRITON_LINE = re.compile(r"^[IWEV][0-9]{4}.*")  # test.sh's `grep -c ^[IWEV][0-9][0-9][0-9][0-9].*`
+
+
 def l0_logging(c: Ctx, rows):
-    """logging_endpoint_test.py, as test.sh runs it last: a server of `simple` with no logging
-    flags. (test.sh's other runs start Triton with --log-file, --log-verbose and the like and
-    grep its log; log_format_test.py starts Triton's own binary.)"""
+    """L0_logging's test.sh: its server runs with the logging flags (--log-file, --log-verbose,
+    --log-info, --log-warning, --log-error, --log-format, and --log-warn as test.sh spells it),
+    each check judged as test.sh judges it, then logging_endpoint_test.py on a server of `simple`
+    with no logging flags, as test.sh runs it last. The Python example clients stand in for
+    test.sh's C++ ones, as in L0_trace. Not run: log_format_test.py (it starts Triton's own
+    binary). test.sh's date checks after --log-format compare with a variable it never sets, so
+    they cannot fail; here the first line's layout (ISO8601) and the last one's after the
+    change (default) are checked instead."""
+    row = "L0_logging test.sh server-flag checks"
+    log_file = c.out / "log_file.log"
+
+    def case(name, ok, why=""):
+        rows[row].append((name, "pass" if ok else "fail", "" if ok else str(why)[:300]))
+
+    def verify(name, file, info, warn, error, verbose, fmt):  # verify_correct_settings
+        status, text = http("GET", "/v2/logging")
+        text = text.decode(errors="replace")
+        try:
+            got = json.loads(text)
+        except ValueError:
+            got = {}
+        wanted = dict(log_file=file, log_info=info, log_warning=warn, log_error=error,
+                      log_verbose_level=verbose, log_format=fmt)
+        case(f"{name}: settings", status == 200 and all(got.get(k) == v for k, v in wanted.items()),
+             f"{status} {text}")
+
+    def post(body):
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        status, text = http("POST", "/v2/logging", raw)
+        return status, text.decode(errors="replace")
+
+    def clients(name):
+        for client in ("simple_http_infer_client.py", "simple_grpc_infer_client.py"):
+            rc, text = c.run([c.py, str(c.qa / "clients" / client)], c.qa / "clients")
+            case(f"{name}: {client}", rc == 0, text.strip().splitlines()[-1:] if rc else "")
+
+    def lines_of(path):
+        return path.read_text(errors="replace").splitlines() if path.exists() else []
+
+    def triton_lines(path):
+        return sum(1 for line in lines_of(path) if TRITON_LINE.match(line))
+
+    def count(words, path=log_file):
+        return sum(1 for line in lines_of(path) if words in line)
+
+    with Server(c.target, c.out, ["simple"]) as server:
+        verify("default", "", True, True, True, 0, "default")
+        clients("default")
+    n = len(lines_of(server.log_path))
+    case("default: more than 30 lines on the console", n > 30, f"{n} lines")
+
+    log_file.unlink(missing_ok=True)
+    with Server(c.target, c.out, ["simple"], both_args=["--log-file=log_file.log"]) as server:
+        verify("log file", "log_file.log", True, True, True, 0, "default")
+        clients("log file")
+    n = triton_lines(log_file)
+    case("log file: at least 19 lines in the file", n >= 19, f"{n} lines")
+    n = triton_lines(server.log_path)
+    case("log file: none on the console", n == 0, f"{n} lines")
+
+    log_file.unlink(missing_ok=True)
+    with Server(c.target, c.out, ["simple"],
+                both_args=["--log-file=log_file.log", "--log-verbose=1"]) as server:
+        status, text = post({"log_file": "other_log.log"})
+        case("log file (dynamic): refused",
+             '"error":"log file location can not be updated through network protocol"' in text,
+             f"{status} {text}")
+        verify("log file (dynamic)", "log_file.log", True, True, True, 1, "default")
+        clients("log file (dynamic)")
+    n = triton_lines(log_file)
+    case("log file (dynamic): at least 75 lines in the file", n >= 75, f"{n} lines")
+    n = triton_lines(server.log_path)
+    case("log file (dynamic): none on the console", n == 0, f"{n} lines")
+
+    log_file.unlink(missing_ok=True)
+    with Server(c.target, c.out, ["simple"],
+                both_args=["--log-file=log_file.log", "--log-info=false", "--log-verbose=1"]):
+        verify("log info", "log_file.log", False, True, True, 1, "default")
+        clients("log info")
+        n = count("Started HTTPService at")
+        case("log info: no info line", n == 0, f"{n} lines")
+        post({"log_info": True})
+        verify("log info (dynamic)", "log_file.log", True, True, True, 1, "default")
+        clients("log info (dynamic)")
+    n = count("Waiting for in-flight requests to complete")
+    case("log info (dynamic): the stop's info line", n == 1, f"{n} lines")
+
+    with Server(c.target, c.out, ["simple"], both_args=["--log-warning=false"]):
+        verify("log warning", "", True, False, True, 0, "default")
+    with Server(c.target, c.out, ["simple"], both_args=["--log-error=false"]):
+        verify("log error", "", True, True, False, 0, "default")
+
+    log_file.unlink(missing_ok=True)
+    with Server(c.target, c.out, ["simple"],
+                both_args=["--log-file=log_file.log", "--log-verbose=1"]):
+        http("GET", "/v2/logging")
+        verify("log verbose", "log_file.log", True, True, True, 1, "default")
+        n = count("/v2/logging")
+        case("log verbose: both requests logged", n == 2, f"{n} lines")
+        post({"log_verbose_level": 0})
+        verify("log verbose (dynamic)", "log_file.log", True, True, True, 0, "default")
+        http("GET", "/v2/logging")
+        n = count("/v2/logging")
+        case("log verbose (dynamic): no more logged", n <= 3, f"{n} lines")
+
+    log_file.unlink(missing_ok=True)
+    with Server(c.target, c.out, ["simple"],
+                both_args=["--log-file=log_file.log", "--log-verbose=1", "--log-format=ISO8601"]):
+        verify("log format", "log_file.log", True, True, True, 1, "ISO8601")
+        first = (lines_of(log_file) or [""])[0]
+        case("log format: ISO8601 lines", re.match(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z ", first), first)
+        post({"log_format": "default"})
+        verify("log format (dynamic)", "log_file.log", True, True, True, 1, "default")
+        http("GET", "/v2/health/ready")
+        last = (lines_of(log_file) or [""])[-1]
+        case("log format (dynamic): default lines", TRITON_LINE.match(last), last)
+
+    with Server(c.target, c.out, ["simple"], both_args=['--log-warn=false']):
+        for param in ("log_info", "log_warning", "log_error"):
+            for label, body in (("integer", f'{{"{param}":1}}'), ("upper-case", f'{{"{param}":False}}'),
+                                ("string", f'{{"{param}":"false"}}')):
+                status, text = post(body.encode())
+                case(f"negative: {param} as {label} refused", status != 200, f"{status} {text}")
+            status, text = post({param: True})
+            case(f"negative: {param} true taken", status == 200, f"{status} {text}")
+        for label, value in (("-1", -1), ('"1"', "1")):
+            status, text = post({"log_verbose_level": value})
+            case(f"negative: log_verbose_level {label} refused", status != 200, f"{status} {text}")
+        status, text = post({"log_verbose_level": 0})
+        case("negative: log_verbose_level 0 taken", status == 200, f"{status} {text}")
+
     with Server(c.target, c.out, ["simple"]):
         rows["L0_logging logging_endpoint_test.py"] += c.unittest(
             "L0_logging", "logging_endpoint_test.py")
+
+
+def lang_clients() -> Path:
+    return Path(os.environ["LANG_CLIENTS"])
+
+
+def counted_line(words: str):
+    """test.sh's judgement of an example client in another language: exit status 0 and
+    `grep -c WORDS` of its output exactly 1."""
+    def check(rc, text):
+        n = sum(1 for l in text.splitlines() if words in l)
+        if rc != 0:
+            tail = [l for l in text.strip().splitlines() if l.strip()][-1:] or [""]
+            return False, f"rc={rc}: {tail[0][:400]}"
+        return n == 1, "" if n == 1 else f"{n} lines with {words!r}, test.sh wants 1"
+    return check
+
+
+def judged(c: Ctx, label: str, cmd, cwd, check=None):
+    rc, text = c.run(cmd, cwd)
+    ok, why = check(rc, text) if check else (rc == 0, f"rc={rc}")
+    if not ok and not why:
+        why = ([l for l in text.strip().splitlines() if l.strip()][-1:] or [""])[0][:400]
+    return [(label, "pass" if ok else "fail", "" if ok else why)]
+
+
+def l0_simple_go_client(c: Ctx, rows):
+    """grpc_simple_client.go (client repository, grpc_generated/go), stubs generated by protoc
+    as test.sh generates them; built once by build-lang-clients.sh, run as test.sh runs it."""
+    go = lang_clients() / "go"
+    with Server(c.target, c.out, ["simple"]):
+        rows["L0_simple_go_client grpc_simple_client.go"] += judged(
+            c, "grpc_simple_client.go", [str(go / "grpc_simple_client")], go,
+            counted_line("Checking Inference Outputs"))
+
+
+def l0_simple_nodejs_client(c: Ctx, rows):
+    """client.js (grpc_generated/javascript: @grpc/grpc-js with the protos loaded at run time)."""
+    js = lang_clients() / "javascript"
+    with Server(c.target, c.out, ["simple"]):
+        rows["L0_simple_nodejs_client client.js"] += judged(
+            c, "client.js", ["node", "client.js"], js, counted_line("Checking Inference Output"))
+
+
+def l0_client_java(c: Ctx, rows):
+    """test.sh's three clients: the gRPC examples in Java and Scala (grpc_generated/java, run
+    with Maven against localhost 8001) and the Java HTTP client's SimpleInferClient; besides
+    them, the HTTP client's two other examples (Triton's SDK ships them; no test.sh runs them
+    against a server): MemoryGrowthTest (100 inferences of custom_identity_int32, each on a new
+    client) and SimpleInferPerf (8 threads × 1000 inferences of simple, JSON and binary)."""
+    grpc_dir = lang_clients() / "java-grpc" / "examples"
+    jars = lang_clients() / "java-http" / "target" / "examples"
+    mvn = ["mvn", "-q", "-B", "exec:java", "-Dexec.args=localhost 8001"]
+    with Server(c.target, c.out, ["simple", "custom_identity_int32"]):
+        row = "L0_client_java example clients (gRPC Java and Scala, HTTP Java)"
+        rows[row] += judged(c, "SimpleJavaClient (gRPC)",
+                            mvn + ["-Dexec.mainClass=clients.SimpleJavaClient"], grpc_dir)
+        rows[row] += judged(c, "SimpleClient (gRPC, Scala)",
+                            mvn + ["-Dexec.mainClass=clients.SimpleClient"], grpc_dir)
+        rows[row] += judged(c, "SimpleInferClient.jar (HTTP)",
+                            ["java", "-jar", str(jars / "SimpleInferClient.jar")], jars)
+        extra = "L0_client_java the HTTP client's other examples (no test.sh)"
+        rows[extra] += judged(c, "MemoryGrowthTest.jar",
+                              ["java", "-jar", str(jars / "MemoryGrowthTest.jar")], jars)
+
+        def all_threads_done(rc, text):
+            done = sum(1 for l in text.splitlines() if "[TOTAL]" in l)
+            return rc == 0 and done == 8 and "Exception" not in text, f"rc={rc}, {done}/8 threads done"
+
+        rows[extra] += judged(c, "SimpleInferPerf.jar",
+                              ["java", "-jar", str(jars / "SimpleInferPerf.jar")], jars,
+                              all_threads_done)
 
 
 MODULES = {
@@ -731,6 +935,9 @@ MODULES = {
     "L0_decoupled": l0_decoupled,
     "L0_trace": l0_trace,
     "L0_logging": l0_logging,
+    "L0_simple_go_client": l0_simple_go_client,
+    "L0_simple_nodejs_client": l0_simple_nodejs_client,
+    "L0_client_java": l0_client_java,
 }
 
 
@@ -748,6 +955,11 @@ def main() -> int:
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
             rows: dict = collections.defaultdict(list)
+            for row, by_target in list(results.items()):  # this module's last results
+                if row.startswith(module + " "):
+                    by_target.pop(target, None)
+                    if not by_target:
+                        del results[row]
             log(f"{target}: {module}")
             t0 = time.time()
             try:

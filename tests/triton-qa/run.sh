@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run Triton's own QA test modules (L0_http, L0_shared_memory, L0_grpc, L0_client_timeout,
-# L0_decoupled, L0_trace, L0_logging; Python parts) against the sidecar with its built-in models and against a real
+# L0_decoupled, L0_trace, L0_logging: Python parts; L0_simple_go_client,
+# L0_simple_nodejs_client, L0_client_java: Triton's example clients in other languages) against the sidecar with its built-in models and against a real
 # Triton 2.51 serving the same catalog (tests/upstream/make_triton_repo.py, python backend),
 # one server at a time on localhost:8000/8001 (the addresses the tests hard-code), and print
 # the table that docs/compatibility.md ("Triton's QA tests") shows. Not part of CI or
@@ -9,10 +10,11 @@
 # is Triton's own, so the sidecar serves it from a Triton upstream).
 #
 # Triton's test code is not in this project. It is read from Triton's git repositories,
-# branch r24.10 (Triton 2.51): set TRITON_SERVER_GIT and TRITON_CLIENT_GIT to local clones
-# (bare or not) of github.com/triton-inference-server/server and .../client; when they are
-# unset, the two branches are cloned once, shallow, into $QA_CACHE (the only network access
-# besides pip and apt; see docs/compatibility.md). The files are extracted into
+# branch r24.10 (Triton 2.51): set TRITON_SERVER_GIT, TRITON_CLIENT_GIT and TRITON_COMMON_GIT
+# to local clones (bare or not) of github.com/triton-inference-server/server, .../client and
+# .../common (the protos, for the other-language clients); when they are unset, the branches
+# are cloned once, shallow, into $QA_CACHE (the only network access besides pip, apt, npm,
+# Maven and the Go module proxy; see docs/compatibility.md). The files are extracted into
 # $QA_CACHE/triton-qa-r24.10 and run from there.
 #
 # Usage: tests/triton-qa/run.sh [sidecar|triton|sidecar,triton]   (default: both)
@@ -80,6 +82,21 @@ if [ ! -d "$QA_ROOT/qa/clients" ] || [ ! -d "$QA_ROOT/qa/L0_logging" ]; then
   rm -rf "$QA_ROOT" && mv "$QA_ROOT.tmp" "$QA_ROOT"
 fi
 log "Triton QA files: $QA_ROOT ($(tr '\n' ' ' <"$QA_ROOT/COMMITS"))"
+
+# ------------------------------------------------------------------ other-language clients
+export LANG_CLIENTS="$QA_CACHE/lang-clients-$BRANCH"
+wanted_any() { # MODULE...: whether QA_MODULES (default: all) names one of them
+  local m
+  for m in "$@"; do [[ -z "${QA_MODULES:-}" || ",$QA_MODULES," == *",$m,"* ]] && return 0; done
+  return 1
+}
+if wanted_any L0_simple_go_client L0_simple_nodejs_client L0_client_java &&
+  [ ! -f "$LANG_CLIENTS/.built" ]; then
+  CLIENT_GIT="$(git_dir client "${TRITON_CLIENT_GIT:-}")"
+  COMMON_GIT="$(git_dir common "${TRITON_COMMON_GIT:-}")"
+  bash "$REPO_ROOT/tests/triton-qa/build-lang-clients.sh" "$CLIENT_GIT" "$COMMON_GIT" \
+    "$(ref_of "$CLIENT_GIT")" "$(ref_of "$COMMON_GIT")" "$LANG_CLIENTS"
+fi
 
 # ------------------------------------------------------------------ client venv
 if [ ! -x "$QA_VENV/bin/python" ]; then
