@@ -770,28 +770,28 @@ def l0_logging(c: Ctx, rows):
     n = len(lines_of(server.log_path))
     case("default: more than 30 lines on the console", n > 30, f"{n} lines")
 
-    log_file.unlink(missing_ok=True)
-    with Server(c.target, c.out, ["simple"], both_args=["--log-file=log_file.log"]) as server:
-        verify("log file", "log_file.log", True, True, True, 0, "default")
-        clients("log file")
-    n = triton_lines(log_file)
-    case("log file: at least 19 lines in the file", n >= 19, f"{n} lines")
-    n = triton_lines(server.log_path)
-    case("log file: none on the console", n == 0, f"{n} lines")
+    def file_run(name, flags, verbose, at_least, first=lambda: None):
+        """A run with the log in the file: the settings, the clients, then how many of Triton's
+        lines the file and the console hold."""
+        log_file.unlink(missing_ok=True)
+        with Server(c.target, c.out, ["simple"], both_args=flags) as server:
+            first()
+            verify(name, "log_file.log", True, True, True, verbose, "default")
+            clients(name)
+        n = triton_lines(log_file)
+        case(f"{name}: at least {at_least} lines in the file", n >= at_least, f"{n} lines")
+        n = triton_lines(server.log_path)
+        case(f"{name}: none on the console", n == 0, f"{n} lines")
 
-    log_file.unlink(missing_ok=True)
-    with Server(c.target, c.out, ["simple"],
-                both_args=["--log-file=log_file.log", "--log-verbose=1"]) as server:
+    def file_refused():
         status, text = post({"log_file": "other_log.log"})
         case("log file (dynamic): refused",
              '"error":"log file location can not be updated through network protocol"' in text,
              f"{status} {text}")
-        verify("log file (dynamic)", "log_file.log", True, True, True, 1, "default")
-        clients("log file (dynamic)")
-    n = triton_lines(log_file)
-    case("log file (dynamic): at least 75 lines in the file", n >= 75, f"{n} lines")
-    n = triton_lines(server.log_path)
-    case("log file (dynamic): none on the console", n == 0, f"{n} lines")
+
+    file_run("log file", ["--log-file=log_file.log"], 0, 19)
+    file_run("log file (dynamic)", ["--log-file=log_file.log", "--log-verbose=1"], 1, 75,
+             first=file_refused)
 
     log_file.unlink(missing_ok=True)
     with Server(c.target, c.out, ["simple"],
