@@ -6,7 +6,7 @@
 //! - [`cli`]: command-line flags, each overriding a field of the configuration file.
 //! - [`server`]: builds the state, binds the four ports, serves until SIGTERM or SIGINT, drains.
 //! - [`allocator`]: glibc's malloc thresholds raised, by starting the binary once more with them.
-//! - [`telemetry`]: logging, text or JSON, with a level (and text's layout) changeable at run time.
+//! - [`telemetry`]: logging (Triton's layouts, text or JSON; stderr or a file), changeable at run time.
 //! - [`log_line`]: log lines in Triton's two layouts, which its `log_format` setting names.
 //!
 //! The ports:

@@ -1,6 +1,6 @@
-//! Logging: text or JSON lines on stderr, or text lines in Triton's layouts, with a level (and,
-//! for text, a layout) that `/v2/logging` and the gRPC `LogSettings` RPC change at run time.
-//! Request payloads are never logged.
+//! Logging: lines in Triton's layouts, tracing's text or JSON, on stderr or appended to a file,
+//! with severity switches, a level (and, for text, a layout) that `/v2/logging` and the gRPC
+//! `LogSettings` RPC change at run time. Request payloads are never logged.
 
 use std::fmt;
 use std::fs::OpenOptions;
