@@ -69,9 +69,10 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        let path = request.uri().path();
         // The verbose line for each call (`--log-verbose=1`), as Triton logs its handlers'.
-        tracing::debug!("gRPC request: {}", request.uri().path());
-        match Self::route(request.uri().path()) {
+        tracing::debug!("gRPC request: {path}");
+        match Self::route(path) {
             Route::Inference => Either::Left(Either::Left(self.inference.call(request))),
             Route::Health => Either::Left(Either::Right(self.health.call(request))),
             Route::Unknown => Either::Right(ready(Ok(unimplemented()))),
