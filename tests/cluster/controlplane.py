@@ -107,6 +107,8 @@ class ControlPlane:
             "--bind-address=127.0.0.1",
             f"--secure-port={free_port()}",
             "--concurrent-gc-syncs=5",
+            # Its default is a host directory (/usr/libexec/kubernetes/...), made at start.
+            f"--flex-volume-plugin-dir={self.work / 'flexvolume'}",
         ])
         self._start("kube-scheduler", [
             *common,

@@ -22,6 +22,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -386,6 +387,31 @@ def cleanup_host(state: Path | None = None, keep: list[Path] = ()):
             run("iptables", "-t", table, "-X", chain, check=False)
     for d in HOST_DIRS:
         if d not in keep:
-            shutil.rmtree(d, ignore_errors=True)
+            _remove_tree(d)
     if state is not None:
-        shutil.rmtree(state, ignore_errors=True)
+        _remove_tree(state)
+
+
+def _remove_tree(d: Path):
+    """Removes a directory the node made, mounts under it first. A process that has not quite
+    gone may still write there, so it tries a few times, then says what is left (a test then
+    shows it) rather than failing the cleanup."""
+    for point in _mounts_under(str(d)):
+        run("umount", "-l", point, check=False)
+    for _ in range(10):
+        shutil.rmtree(d, ignore_errors=True)
+        if not d.exists():
+            return
+        time.sleep(0.5)
+    print(f"cleanup: {d} could not be removed: {tree_listing(d)}", file=sys.stderr)
+
+
+def tree_listing(d: Path, limit: int = 40) -> list[str]:
+    """The paths under a directory, with mount points marked, for a failure's message."""
+    if not d.exists():
+        return []
+    mounts = set(_mounts_under(str(d)))
+    found = []
+    for p in sorted(d.rglob("*"))[:limit]:
+        found.append(f"{p} (mount)" if str(p) in mounts else str(p))
+    return found

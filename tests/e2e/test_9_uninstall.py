@@ -7,6 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import node
 import scenario
 
 NS = scenario.NS
@@ -65,6 +66,10 @@ def test_stopping_the_node_leaves_the_host_clean(kube):
     mounts = Path("/proc/self/mountinfo").read_text()
     assert str(kube.work) not in mounts, [l for l in mounts.splitlines() if str(kube.work) in l]
     assert not list(Path("/sys/fs/cgroup").glob("*/kubepods")), list(Path("/sys/fs/cgroup").glob("*/kubepods"))
-    assert not Path("/var/lib/kubelet").exists()
+    # The directories the kubelet and CNI make on the host whatever their settings: gone, unless
+    # they were there before the node started.
+    made = [d for d in node.HOST_DIRS if d not in kube.node.host_dirs_before]
+    left = {str(d): node.tree_listing(d) for d in made if d.exists()}
+    assert left == {}, left
     netns = Path("/var/run/netns")
     assert not (netns.is_dir() and list(netns.glob("cni-*")))
