@@ -30,6 +30,36 @@ pub struct Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Triton's verbose line (level 1) for an inference request that failed, whatever failed it
+/// (the body, the checks, the model), as its HTTP and gRPC front ends log it; a request whose id
+/// is not known (or empty) is `<id_unknown>`, as there. Where Triton writes the error's message,
+/// this line names its code: a message may quote the request's data back (an element that does
+/// not parse, a piece of a malformed body), and request data never goes into the log.
+pub fn log_infer_failure(request_id: &str, error: &Error) {
+    let id = if request_id.is_empty() {
+        "<id_unknown>"
+    } else {
+        request_id
+    };
+    tracing::debug!("[request id: {id}] Infer failed: {}", error.code.as_str());
+}
+
+impl Code {
+    /// Triton's name of the code (`TRITONSERVER_ErrorCodeString`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Internal => "Internal",
+            Code::NotFound => "Not found",
+            Code::InvalidArg => "Invalid argument",
+            Code::Unavailable => "Unavailable",
+            Code::Unsupported => "Unsupported",
+            Code::AlreadyExists => "Already exists",
+            Code::Cancelled => "Cancelled",
+            Code::Unknown => "Unknown",
+        }
+    }
+}
+
 impl Error {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         Error {

@@ -1,13 +1,15 @@
 //! Log lines in Triton's layouts, which its logging setting `log_format` names:
 //!
-//! - `default`: `I1129 04:20:00.123456 4242 main.rs:65] "message" key=value ...`
-//! - `ISO8601`: `2026-11-29T04:20:00Z I 4242 main.rs:65] "message" key=value ...`
+//! - `default`: `I1129 04:20:00.123456 4242 main.rs:65] "message key=value ..."`
+//! - `ISO8601`: `2026-11-29T04:20:00Z I 4242 main.rs:65] "message key=value ..."`
 //!
 //! As in Triton (`common/src/logging.cc`): the level letter (`E`, `W`, `I`; debug and trace
 //! lines, Triton's verbose ones, are `I`), UTC time, the process id, the source file's name and
 //! line, then the message as a JSON string, unless `TRITON_SERVER_ESCAPE_LOG_MESSAGES=0` asks for
-//! it as it is. The event's other fields follow the message as `key=value`, which Triton's lines
-//! do not have.
+//! it as it is. The event's other fields follow the message as `key=value`, inside that string
+//! (Triton's lines have no fields; its readers take all that follows `] ` as the message). A
+//! field named `table` is a table Triton prints as it is, after the header (`LOG_TABLE_INFO`):
+//! written unescaped, in place of an empty message.
 
 use std::fmt::{self, Write as _};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -74,37 +76,91 @@ pub fn write(
     }
     let mut fields = Fields::default();
     event.record(&mut fields);
+    if !fields.table.is_empty() && fields.message.is_empty() {
+        return out.write_str(&fields.table);
+    }
+    // The fields go inside the message: a reader of Triton's lines (its QA's parser among
+    // them) takes everything after `] ` as the message, one JSON string when escaped.
+    let mut text = fields.message;
+    text.push_str(&fields.rest);
     if escape {
         let mut quoted = crate::json::Writer::default();
-        quoted.string(fields.message.as_bytes());
-        out.write_str(&String::from_utf8_lossy(&quoted.buf))?;
+        quoted.string(text.as_bytes());
+        out.write_str(&String::from_utf8_lossy(&quoted.buf))
     } else {
-        out.write_str(&fields.message)?;
+        out.write_str(&text)
     }
-    out.write_str(&fields.rest)
 }
 
-/// An event's message, and its other fields as ` key=value`.
+/// A table as Triton's `TablePrinter` draws one for its log: a line break, then the header
+/// and the rows between `+---+` dividers, each column as wide as its widest cell, cells padded
+/// on the right. Triton narrows the columns to a terminal's width (500 characters without one)
+/// and wraps the cells that do not fit; no table here comes near that, so none is wrapped.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::from("\n");
+    let divider = |out: &mut String| {
+        out.push('+');
+        for width in &widths {
+            out.push_str(&"-".repeat(width + 2));
+            out.push('+');
+        }
+        out.push('\n');
+    };
+    let row_line = |out: &mut String, cells: &[&str]| {
+        out.push('|');
+        for (cell, width) in cells.iter().zip(&widths) {
+            let _ = write!(out, " {cell:<width$} |");
+        }
+        out.push('\n');
+    };
+    divider(&mut out);
+    row_line(&mut out, headers);
+    divider(&mut out);
+    for row in rows {
+        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+        row_line(&mut out, &cells);
+    }
+    divider(&mut out);
+    out
+}
+
+/// An event's message, its table, and its other fields as ` key=value`.
 #[derive(Default)]
 struct Fields {
     message: String,
+    table: String,
     rest: String,
 }
 
 impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.message.push_str(value);
-        } else {
-            let _ = write!(self.rest, " {}={value}", field.name());
+        match field.name() {
+            "message" => self.message.push_str(value),
+            "table" => self.table.push_str(value),
+            name => {
+                let _ = write!(self.rest, " {name}={value}");
+            }
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if field.name() == "message" {
-            let _ = write!(self.message, "{value:?}");
-        } else {
-            let _ = write!(self.rest, " {}={value:?}", field.name());
+        match field.name() {
+            "message" => {
+                let _ = write!(self.message, "{value:?}");
+            }
+            // A table is given as a `Display` value (`table = %text`), whose Debug is its text.
+            "table" => {
+                let _ = write!(self.table, "{value:?}");
+            }
+            name => {
+                let _ = write!(self.rest, " {name}={value:?}");
+            }
         }
     }
 }
@@ -211,6 +267,7 @@ mod tests {
             tracing::warn!("careful");
             tracing::error!("broken\nline");
             tracing::debug!("verbose");
+            tracing::info!(table = %"\n+---+\n| a |\n+---+\n", "");
         });
         lines.lock().unwrap().clone()
     }
@@ -219,17 +276,19 @@ mod tests {
     fn tritons_default_layout() {
         let pid = std::process::id();
         let got = lines(Layout::Default, true);
-        assert_eq!(got.len(), 4);
+        assert_eq!(got.len(), 5);
         let prefix = format!("I1129 04:03:20.123456 {pid} log_line.rs:");
         assert!(got[0].starts_with(&prefix), "{}", got[0]);
         assert!(
-            got[0].ends_with(r#"] "serving \"simple\"" port=8000 name=a b"#),
+            got[0].ends_with(r#"] "serving \"simple\" port=8000 name=a b""#),
             "{}",
             got[0]
         );
         assert!(got[1].starts_with('W') && got[1].ends_with(r#"] "careful""#));
         assert!(got[2].starts_with('E') && got[2].ends_with(r#"] "broken\nline""#));
         assert!(got[3].starts_with('I') && got[3].ends_with(r#"] "verbose""#));
+        // A table as Triton prints one: unescaped, its first line break right after the header.
+        assert!(got[4].ends_with("] \n+---+\n| a |\n+---+\n"), "{}", got[4]);
     }
 
     #[test]
@@ -240,6 +299,29 @@ mod tests {
         assert!(got[0].starts_with(&prefix), "{}", got[0]);
         assert!(got[0].ends_with(r#"] serving "simple" port=8000 name=a b"#));
         assert!(got[2].contains("] broken\nline"));
+    }
+
+    #[test]
+    fn tables_as_tritons_table_printer_draws_them() {
+        let rows = vec![
+            vec!["simple".to_string(), "1".to_string(), "READY".to_string()],
+            vec![
+                "a_longer_name".to_string(),
+                "-".to_string(),
+                "UNAVAILABLE: unloaded".to_string(),
+            ],
+        ];
+        let got = table(&["Model", "Version", "Status"], &rows);
+        let want = "\n\
+            +---------------+---------+-----------------------+\n\
+            | Model         | Version | Status                |\n\
+            +---------------+---------+-----------------------+\n\
+            | simple        | 1       | READY                 |\n\
+            | a_longer_name | -       | UNAVAILABLE: unloaded |\n\
+            +---------------+---------+-----------------------+\n";
+        assert_eq!(got, want);
+        // An empty table is still drawn, as Triton draws its empty ones.
+        assert_eq!(table(&["Repository Agent", "Path"], &[]).lines().count(), 5);
     }
 
     #[test]

@@ -86,6 +86,7 @@ fn main() -> ExitCode {
             }
         };
         // Triton's own lines, which scripts and tools wait for in its log.
+        running.log_start_summary(&config);
         tracing::info!("Started GRPCInferenceService at {}", running.addrs.grpc);
         tracing::info!("Started HTTPService at {}", running.addrs.http);
         tracing::info!("Started Metrics Service at {}", running.addrs.metrics);

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use infergate_proto::config::{BackendConfig, Limits, ServerSettings, SidecarConfig};
+use infergate_proto::config::{
+    BackendConfig, Limits, ModelControlMode, ServerSettings, SidecarConfig,
+};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
@@ -270,6 +272,41 @@ impl Running {
         // The exporter's last batch: sent from a blocking thread, as its client blocks.
         let tracing = self.state.tracing.clone();
         let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
+    }
+}
+
+impl Running {
+    /// Triton's start summary, logged before its "Started ..." lines: the model table (for an
+    /// upstream, discovery logs it once the models are known) and the options table, with the
+    /// rows that mean something here and the upstream's address.
+    pub fn log_start_summary(&self, config: &SidecarConfig) {
+        let state = &self.state;
+        if state.upstream.is_none() {
+            state.repository.log_model_table();
+        }
+        let mode = match state.model_control {
+            ModelControlMode::None => "MODE_NONE",
+            ModelControlMode::Poll => "MODE_POLL",
+            ModelControlMode::Explicit => "MODE_EXPLICIT",
+        };
+        let mut rows = vec![
+            vec!["server_id".to_string(), state.server.name.clone()],
+            vec!["server_version".to_string(), state.server.version.clone()],
+            vec![
+                "server_extensions".to_string(),
+                state.server.extensions.join(" "),
+            ],
+            vec!["model_control_mode".to_string(), mode.to_string()],
+        ];
+        if let Some(handle) = &state.upstream {
+            rows.push(vec!["upstream".to_string(), handle.config.url.clone()]);
+        }
+        rows.push(vec![
+            "exit_timeout".to_string(),
+            config.server.shutdown_grace_seconds.to_string(),
+        ]);
+        let table = crate::log_line::table(&["Option", "Value"], &rows);
+        tracing::info!(table = %table, "");
     }
 }
 

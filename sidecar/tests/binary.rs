@@ -296,6 +296,12 @@ fn request_payloads_are_not_logged_even_at_trace() {
     assert!(log.len() > 5, "trace logging wrote almost nothing: {log:?}");
     let leaked: Vec<&String> = log.iter().filter(|l| l.contains(SECRET)).collect();
     assert!(leaked.is_empty(), "payload in the log: {leaked:#?}");
+    // The refusals were logged, by their code alone (their messages quote the payload).
+    let failed = |code: &str| {
+        let line = format!("[request id: <id_unknown>] Infer failed: {code}");
+        log.iter().any(|l| l.contains(&line))
+    };
+    assert!(failed("Invalid argument") && failed("Internal"), "{log:#?}");
 }
 
 /// A stop sent the instant the server says it is serving is still a graceful stop: the signal

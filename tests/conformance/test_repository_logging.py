@@ -168,6 +168,8 @@ def test_logging_grpc_invalid(grpc_stub, raw_http, restore_logging, key, value, 
 DEFAULT_LINE = re.compile(r"(?P<level>[EWI])(?P<month>\d{2})(?P<day>\d{2}) "
                           r"(?P<time>\d{2}:\d{2}:\d{2}\.\d{6}) (?P<pid>\d+) (?P<file>[\w\.]+):"
                           r"(?P<line>\d+)] (?P<message>.*)")
+# A table's lines: its borders, its rows, and the blank line after it.
+TABLE_LINE = re.compile(r"\+[-+]+\+|\| .* \||")
 ISO8601_LINE = re.compile(r"(?P<timestamp>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z) (?P<level>[EWI]) "
                           r"(?P<pid>\d+) (?P<file>.+):(?P<line>\d+)] (?P<message>.*)")
 
@@ -191,16 +193,27 @@ def test_log_lines_follow_the_log_format_setting(tmp_path):
     lines = server.log_path.read_text().splitlines()
     split = next(i for i, line in enumerate(lines) if "log settings changed" in line)
     before, after = lines[:split], lines[split:]
+    # Triton's start tables follow a line's header, as its table printer draws them (the
+    # record's message is empty, then the table, then a blank line).
+    tables = [line for line in before if TABLE_LINE.fullmatch(line)]
     for line in before:
+        if line in tables:
+            continue
         m = DEFAULT_LINE.fullmatch(line)
         assert m, line
         assert int(m["pid"]) == server.process.pid
+    assert any(re.fullmatch(r"\| Model +\| Version +\| Status +\|", line) for line in tables), tables
+    assert any(re.fullmatch(r"\| simple +\| 1 +\| READY +\|", line) for line in tables), tables
+    assert any(re.fullmatch(r"\| model_control_mode +\| MODE_EXPLICIT +\|", line) for line in tables), tables
     serving = next(line for line in before if "is serving" in line)
-    assert DEFAULT_LINE.fullmatch(serving)["message"].startswith('"infergate-sidecar is serving" ')
-    assert any('"model unloaded" model=simple' in line for line in before), before
+    # The message is one JSON string, the line's fields inside it (as Triton's parser reads it).
+    message = json.loads(DEFAULT_LINE.fullmatch(serving)["message"])
+    assert message.startswith("infergate-sidecar is serving http_addr="), message
+    assert any(line.endswith('''] "successfully loaded 'simple'"''') for line in before), before
+    assert any(line.endswith('''] "successfully unloaded 'simple' version 1"''') for line in before), before
     for line in after:
         assert ISO8601_LINE.fullmatch(line), line
-    assert any('"model loaded" model=simple' in line for line in after), after
+    assert any(line.endswith('''] "successfully loaded 'simple'"''') for line in after), after
 
 
 @own_sidecars

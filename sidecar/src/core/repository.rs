@@ -78,6 +78,7 @@ impl Repository {
         let mut slots = BTreeMap::new();
         for name in names {
             let model = loader.load(&name, None)?;
+            log_loaded(&model);
             let version = Some(model.version);
             slots.insert(
                 name,
@@ -240,10 +241,14 @@ impl Repository {
                 return Err(poll_failed(name));
             }
         };
-        let mut model = self
-            .loader
-            .load(name, overlay.as_ref())
-            .map_err(|e| Error::internal(format!("failed to load '{name}', {}", e.message)))?;
+        let mut model = match self.loader.load(name, overlay.as_ref()) {
+            Ok(model) => model,
+            Err(e) => {
+                let error = Error::internal(format!("failed to load '{name}', {}", e.message));
+                tracing::error!("{}", error.message);
+                return Err(error);
+            }
+        };
         let version = Some(model.version);
         let mut slots = self.slots.write();
         if let Some(old) = slots.get(name).and_then(|s| s.model.as_ref())
@@ -257,14 +262,17 @@ impl Repository {
             // A reload: the metrics go on from the replaced model's counts, as Triton's do.
             model.earlier = old.earlier.and(&old.stats);
         }
+        let model = Arc::new(model);
         slots.insert(
             name.to_string(),
             Slot {
-                model: Some(Arc::new(model)),
+                model: Some(model.clone()),
                 reason: String::new(),
                 version,
             },
         );
+        drop(slots);
+        log_loaded(&model);
         Ok(())
     }
 
@@ -272,13 +280,49 @@ impl Repository {
     /// have, succeeds and changes nothing, as in Triton.
     pub fn unload(&self, name: &str) -> Result<()> {
         self.loader.allows_model_control(name)?;
-        if let Some(slot) = self.slots.write().get_mut(name)
-            && slot.model.take().is_some()
-        {
-            slot.reason = "unloaded".to_string();
+        let unloaded = match self.slots.write().get_mut(name) {
+            Some(slot) => slot
+                .model
+                .take()
+                .inspect(|_| slot.reason = "unloaded".to_string()),
+            None => None,
+        };
+        if let Some(model) = unloaded {
+            tracing::info!(
+                "successfully unloaded '{}' version {}",
+                model.name,
+                model.version
+            );
         }
         Ok(())
     }
+
+    /// Logs Triton's model table (`Model | Version | Status`), as it does once its models are
+    /// loaded: each model loaded or tried, with the reason of one that is not ready.
+    pub fn log_model_table(&self) {
+        let rows: Vec<Vec<String>> = self
+            .index(false)
+            .into_iter()
+            .filter_map(|entry| {
+                let state = entry.state?;
+                let status = if entry.reason.is_empty() {
+                    state.to_string()
+                } else {
+                    format!("{state}: {}", entry.reason)
+                };
+                let version = entry.version.unwrap_or_else(|| "-".to_string());
+                Some(vec![entry.name, version, status])
+            })
+            .collect();
+        let table = crate::log_line::table(&["Model", "Version", "Status"], &rows);
+        tracing::info!(table = %table, "");
+    }
+}
+
+/// Triton's lines for a model it has loaded, which scripts wait for in its log.
+fn log_loaded(model: &Model) {
+    tracing::info!("loading: {}:{}", model.name, model.version);
+    tracing::info!("successfully loaded '{}'", model.name);
 }
 
 /// The names Triton refuses to load before it looks for them (a name is a directory there).

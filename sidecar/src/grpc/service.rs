@@ -209,21 +209,32 @@ impl GrpcInferenceService for Inference {
             trace::Front::Grpc,
             received,
         );
-        let Some(mut root) = root else {
-            let request = convert::request(message, &self.state.shm)?;
-            let response = infer(request).await?;
-            return Ok(Response::new(convert::response(response)));
+        let id = message.id.clone();
+        let result = match root {
+            None => {
+                async {
+                    let request = convert::request(message, &self.state.shm)?;
+                    Ok(convert::response(infer(request).await?))
+                }
+                .await
+            }
+            Some(mut root) => {
+                root.event("GRPC_WAITREAD_END", received);
+                let result = async {
+                    let mut request = convert::request(message, &self.state.shm)?;
+                    request.trace = Some(root.scope().clone());
+                    let response = infer(request).await?;
+                    root.event("INFER_RESPONSE_COMPLETE", Instant::now());
+                    Ok::<_, Error>(convert::response(response))
+                }
+                .await;
+                trace::end_root(root, trace::Front::Grpc, result.as_ref().err());
+                result
+            }
         };
-        root.event("GRPC_WAITREAD_END", received);
-        let result = async {
-            let mut request = convert::request(message, &self.state.shm)?;
-            request.trace = Some(root.scope().clone());
-            let response = infer(request).await?;
-            root.event("INFER_RESPONSE_COMPLETE", Instant::now());
-            Ok::<_, Error>(convert::response(response))
+        if let Err(e) = &result {
+            crate::error::log_infer_failure(&id, e);
         }
-        .await;
-        trace::end_root(root, trace::Front::Grpc, result.as_ref().err());
         Ok(Response::new(result?))
     }
 

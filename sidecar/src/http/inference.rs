@@ -63,6 +63,8 @@ pub(super) async fn run_infer(
     };
     let limit = st.limits.max_http_body_bytes;
     let content_length = header(header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
+    // The request's id once its body is read, for the log line of a failure.
+    let mut request_id = String::new();
     let result = async {
         // As Triton, before the body is read.
         if st
@@ -95,6 +97,7 @@ pub(super) async fn run_infer(
             infer::decode(&st, &model, &version, &headers, body)?
         };
         request.trace = root.as_ref().map(|root| root.scope().clone());
+        request_id.clone_from(&request.id);
         let ready = || st.health.is_ready();
         let peers = st.peers.as_deref();
         let response = peers::infer(&st.repository, peers, ready, request, Route::Client).await?;
@@ -112,6 +115,9 @@ pub(super) async fn run_infer(
     .await;
     if let Some(root) = root {
         trace::end_root(root, trace::Front::Http, result.as_ref().err());
+    }
+    if let Err(e) = &result {
+        crate::error::log_infer_failure(&request_id, e);
     }
     result.into_response()
 }

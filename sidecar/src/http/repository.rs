@@ -85,7 +85,6 @@ pub(super) async fn load(
         return Err(Repository::file_overrides_refused(&model));
     }
     st.repository.load(&model, config_override.as_deref())?;
-    tracing::info!(model = %model, "model loaded");
     Ok(empty_json_ok())
 }
 
@@ -101,7 +100,6 @@ pub(super) async fn unload(
     control_json(&raw)?;
     st.check_model_control()?;
     st.repository.unload(&model)?;
-    tracing::info!(model = %model, "model unloaded");
     Ok(empty_json_ok())
 }
 

@@ -88,6 +88,7 @@ pub async fn run_discovery(
                 }
                 *loader.names.write() = names;
                 repository.install(models);
+                repository.log_model_table();
                 let extensions = info.read().extensions.clone();
                 if upstream.staging.maintain(&upstream, &extensions).await {
                     upstream.passthrough.forget_lost(&upstream).await;
