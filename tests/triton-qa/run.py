@@ -733,10 +733,10 @@ def l0_logging(c: Ctx, rows):
     --log-info, --log-warning, --log-error, --log-format, and --log-warn as test.sh spells it),
     each check judged as test.sh judges it, then logging_endpoint_test.py on a server of `simple`
     with no logging flags, as test.sh runs it last. The Python example clients stand in for
-    test.sh's C++ ones, as in L0_trace. Not run: log_format_test.py (it starts Triton's own
-    binary). test.sh's date checks after --log-format compare with a variable it never sets, so
-    they cannot fail; here the first line's layout (ISO8601) and the last one's after the
-    change (default) are checked instead."""
+    test.sh's C++ ones, as in L0_trace. test.sh's date checks after --log-format compare with a
+    variable it never sets, so they cannot fail; here the first line's layout (ISO8601) and the
+    last one's after the change (default) are checked instead. Last, log_format_test.py, as
+    test.sh runs it (log_format_run)."""
     row = "L0_logging test.sh server-flag checks"
     log_file = c.out / "log_file.log"
 
@@ -863,6 +863,73 @@ def l0_logging(c: Ctx, rows):
     with Server(c.target, c.out, ["simple"]):
         rows["L0_logging logging_endpoint_test.py"] += c.unittest(
             "L0_logging", "logging_endpoint_test.py")
+    rows["L0_logging log_format_test.py"] += log_format_run(c)
+
+
+def log_format_run(c: Ctx):
+    """log_format_test.py (pytest) starts `tritonserver` itself, with the logging flags and a
+    log file, and reads the file as Triton's own parser: each record in the layout asked for,
+    its message a JSON string (or not, with TRITON_SERVER_ESCAPE_LOG_MESSAGES=0), tables drawn
+    as Triton's table printer draws them; an input name that carries a forged log record must
+    not show up as a record when messages are escaped (and must, when they are not). The
+    `tritonserver` it finds on PATH here is a stand-in that starts the server under test with
+    those flags on 8000/8001/8002, serving `simple`, in place of test.sh's model repository
+    (whose `simple` is an INT32 model; the test's requests fail on purpose either way)."""
+    shim_dir = c.out / "tritonserver-shim"
+    shim_dir.mkdir(exist_ok=True)
+    if c.target == "sidecar":
+        cfg = shim_dir / "sidecar.yaml"
+        cfg.write_text("backend:\n  kind: builtin\n  models: [simple]\n")
+        cmd = [os.environ["SIDECAR_BIN"], "--host", "127.0.0.1", "--http-port", str(HTTP),
+               "--grpc-port", str(GRPC), "--metrics-port", str(METRICS), "--admin-port", "0",
+               "--config", str(cfg)]
+        env = {}
+    else:
+        repo = shim_dir / "repo"
+        if not repo.exists():
+            shutil.copytree(Path(os.environ["TRITON_REPO"]) / "simple", repo / "simple")
+        cmd = [os.environ["TRITON_BIN"], f"--model-repository={repo}",
+               f"--backend-directory={os.environ['TRITON_BACKENDS']}",
+               "--http-address=127.0.0.1", f"--http-port={HTTP}",
+               "--grpc-address=127.0.0.1", f"--grpc-port={GRPC}",
+               "--metrics-address=127.0.0.1", f"--metrics-port={METRICS}",
+               "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0"]
+        env = {"PATH": os.environ["TRITON_PATH"], "LD_LIBRARY_PATH": os.environ["TRITON_LD_PATH"]}
+    shim = shim_dir / "tritonserver"
+    shim.write_text(f"""#!{sys.executable}
+# The `tritonserver` log_format_test.py starts: the server under test, with the test's flags
+# (its model repository aside). exec, so that the test's kill() reaches the server itself.
+import os, sys
+cmd = {cmd!r} + [a for a in sys.argv[1:] if not a.startswith("--model-repository")]
+os.execve(cmd[0], cmd, dict(os.environ, **{env!r}))
+""")
+    shim.chmod(0o755)
+    wait_ports_free([HTTP, GRPC, METRICS])
+    report = c.out / f"log_format_test-{c.n + 1}.xml"
+    rc, text = c.run([c.py, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={report}",
+                      "log_format_test.py"], c.qa / "L0_logging",
+                     env={"PATH": f"{shim_dir}:{os.environ['PATH']}"})
+    if not report.exists():
+        return [("log_format_test.py", "fail", f"did not run: {last_line(text)}")]
+    return junit_cases(report)
+
+
+def junit_cases(report: Path):
+    """[(test id, status, message)] of a pytest JUnit XML report."""
+    import xml.etree.ElementTree as ET
+
+    found = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        name = f"{case.get('classname', '').rsplit('.', 1)[-1]}.{case.get('name')}"
+        failed = case.find("failure") if case.find("failure") is not None else case.find("error")
+        skipped = case.find("skipped")
+        if failed is not None:
+            found.append((name, "fail", (failed.get("message") or "")[:400]))
+        elif skipped is not None:
+            found.append((name, "skip", (skipped.get("message") or "")[:400]))
+        else:
+            found.append((name, "pass", ""))
+    return found
 
 
 def lang_clients() -> Path:

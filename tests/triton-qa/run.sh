@@ -103,9 +103,9 @@ if [ ! -x "$QA_VENV/bin/python" ]; then
   log "creating $QA_VENV"
   "${INFERGATE_PYTHON:-python3.11}" -m venv "$QA_VENV"
 fi
-if ! "$QA_VENV/bin/python" -c 'import tritonclient.grpc, tritonclient.http, psutil, requests, sseclient' 2>/dev/null; then
+if ! "$QA_VENV/bin/python" -c 'import tritonclient.grpc, tritonclient.http, psutil, requests, sseclient, pytest' 2>/dev/null; then
   "$QA_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-    'tritonclient[all]==2.71.0' psutil requests 'numpy<2' sseclient-py
+    'tritonclient[all]==2.71.0' psutil requests 'numpy<2' sseclient-py pytest
 fi
 
 # ------------------------------------------------------------------ servers
