@@ -9,7 +9,8 @@
 //! it as it is. The event's other fields follow the message as `key=value`, inside that string
 //! (Triton's lines have no fields; its readers take all that follows `] ` as the message). A
 //! field named `table` is a table Triton prints as it is, after the header (`LOG_TABLE_INFO`):
-//! written unescaped, in place of an empty message.
+//! written unescaped, in place of the message (which names the table in the JSON and text
+//! layouts).
 
 use std::fmt::{self, Write as _};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -76,7 +77,7 @@ pub fn write(
     }
     let mut fields = Fields::default();
     event.record(&mut fields);
-    if !fields.table.is_empty() && fields.message.is_empty() {
+    if !fields.table.is_empty() {
         return out.write_str(&fields.table);
     }
     // The fields go inside the message: a reader of Triton's lines (its QA's parser among
@@ -267,7 +268,7 @@ mod tests {
             tracing::warn!("careful");
             tracing::error!("broken\nline");
             tracing::debug!("verbose");
-            tracing::info!(table = %"\n+---+\n| a |\n+---+\n", "");
+            tracing::info!(table = %"\n+---+\n| a |\n+---+\n", "a table");
         });
         lines.lock().unwrap().clone()
     }

@@ -306,7 +306,7 @@ impl Running {
             config.server.shutdown_grace_seconds.to_string(),
         ]);
         let table = crate::log_line::table(&["Option", "Value"], &rows);
-        tracing::info!(table = %table, "");
+        tracing::info!(table = %table, "options");
     }
 }
 

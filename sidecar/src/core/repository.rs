@@ -315,7 +315,7 @@ impl Repository {
             })
             .collect();
         let table = crate::log_line::table(&["Model", "Version", "Status"], &rows);
-        tracing::info!(table = %table, "");
+        tracing::info!(table = %table, "models");
     }
 }
 
