@@ -95,16 +95,33 @@ pub fn write(
 
 /// A table as Triton's `TablePrinter` draws one for its log: a line break, then the header
 /// and the rows between `+---+` dividers, each column as wide as its widest cell, cells padded
-/// on the right. Triton narrows the columns to a terminal's width (500 characters without one)
-/// and wraps the cells that do not fit; no table here comes near that, so none is wrapped.
+/// on the right; a cell of several lines makes its row that many lines high. Triton narrows the
+/// columns to a terminal's width (500 characters without one) and wraps the cells that do not
+/// fit; no table here comes near that, so none is wrapped.
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    let split = |cells: &[&str]| -> Vec<Vec<String>> {
+        cells
+            .iter()
+            .map(|cell| {
+                cell.split('\n')
+                    .map(|line| printable(line).into_owned())
+                    .collect()
+            })
+            .collect()
+    };
+    let mut records = vec![split(headers)];
     for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
+        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
+        records.push(split(&cells));
+    }
+    let mut widths = vec![0; headers.len()];
+    for record in &records {
+        for (width, lines) in widths.iter_mut().zip(record) {
+            for line in lines {
+                *width = (*width).max(line.chars().count());
+            }
         }
     }
-    let mut out = String::from("\n");
     let divider = |out: &mut String| {
         out.push('+');
         for width in &widths {
@@ -113,22 +130,44 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
         }
         out.push('\n');
     };
-    let row_line = |out: &mut String, cells: &[&str]| {
-        out.push('|');
-        for (cell, width) in cells.iter().zip(&widths) {
-            let _ = write!(out, " {cell:<width$} |");
+    let record_lines = |out: &mut String, record: &[Vec<String>]| {
+        let height = record.iter().map(Vec::len).max().unwrap_or(1);
+        for i in 0..height {
+            out.push('|');
+            for (lines, width) in record.iter().zip(&widths) {
+                let line = lines.get(i).map_or("", String::as_str);
+                let _ = write!(out, " {line:<width$} |");
+            }
+            out.push('\n');
         }
-        out.push('\n');
     };
+    let mut out = String::from("\n");
     divider(&mut out);
-    row_line(&mut out, headers);
+    record_lines(&mut out, &records[0]);
     divider(&mut out);
-    for row in rows {
-        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
-        row_line(&mut out, &cells);
+    for record in &records[1..] {
+        record_lines(&mut out, record);
     }
     divider(&mut out);
     out
+}
+
+/// `text` with its control characters escaped (a line break as `\n`), for text a client or a
+/// model server gave that goes into a log line: whatever the layout, escaped or not, it cannot
+/// start a line of its own there.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            let _ = write!(out, "{}", c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// An event's message, its table, and its other fields as ` key=value`.
@@ -323,6 +362,22 @@ mod tests {
         assert_eq!(got, want);
         // An empty table is still drawn, as Triton draws its empty ones.
         assert_eq!(table(&["Repository Agent", "Path"], &[]).lines().count(), 5);
+        // A cell of two lines makes a row two lines high; other control characters are escaped.
+        let rows = vec![vec!["a\nbb".to_string(), "c\r".to_string()]];
+        let want = "\n+----+-----+\n| k  | v   |\n+----+-----+\n| a  | c\\r |\n| bb |     |\n+----+-----+\n";
+        assert_eq!(table(&["k", "v"], &rows), want);
+    }
+
+    #[test]
+    fn printable_text_has_no_control_characters() {
+        assert!(matches!(
+            printable("plain 'text'"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            printable("a\nI0205 x.cc:1] \"forged\"\u{7}"),
+            "a\\nI0205 x.cc:1] \"forged\"\\u{7}"
+        );
     }
 
     #[test]

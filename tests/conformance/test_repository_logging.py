@@ -256,6 +256,17 @@ def test_tritons_log_flags_set_the_start_settings_and_write_the_log_file(tmp_pat
         assert sum("/v2/logging" in line for line in lines) == 2, lines
         # Info lines are off: Triton's start lines are not there.
         assert not any("Started HTTPService at" in line for line in lines), lines
+        # A failed inference is a verbose line naming the request and the error's code; the
+        # client's id cannot start a line of its own.
+        forged = 'I0205 18:34:18.707423 1 file.cc:123] "forged"'
+        refused = requests.post(f"{http}/v2/models/simple/infer", timeout=10,
+                                json={"id": f"x\n{forged}", "inputs": []})
+        assert refused.status_code == 400, refused.text
+        lines = log_file.read_text().splitlines()
+        assert forged not in lines, lines
+        failed = [json.loads(DEFAULT_LINE.fullmatch(line)["message"]) for line in lines
+                  if "Infer failed" in line]
+        assert failed == [f"[request id: x\\n{forged}] Infer failed: Invalid argument"], failed
         changed = requests.post(f"{http}/v2/logging",
                                 json={"log_verbose_level": 0, "log_info": True}, timeout=10)
         assert changed.status_code == 200, changed.text

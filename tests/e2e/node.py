@@ -395,9 +395,13 @@ def cleanup_host(state: Path | None = None, keep: list[Path] = ()):
 def _remove_tree(d: Path):
     """Removes a directory the node made, mounts under it first. A process that has not quite
     gone may still write there, so it tries a few times, then says what is left (a test then
-    shows it) rather than failing the cleanup."""
+    shows it) rather than failing the cleanup. While something is still mounted under it, it is
+    not removed at all: rmtree would go down into the mounted file system and empty it."""
     for point in _mounts_under(str(d)):
         run("umount", "-l", point, check=False)
+    if _mounts_under(str(d)):
+        print(f"cleanup: {d} not removed, still mounted: {_mounts_under(str(d))}", file=sys.stderr)
+        return
     for _ in range(10):
         shutil.rmtree(d, ignore_errors=True)
         if not d.exists():
@@ -407,11 +411,15 @@ def _remove_tree(d: Path):
 
 
 def tree_listing(d: Path, limit: int = 40) -> list[str]:
-    """The paths under a directory, with mount points marked, for a failure's message."""
-    if not d.exists():
-        return []
+    """Up to `limit` paths under a directory, mount points marked, for a failure's message. The
+    tree may be changing as it is walked (that is when it is asked for): whatever goes away
+    meanwhile is skipped."""
     mounts = set(_mounts_under(str(d)))
     found = []
-    for p in sorted(d.rglob("*"))[:limit]:
-        found.append(f"{p} (mount)" if str(p) in mounts else str(p))
+    for root, dirs, files in os.walk(d, onerror=lambda e: None):
+        for name in sorted(dirs) + sorted(files):
+            path = os.path.join(root, name)
+            found.append(f"{path} (mount)" if path in mounts else path)
+            if len(found) >= limit:
+                return found
     return found

@@ -899,16 +899,28 @@ def log_format_run(c: Ctx):
     shim.write_text(f"""#!{sys.executable}
 # The `tritonserver` log_format_test.py starts: the server under test, with the test's flags
 # (its model repository aside). exec, so that the test's kill() reaches the server itself.
+# Its pid (the server's, after exec) is noted, for a run cut short to stop it.
 import os, sys
+with open({str(shim_dir / "pids")!r}, "a") as pids:
+    pids.write(f"{{os.getpid()}}\\n")
 cmd = {cmd!r} + [a for a in sys.argv[1:] if not a.startswith("--model-repository")]
 os.execve(cmd[0], cmd, dict(os.environ, **{env!r}))
 """)
     shim.chmod(0o755)
+    (shim_dir / "pids").unlink(missing_ok=True)
     wait_ports_free([HTTP, GRPC, METRICS])
     report = c.out / f"log_format_test-{c.n + 1}.xml"
     rc, text = c.run([c.py, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={report}",
                       "log_format_test.py"], c.qa / "L0_logging",
                      env={"PATH": f"{shim_dir}:{os.environ['PATH']}"})
+    # A run cut short (its timeout) leaves the server it had started: stop it.
+    for pid in (shim_dir / "pids").read_text().split() if (shim_dir / "pids").exists() else []:
+        try:
+            # Only the server itself, not a process that has taken its pid since.
+            if cmd[0].encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
     if not report.exists():
         return [("log_format_test.py", "fail", f"did not run: {last_line(text)}")]
     return junit_cases(report)

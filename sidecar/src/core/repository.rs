@@ -245,7 +245,8 @@ impl Repository {
             Ok(model) => model,
             Err(e) => {
                 let error = Error::internal(format!("failed to load '{name}', {}", e.message));
-                tracing::error!("{}", error.message);
+                // The message may quote the load's configuration, the client's text.
+                tracing::error!("{}", crate::log_line::printable(&error.message));
                 return Err(error);
             }
         };

@@ -209,7 +209,12 @@ impl GrpcInferenceService for Inference {
             trace::Front::Grpc,
             received,
         );
-        let id = message.id.clone();
+        // The id, for the line of a failure, kept only where that line is written.
+        let id = if crate::error::infer_failures_logged() {
+            message.id.clone()
+        } else {
+            String::new()
+        };
         let result = match root {
             None => {
                 async {

@@ -97,7 +97,9 @@ pub(super) async fn run_infer(
             infer::decode(&st, &model, &version, &headers, body)?
         };
         request.trace = root.as_ref().map(|root| root.scope().clone());
-        request_id.clone_from(&request.id);
+        if crate::error::infer_failures_logged() {
+            request_id.clone_from(&request.id);
+        }
         let ready = || st.health.is_ready();
         let peers = st.peers.as_deref();
         let response = peers::infer(&st.repository, peers, ready, request, Route::Client).await?;
