@@ -30,31 +30,6 @@ pub struct Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Triton's verbose line (level 1) for an inference request that failed, whatever failed it
-/// (the body, the checks, the model); a request whose id is not known (or empty) is
-/// `<id_unknown>`, as in Triton. Where Triton writes the error's message, this line names its
-/// code: a message may quote the request's data back (an element that does not parse, a piece
-/// of a malformed body), and request data never goes into the log. The id, the client's own
-/// text, has its control characters escaped, so that it cannot forge a line in any layout.
-pub fn log_infer_failure(request_id: &str, error: &Error) {
-    let id = if request_id.is_empty() {
-        "<id_unknown>"
-    } else {
-        request_id
-    };
-    tracing::debug!(
-        "[request id: {}] Infer failed: {}",
-        crate::log_line::printable(id),
-        error.code.as_str()
-    );
-}
-
-/// Whether a failed inference's line would be written: the front ends keep the request's id
-/// for it only then.
-pub fn infer_failures_logged() -> bool {
-    tracing::enabled!(tracing::Level::DEBUG)
-}
-
 impl Code {
     /// Triton's name of the code (`TRITONSERVER_ErrorCodeString`).
     pub fn as_str(self) -> &'static str {

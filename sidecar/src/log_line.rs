@@ -11,6 +11,9 @@
 //! field named `table` is a table Triton prints as it is, after the header (`LOG_TABLE_INFO`):
 //! written unescaped, in place of the message (which names the table in the JSON and text
 //! layouts).
+//!
+//! Also the helpers of the lines Triton writes: its tables, client text made printable, and its
+//! line for a failed inference.
 
 use std::fmt::{self, Write as _};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -168,6 +171,31 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// Triton's verbose line (level 1) for an inference request that failed, whatever failed it
+/// (the body, the checks, the model); a request whose id is not known (or empty) is
+/// `<id_unknown>`, as in Triton. Where Triton writes the error's message, this line names its
+/// code: a message may quote the request's data back (an element that does not parse, a piece
+/// of a malformed body), and request data never goes into the log. The id, the client's own
+/// text, has its control characters escaped, so that it cannot forge a line in any layout.
+pub fn log_infer_failure(request_id: &str, error: &crate::error::Error) {
+    let id = if request_id.is_empty() {
+        "<id_unknown>"
+    } else {
+        request_id
+    };
+    tracing::debug!(
+        "[request id: {}] Infer failed: {}",
+        printable(id),
+        error.code.as_str()
+    );
+}
+
+/// Whether a failed inference's line would be written: the front ends keep the request's id
+/// for it only then.
+pub fn infer_failures_logged() -> bool {
+    tracing::enabled!(tracing::Level::DEBUG)
 }
 
 /// An event's message, its table, and its other fields as ` key=value`.

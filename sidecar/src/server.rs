@@ -273,9 +273,7 @@ impl Running {
         let tracing = self.state.tracing.clone();
         let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
     }
-}
 
-impl Running {
     /// Triton's start summary, logged before its "Started ..." lines: the model table (for an
     /// upstream, discovery logs it once the models are known) and the options table, with the
     /// rows that mean something here and the upstream's address.

@@ -197,7 +197,7 @@ impl GrpcInferenceService for Inference {
                 route,
             )
         };
-        let root = self.state.tracing.start(
+        let mut root = self.state.tracing.start(
             &message.model_name,
             || {
                 let repository = &self.state.repository;
@@ -210,35 +210,29 @@ impl GrpcInferenceService for Inference {
             received,
         );
         // The id, for the line of a failure, kept only where that line is written.
-        let id = if crate::error::infer_failures_logged() {
+        let id = if crate::log_line::infer_failures_logged() {
             message.id.clone()
         } else {
             String::new()
         };
-        let result = match root {
-            None => {
-                async {
-                    let request = convert::request(message, &self.state.shm)?;
-                    Ok(convert::response(infer(request).await?))
-                }
-                .await
+        if let Some(root) = &mut root {
+            root.event("GRPC_WAITREAD_END", received);
+        }
+        let result = async {
+            let mut request = convert::request(message, &self.state.shm)?;
+            request.trace = root.as_ref().map(|root| root.scope().clone());
+            let response = infer(request).await?;
+            if let Some(root) = &mut root {
+                root.event("INFER_RESPONSE_COMPLETE", Instant::now());
             }
-            Some(mut root) => {
-                root.event("GRPC_WAITREAD_END", received);
-                let result = async {
-                    let mut request = convert::request(message, &self.state.shm)?;
-                    request.trace = Some(root.scope().clone());
-                    let response = infer(request).await?;
-                    root.event("INFER_RESPONSE_COMPLETE", Instant::now());
-                    Ok::<_, Error>(convert::response(response))
-                }
-                .await;
-                trace::end_root(root, trace::Front::Grpc, result.as_ref().err());
-                result
-            }
-        };
+            Ok::<_, Error>(convert::response(response))
+        }
+        .await;
+        if let Some(root) = root {
+            trace::end_root(root, trace::Front::Grpc, result.as_ref().err());
+        }
         if let Err(e) = &result {
-            crate::error::log_infer_failure(&id, e);
+            crate::log_line::log_infer_failure(&id, e);
         }
         Ok(Response::new(result?))
     }

@@ -194,7 +194,7 @@ async fn answer(
         trace::end_root(root, trace::Front::Grpc, result.as_ref().err());
     }
     if let Err(e) = &result {
-        crate::error::log_infer_failure(&id, e);
+        crate::log_line::log_infer_failure(&id, e);
     }
     match result {
         Ok(response) => {
@@ -268,7 +268,7 @@ async fn answer_decoupled(
             if let Some(root) = root.take() {
                 trace::end_root(root, trace::Front::Grpc, Some(&e));
             }
-            crate::error::log_infer_failure(&id, &e);
+            crate::log_line::log_infer_failure(&id, &e);
             let _ = tx.send(Ok(error(id, e.message))).await;
             return;
         }
@@ -296,7 +296,7 @@ async fn answer_decoupled(
                 if let Some(root) = root.take() {
                     trace::end_root(root, trace::Front::Grpc, Some(&e));
                 }
-                crate::error::log_infer_failure(&id, &e);
+                crate::log_line::log_infer_failure(&id, &e);
                 let message = model_error(id.clone(), (model_name, model_version), e.message);
                 // The pipeline sends nothing after an error.
                 let _ = tx.send(Ok(message)).await;

@@ -97,7 +97,7 @@ pub(super) async fn run_infer(
             infer::decode(&st, &model, &version, &headers, body)?
         };
         request.trace = root.as_ref().map(|root| root.scope().clone());
-        if crate::error::infer_failures_logged() {
+        if crate::log_line::infer_failures_logged() {
             request_id.clone_from(&request.id);
         }
         let ready = || st.health.is_ready();
@@ -119,7 +119,7 @@ pub(super) async fn run_infer(
         trace::end_root(root, trace::Front::Http, result.as_ref().err());
     }
     if let Err(e) = &result {
-        crate::error::log_infer_failure(&request_id, e);
+        crate::log_line::log_infer_failure(&request_id, e);
     }
     result.into_response()
 }
