@@ -4,7 +4,13 @@
 //! processes.
 //!
 //! The sidecar binary comes from `INFERGATE_SIDECAR_BIN` (the test command sets it) or from the
-//! workspace's target directory.
+//! workspace's target directory. Without one the test fails, saying how to build it: a test that
+//! cannot run is not reported as passed. Failing rather than `#[ignore]` keeps the test in every
+//! plain `cargo test --workspace`, where it always runs: the sidecar's own integration tests make
+//! cargo build `target/debug/infergate-sidecar` before any test starts. Only a run of this
+//! package alone (`cargo test -p infergate-operator`) on a fresh checkout lacks the binary, and
+//! there the failure names the command that builds it. `tests/run-all.sh` builds it and sets
+//! `INFERGATE_SIDECAR_BIN`, so CI runs the test with no extra flag.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
@@ -26,7 +32,9 @@ use k8s_openapi::jiff::Timestamp;
 
 const ADMIN_PORT: i32 = 8003;
 
-fn sidecar_binary() -> Option<PathBuf> {
+/// The sidecar binary: `INFERGATE_SIDECAR_BIN`, else `target/debug` or `target/release` of the
+/// workspace. Panics (the test fails) when there is none, with the command that builds it.
+fn sidecar_binary() -> PathBuf {
     if let Ok(path) = std::env::var("INFERGATE_SIDECAR_BIN") {
         let path = PathBuf::from(path);
         assert!(
@@ -34,13 +42,29 @@ fn sidecar_binary() -> Option<PathBuf> {
             "INFERGATE_SIDECAR_BIN={} does not exist",
             path.display()
         );
-        return Some(path);
+        return path;
     }
     let target = common::repo_root().join("target");
-    ["debug", "release"]
+    let candidates: Vec<PathBuf> = ["debug", "release"]
         .iter()
         .map(|p| target.join(p).join("infergate-sidecar"))
+        .collect();
+    candidates
+        .iter()
         .find(|p| p.exists())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "this test runs the infergate-sidecar binary and found none (looked at {}): \
+                 build it with `cargo build -p infergate-sidecar` (or run `cargo test \
+                 --workspace`, which builds it), or set INFERGATE_SIDECAR_BIN to its path",
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            )
+        })
 }
 
 /// A sidecar process, killed on drop.
@@ -118,10 +142,7 @@ fn pod(name: &str, ip: &str) -> Pod {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn healthy_degraded_and_silent_pods() {
-    let Some(binary) = sidecar_binary() else {
-        eprintln!("skipped: no infergate-sidecar binary (build it, or set INFERGATE_SIDECAR_BIN)");
-        return;
-    };
+    let binary = sidecar_binary();
     let healthy = start_sidecar(&binary, &["--allow-client-shm"]);
     let degraded = start_sidecar(&binary, &[]);
     // Accepts connections (the kernel completes the handshake) and never answers.
