@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::objects_list;
+use super::schema::objects_list;
 
 /// Pods added and removed with the load. The autoscaler owns the Deployment's replicas, and
 /// spec.replicas (and kubectl scale) no longer applies.

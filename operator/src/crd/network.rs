@@ -5,7 +5,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use super::objects_list;
+use super::schema::objects_list;
 
 /// A NetworkPolicy for the pods, for namespaces that deny ingress by default. It admits clients
 /// to the sidecar's HTTP and gRPC ports, the operator to the admin port (the status probe), and

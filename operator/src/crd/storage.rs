@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use super::resources_schema;
+use super::schema::resources_schema;
 
 /// How the model in storageUri is fetched and mounted. s3://, gs:// and http(s):// URIs are
 /// copied by an init container (storage-initializer) into an emptyDir before the model server
