@@ -252,7 +252,6 @@ fn dev_shm(st: &SharedState) -> J {
                     json!({
                         "state": s.state,
                         "reason": s.reason,
-                        "key": s.key,
                         "byte_size": s.byte_size,
                         "in_use_bytes": s.in_use,
                         "min_tensor_bytes": s.min_bytes,

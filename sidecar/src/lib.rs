@@ -6,12 +6,16 @@
 //! - [`cli`]: command-line flags, each overriding a field of the configuration file.
 //! - [`server`]: builds the state, binds the four ports, serves until SIGTERM or SIGINT, drains.
 //! - [`allocator`]: glibc's malloc thresholds raised, by starting the binary once more with them.
+//! - [`open_files`]: the open-file limit, raised to the hard limit at start.
 //! - [`telemetry`]: logging (Triton's layouts, text or JSON; stderr or a file), changeable at run time.
 //! - [`log_line`]: log lines in Triton's two layouts, which its `log_format` setting names.
 //!
 //! The ports:
 //!
-//! - [`accept`]: the accept loop and graceful shutdown the HTTP and gRPC ports share.
+//! - [`accept`]: the accept loop every port shares: connection caps, idle connections, graceful
+//!   shutdown.
+//! - [`inflight`]: the calls in flight on a connection, and the request bytes they hold against
+//!   the process's budget.
 //! - [`http`]: the REST front end: every route, with Triton's status codes, errors and headers.
 //! - [`grpc`]: the gRPC front end: `inference.GRPCInferenceService` and `grpc.health.v1.Health`.
 //! - [`admin`]: the admin port's `GET /status`, what is live per extension, read by the operator.
@@ -57,10 +61,12 @@ pub mod grpc;
 pub mod health;
 pub mod host_metrics;
 pub mod http;
+pub mod inflight;
 pub mod json;
 pub mod log_line;
 pub mod log_update;
 pub mod metrics;
+pub mod open_files;
 pub mod peers;
 pub mod restricted;
 pub mod server;

@@ -7,7 +7,7 @@ use clap::Parser;
 use infergate_proto::config::{SidecarConfig, yaml};
 use infergate_sidecar::backend::builtin::Catalog;
 use infergate_sidecar::cli::Args;
-use infergate_sidecar::{allocator, server, telemetry};
+use infergate_sidecar::{allocator, open_files, server, telemetry};
 
 fn load_config(args: &Args) -> Result<SidecarConfig, Vec<String>> {
     let mut config = match &args.config {
@@ -69,6 +69,21 @@ fn main() -> ExitCode {
                 "glibc's malloc thresholds are not raised: large requests will fault their buffers in again"
             ),
             tuning => tracing::debug!(?tuning, "malloc thresholds"),
+        }
+        match open_files::raise() {
+            Ok(raised) => {
+                let needed = open_files::needed_by_ports(&config.limits);
+                if raised.now < needed {
+                    tracing::warn!(
+                        open_file_limit = raised.now,
+                        needed,
+                        "the open-file limit is below what the ports' connection caps may hold; lower limits.max_connections or raise the container's limit"
+                    );
+                } else {
+                    tracing::debug!(before = raised.before, now = raised.now, "open-file limit");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
         }
         let state = match server::build_state(&config, log) {
             Ok(s) => s,

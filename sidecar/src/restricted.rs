@@ -55,20 +55,30 @@ impl Guard {
     }
 
     /// Whether a request of `category` with these headers may be served; otherwise the refusal's
-    /// message. The header's name is matched without regard to case, its value exactly; with the
-    /// header repeated, the first counts.
+    /// message. The header's name is matched without regard to case, its value exactly (and in
+    /// constant time, `same_secret`); with the header repeated, the first counts.
     pub fn check(&self, category: RestrictedCategory, headers: &HeaderMap) -> Result<(), &str> {
         match &self.rules[category as usize] {
             Some(rule)
                 if headers
                     .get(&rule.header)
-                    .is_none_or(|v| v.as_bytes() != rule.value.as_bytes()) =>
+                    .is_none_or(|v| !same_secret(v.as_bytes(), rule.value.as_bytes())) =>
             {
                 Err(&rule.refusal)
             }
             _ => Ok(()),
         }
     }
+}
+
+/// Whether `given` is `expected`, in a time that depends on `expected`'s length alone: how long
+/// the answer takes tells a caller nothing of how much of a guess was right. A guess of another
+/// length is compared with `expected` itself, and the answer is then no.
+pub fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    let same_length = given.len() == expected.len();
+    let compared = if same_length { given } else { expected };
+    bool::from(compared.ct_eq(expected)) & same_length
 }
 
 #[cfg(test)]
@@ -131,6 +141,16 @@ mod tests {
         );
         assert!(!g.is_empty());
         assert!(Guard::default().is_empty());
+    }
+
+    #[test]
+    fn secrets_match_only_whole() {
+        assert!(same_secret(b"key-value", b"key-value"));
+        assert!(!same_secret(b"key-valuE", b"key-value"));
+        assert!(!same_secret(b"key-valu", b"key-value"));
+        assert!(!same_secret(b"key-value2", b"key-value"));
+        assert!(!same_secret(b"", b"key-value"));
+        assert!(same_secret(b"", b""));
     }
 
     #[test]

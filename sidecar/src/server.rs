@@ -77,6 +77,13 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         log,
         config.server.allow_client_shm,
     );
+    // The staging pool carries other clients' tensors: no client may register it.
+    if let Some(pool) = upstream
+        .as_ref()
+        .and_then(|h| h.upstream.staging.object_id())
+    {
+        state.shm.reserve(pool);
+    }
     if let Some(state) = Arc::get_mut(&mut state) {
         state.upstream = upstream;
         state.model_control = config.server.model_control_mode;
@@ -176,13 +183,10 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     let mut background = Vec::new();
     let app = crate::http::front(state.clone());
     let stop = signal(rx.clone());
-    let header_timeout = state.limits.http_header_timeout();
-    tasks.push(tokio::spawn(crate::http::serve::serve(
-        http,
-        app,
-        header_timeout,
-        stop,
-    )));
+    let limits = state.limits.clone();
+    tasks.push(tokio::spawn(async move {
+        crate::http::serve::serve(http, app, &limits, stop).await;
+    }));
 
     let grpc_services = crate::grpc::Restricted::new(
         state.clone(),
@@ -193,34 +197,23 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     );
     let stop = signal(rx.clone());
     let drain = state.health.draining();
-    tasks.push(tokio::spawn(crate::grpc::serve(
-        grpc,
-        grpc_services,
-        stop,
-        drain,
-    )));
-
-    let admin_app = crate::admin::router(state.clone());
-    let stop = signal(rx.clone());
+    let limits = state.limits.clone();
+    let budget = state.request_bytes.clone();
     tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(admin, admin_app)
-            .with_graceful_shutdown(stop)
-            .await
-        {
-            tracing::error!(error = %e, "admin server failed");
-        }
+        crate::grpc::serve(grpc, grpc_services, &limits, budget, stop, drain).await;
     }));
 
-    let metrics_app = crate::metrics::router(state.clone());
-    let stop = signal(rx);
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(metrics, metrics_app)
-            .with_graceful_shutdown(stop)
-            .await
-        {
-            tracing::error!(error = %e, "metrics server failed");
-        }
-    }));
+    for (listener, port, router) in [
+        (admin, "admin", crate::admin::router(state.clone())),
+        (metrics, "metrics", crate::metrics::router(state.clone())),
+    ] {
+        let stop = signal(rx.clone());
+        let limits = state.limits.clone();
+        tasks.push(tokio::spawn(async move {
+            crate::http::serve::serve_http1(listener, port, router, &limits, stop).await;
+        }));
+    }
+    drop(rx);
 
     if let Some(peers) = &state.peers {
         tracing::info!(me = peers.address(), peers = ?peers.states(false), "routing sequences across replicas");

@@ -52,6 +52,9 @@ pub struct AppState {
     pub tracing: Arc<crate::trace::Tracing>,
     /// The other replicas' sidecars, when sequences are routed across replicas.
     pub peers: Option<Arc<crate::peers::Peers>>,
+    /// The request bytes the calls in flight hold, all ports together
+    /// (`limits.max_inflight_request_bytes`).
+    pub request_bytes: Arc<crate::inflight::ByteBudget>,
 }
 
 impl AppState {
@@ -199,6 +202,7 @@ impl AppState {
                 extensions.push("cuda_shared_memory".to_string());
             }
         }
+        let request_bytes = crate::inflight::ByteBudget::new(limits.max_inflight_request_bytes);
         Arc::new(AppState {
             repository,
             server: ServerInfo {
@@ -216,6 +220,7 @@ impl AppState {
             grpc_restricted: Guard::default(),
             tracing: Arc::new(crate::trace::Tracing::off()),
             peers: None,
+            request_bytes,
         })
     }
 }

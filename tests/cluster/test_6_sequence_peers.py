@@ -6,7 +6,8 @@ them as peers are listed and removed, and sequences sent round-robin over them a
 There is no kubelet here, so the "pods" are sidecars on this host's address, each on ports of
 its own, listed by EndpointSlices this test writes as the EndpointSlice controller would (one
 slice per sidecar, since a slice has one port per name; the API server refuses loopback
-addresses in slices)."""
+addresses in slices), with the controller's labels: sidecars read only those. A slice with the
+Service's name written by anybody else is not read."""
 
 from __future__ import annotations
 
@@ -29,12 +30,13 @@ def host_address() -> str:
     return out.split()[3].split("/")[0]
 
 
-def slice_doc(namespace: str, index: int, address: str, grpc_port: int) -> dict:
+def slice_doc(namespace: str, index: int, address: str, grpc_port: int,
+              managed_by: str = "endpointslice-controller.k8s.io") -> dict:
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": f"{NAME}-peers-test-{index}", "namespace": namespace,
                      "labels": {"kubernetes.io/service-name": f"{NAME}-peers",
-                                "endpointslice.kubernetes.io/managed-by": "cluster-test"}},
+                                "endpointslice.kubernetes.io/managed-by": managed_by}},
         "addressType": "IPv4",
         "ports": [{"name": "grpc", "port": grpc_port, "protocol": "TCP"}],
         "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
@@ -170,10 +172,15 @@ def test_sidecars_follow_the_endpointslices_with_the_pods_token(cluster, operato
         def listed(*indices):
             return {i: sidecars[i]["grpc"] for i in indices}
 
-        # Two listed: they find each other.
+        # Two listed: they find each other. A slice with the Service's name that the
+        # EndpointSlice controller did not make (a pod of anybody's could be its endpoint) lists
+        # the third, and is not read.
+        rogue = slice_doc(ns, 9, address, sidecars[3]["grpc"], managed_by="someone-else")
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(rogue))
         list_peers(cluster, ns, address, listed(1, 2), [3])
         all_see([1, 2])
         run_sequences(http(1, 2), 100)
+        cluster.kubectl("delete", "endpointslice", f"{NAME}-peers-test-9", "-n", ns)
 
         # Sequences in flight when the third is listed finish, and new ones use all three.
         started = 200

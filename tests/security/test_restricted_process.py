@@ -8,9 +8,11 @@ and `setpriv` to uid/gid 65532 with empty capability sets and `no_new_privs`.
 
 Two sidecars run that way, each checked end to end and then stopped with SIGTERM:
 - the built-in models (the main job), with client shared memory;
-- one fronting a model server (a second sidecar, unrestricted, standing in for the model
-  container) with the staging pool: the restricted process creates the pool in `/dev/shm`, the
-  model server opens it, and a 4 MiB tensor travels through it.
+- one fronting a model server (a real Triton 2.51, unrestricted, standing in for the model
+  container, installed by tests/upstream/triton-env.sh when missing) with the staging pool: the
+  restricted process creates the pool in `/dev/shm`, the model server opens it, and a 4 MiB
+  tensor travels through it. (Another sidecar cannot stand in: it refuses keys with the reserved
+  `infergate_` prefix, the pool's among them.)
 
 Needs root (to create the namespace and drop to the user); skipped otherwise, with the reason.
 Environment: INFERGATE_SIDECAR_BIN (default target/debug/infergate-sidecar).
@@ -186,7 +188,7 @@ def test_builtin_models_as_non_root_on_a_read_only_root(spawn, config_file):
 
     # Client shared memory: the client is in the same pod, as the same user.
     n = 1 << 16
-    key = f"/infergate_restricted_{os.getpid()}"
+    key = f"/restricted_client_{os.getpid()}"
     region = shm.create_shared_memory_region("restricted", key, 2 * 4 * n)
     try:
         os.chown(f"/dev/shm{key}", UID, UID)
@@ -209,16 +211,75 @@ def test_builtin_models_as_non_root_on_a_read_only_root(spawn, config_file):
     assert shm_objects_of(UID) == before
 
 
+def triton_install():
+    """(tritonserver, its home, its venv, the library path it needs), from
+    tests/upstream/triton-env.sh, which installs it when missing."""
+    script = (
+        f'REPO_ROOT="{REPO}"; cd "$REPO_ROOT"; log() {{ echo "$*" >&2; }}; '
+        "source tests/upstream/triton-env.sh; "
+        'printf "%s\n" "$TRITON_BIN" "$TRITON_HOME" "$TRITON_VENV" "$LD_PATH"'
+    )
+    out = subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True)
+    return out.stdout.splitlines()[:4]
+
+
+class Triton:
+    """Triton serving `simple` and `identity_fp32` from the project's python-backend repository."""
+
+    def __init__(self, work):
+        binary, home, venv, libs = triton_install()
+        repo = work / "models"
+        subprocess.run([sys.executable, str(REPO / "tests/upstream/make_triton_repo.py"), str(repo)],
+                       check=True, capture_output=True)
+        self.http, self.grpc = free_ports(2)
+        self.log = open(work / "triton.log", "wb")
+        env = {**os.environ, "PATH": f"{venv}/bin:{os.environ['PATH']}", "LD_LIBRARY_PATH": libs}
+        self.proc = subprocess.Popen([
+            binary, f"--model-repository={repo}", f"--backend-directory={home}/backends",
+            f"--cache-directory={home}/caches", "--http-address=127.0.0.1",
+            f"--http-port={self.http}", "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc}",
+            "--allow-metrics=false", "--allow-gpu-metrics=false",
+            "--pinned-memory-pool-byte-size=0", "--model-control-mode=explicit",
+            "--load-model=simple", "--load-model=identity_fp32", "--exit-timeout-secs=5",
+        ], stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=work)
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            assert self.proc.poll() is None, f"tritonserver exited {self.proc.returncode}"
+            try:
+                ready = requests.get(f"http://127.0.0.1:{self.http}/v2/health/ready", timeout=2)
+                if ready.status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise AssertionError("tritonserver was not ready in 180 s")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            self.log.close()
+
+
+@pytest.fixture
+def triton(tmp_path):
+    server = Triton(tmp_path)
+    yield server
+    if server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.wait()
+
+
 def test_staging_pool_created_by_a_non_root_sidecar_is_opened_by_the_model_server(
-    spawn, config_file
+    spawn, config_file, triton
 ):
     before = shm_objects_of(UID)
-    # The model container: here a sidecar with its built-in models, unrestricted (root).
-    model_server = spawn(["--allow-client-shm"], restricted=False)
     cfg = config_file(
         "backend:\n"
         "  kind: upstream\n"
-        f"  url: grpc://127.0.0.1:{model_server.grpc}\n"
+        f"  url: grpc://127.0.0.1:{triton.grpc}\n"
         "  staging_shm_bytes: 16777216\n",
     )
     side = spawn(["--config", str(cfg)])
@@ -226,8 +287,12 @@ def test_staging_pool_created_by_a_non_root_sidecar_is_opened_by_the_model_serve
     status = requests.get(f"http://127.0.0.1:{side.admin}/status", timeout=10).json()
     assert status["shm"]["staging_pool"]["state"] == "Active", status["shm"]
     assert status["shm"]["shared_with_upstream"] is True, status["shm"]
-    pool = status["shm"]["staging_pool"]["key"]
-    assert Path(f"/dev/shm/{pool.lstrip('/')}").stat().st_uid == UID
+    # The pool's name is never told; Triton, which registered it, lists it.
+    regions = requests.get(f"http://127.0.0.1:{triton.http}/v2/systemsharedmemory/status",
+                           timeout=10).json()
+    pools = [r["key"] for r in regions if r["name"].startswith("infergate_staging_")]
+    assert len(pools) == 1, regions
+    assert Path(f"/dev/shm/{pools[0].lstrip('/')}").stat().st_uid == UID
 
     assert_simple_over_http_and_grpc(side)
     n = 1 << 20
@@ -243,5 +308,5 @@ def test_staging_pool_created_by_a_non_root_sidecar_is_opened_by_the_model_serve
     assert staged == staged_before + 4 * n
 
     assert side.stop() == 0, side.log_text()
-    assert model_server.stop() == 0, model_server.log_text()
+    triton.stop()
     assert shm_objects_of(UID) == before, "the staging pool must be unlinked at exit"

@@ -158,8 +158,9 @@ if [ "$RC" -eq 0 ]; then
   sidecar_pid="$SIDECAR_PID"
   stop_pid "$SIDECAR_PID" 15
   SIDECAR_PID=""
-  if [ -e "/dev/shm/infergate_staging_$sidecar_pid" ]; then
-    log "the sidecar left /dev/shm/infergate_staging_$sidecar_pid behind"
+  left="$(find /dev/shm -maxdepth 1 -name "infergate_staging_${sidecar_pid}_*" -print -quit)"
+  if [ -n "$left" ]; then
+    log "the sidecar left $left behind"
     RC=5
   fi
 fi

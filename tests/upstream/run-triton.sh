@@ -233,8 +233,9 @@ fi
 if [ "$RC" -eq 0 ]; then
   stop_pid "$SIDECAR_PID" 15
   SIDECAR_PID=""
-  if [ -e "/dev/shm/infergate_staging_$sidecar_pid" ]; then
-    log "the sidecar left /dev/shm/infergate_staging_$sidecar_pid behind"
+  left="$(find /dev/shm -maxdepth 1 -name "infergate_staging_${sidecar_pid}_*" -print -quit)"
+  if [ -n "$left" ]; then
+    log "the sidecar left $left behind"
     RC=5
   else
     log "no staging object left in /dev/shm"

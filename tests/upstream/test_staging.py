@@ -41,6 +41,14 @@ def pool():
     return admin()["shm"]["staging_pool"]
 
 
+def staging_key():
+    """The pool's name, as Triton lists it (the sidecar never tells it)."""
+    regions = requests.get(f"http://{TRITON}/v2/systemsharedmemory/status", timeout=10).json()
+    mine = [r["name"] for r in regions if r["name"].startswith("infergate_staging_")]
+    assert len(mine) == 1, regions
+    return mine[0]
+
+
 def metric(name, labels=""):
     text = requests.get(f"http://{METRICS}/metrics", timeout=10).text
     pattern = rf"^{re.escape(name)}{re.escape(labels)} (\d+)$"
@@ -60,12 +68,41 @@ def test_triton_holds_the_sidecars_pool():
     p = pool()
     assert p["state"] == "Active", p
     assert admin()["shm"]["shared_with_upstream"] is True
+    key = staging_key()
     regions = requests.get(f"http://{TRITON}/v2/systemsharedmemory/status", timeout=10).json()
-    mine = [r for r in regions if r["name"] == p["key"]]
-    assert mine, regions
+    mine = [r for r in regions if r["name"] == key]
     assert mine[0]["byte_size"] == p["byte_size"]
-    assert mine[0]["key"].lstrip("/") == p["key"]
+    assert mine[0]["key"].lstrip("/") == key
     assert metric("infergate_staging_pool_active") == 1
+
+
+def test_the_pools_name_is_not_told_and_cannot_be_guessed():
+    assert "key" not in pool(), pool()
+    assert staging_key() not in json.dumps(admin())
+    # The pid, then 128 random bits.
+    assert re.fullmatch(r"infergate_staging_\d+_[0-9a-f]{32}", staging_key()), staging_key()
+
+
+def test_no_client_registers_the_pool_by_its_name_or_by_another():
+    key = staging_key()
+    register = f"http://{HTTP}/v2/systemsharedmemory/region/stolen/register"
+    r = requests.post(register, json={"key": f"/{key}", "offset": 0, "byte_size": 4096}, timeout=10)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"] == (f"cannot register shared memory region 'stolen' with key '/{key}' "
+                                 "as the key contains the reserved prefix 'infergate_'")
+    # Another name for the same object (a hard link in /dev/shm) is the same object.
+    alias = f"alias_of_the_pool_{os.getpid()}"
+    os.link(f"/dev/shm/{key}", f"/dev/shm/{alias}")
+    try:
+        r = requests.post(register, json={"key": f"/{alias}", "offset": 0, "byte_size": 4096},
+                          timeout=10)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"] == (f"cannot register shared memory region 'stolen' with key "
+                                     f"'/{alias}' as the key names an object reserved by the server")
+    finally:
+        os.unlink(f"/dev/shm/{alias}")
+    status = requests.get(f"http://{HTTP}/v2/systemsharedmemory/status", timeout=10).json()
+    assert not [r for r in status if r["name"] == "stolen"], status
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -456,7 +493,7 @@ def test_client_regions_keep_passing_through_when_triton_loses_regions_under_loa
         shm.set_shared_memory_region(handles[0], [data])
         call()
         assert held_by_triton(f"{tag}_in"), triton_regions()
-        pool_key = pool()["key"]
+        pool_key = staging_key()
         loader = threading.Thread(target=load, daemon=True)
         loader.start()
         # Three times, so that at least once a call is using the regions at that moment.

@@ -218,6 +218,28 @@ pub struct Limits {
     pub http_header_timeout_seconds: u64,
     /// Longest a request body may go without sending a byte, in seconds (then 400).
     pub http_body_timeout_seconds: u64,
+    /// Longest a whole HTTP request body may take to arrive, however steadily it trickles, in
+    /// seconds (then 400): a client sending a byte now and then cannot hold a large buffer.
+    pub http_body_deadline_seconds: u64,
+    /// Most connections open at once on each client port (HTTP, gRPC); one more is refused at
+    /// once with a clear answer (HTTP 503, or an HTTP/2 GOAWAY) and closed.
+    pub max_connections: u32,
+    /// Most connections open at once on the metrics port and on the admin port, each.
+    pub max_admin_connections: u32,
+    /// Most streams (calls) open at once on one HTTP/2 connection, on the gRPC port and on the
+    /// HTTP port's h2c, announced in SETTINGS_MAX_CONCURRENT_STREAMS.
+    pub max_concurrent_streams: u32,
+    /// A connection with no call in flight for this long, in seconds, is asked to go (HTTP/2
+    /// GOAWAY; an HTTP/1.1 connection is closed between requests by the header deadline).
+    pub idle_timeout_seconds: u64,
+    /// How often an HTTP/2 connection is pinged, in seconds; a peer that does not answer within
+    /// `keepalive_timeout_seconds` is gone and its connection is closed.
+    pub keepalive_seconds: u64,
+    pub keepalive_timeout_seconds: u64,
+    /// Most bytes of request bodies and gRPC messages held at once by the calls in flight, all
+    /// ports together; a call that would go past it is refused with 503 / `UNAVAILABLE`
+    /// `server is busy` instead of growing the process's memory.
+    pub max_inflight_request_bytes: u64,
 }
 
 impl Limits {
@@ -226,6 +248,18 @@ impl Limits {
     }
     pub fn http_body_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.http_body_timeout_seconds)
+    }
+    pub fn http_body_deadline(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.http_body_deadline_seconds)
+    }
+    pub fn idle_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.idle_timeout_seconds)
+    }
+    pub fn keepalive(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.keepalive_seconds)
+    }
+    pub fn keepalive_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.keepalive_timeout_seconds)
     }
 }
 
@@ -240,6 +274,14 @@ impl Default for Limits {
             max_cuda_pinned_bytes: 64 << 20,
             http_header_timeout_seconds: 30,
             http_body_timeout_seconds: 30,
+            http_body_deadline_seconds: 300,
+            max_connections: 4096,
+            max_admin_connections: 64,
+            max_concurrent_streams: 1024,
+            idle_timeout_seconds: 300,
+            keepalive_seconds: 60,
+            keepalive_timeout_seconds: 20,
+            max_inflight_request_bytes: 2 << 30,
         }
     }
 }

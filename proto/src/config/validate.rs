@@ -144,6 +144,39 @@ impl SidecarConfig {
                 err(name, "must be between 1 and 3600".into());
             }
         }
+        for (name, seconds) in [
+            (
+                "limits.http_body_deadline_seconds",
+                l.http_body_deadline_seconds,
+            ),
+            ("limits.idle_timeout_seconds", l.idle_timeout_seconds),
+            ("limits.keepalive_seconds", l.keepalive_seconds),
+            (
+                "limits.keepalive_timeout_seconds",
+                l.keepalive_timeout_seconds,
+            ),
+        ] {
+            if seconds == 0 || seconds > 86400 {
+                err(name, "must be between 1 and 86400".into());
+            }
+        }
+        for (name, count) in [
+            ("limits.max_connections", l.max_connections),
+            ("limits.max_admin_connections", l.max_admin_connections),
+            ("limits.max_concurrent_streams", l.max_concurrent_streams),
+        ] {
+            if count == 0 || count > 1_000_000 {
+                err(name, "must be between 1 and 1000000".into());
+            }
+        }
+        // One request of the largest size allowed must fit.
+        let largest = l.max_http_body_bytes.max(l.max_grpc_message_bytes);
+        if l.max_inflight_request_bytes < largest {
+            err(
+                "limits.max_inflight_request_bytes",
+                format!("must be at least the largest request allowed ({largest} bytes)"),
+            );
+        }
         // The sidecar's SIGBUS guard keeps a fixed table of mappings (4096, with room for its own).
         if l.max_shm_regions > 4000 {
             err("limits.max_shm_regions", "must be at most 4000".into());

@@ -8,12 +8,14 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::sync::Arc;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use infergate_proto::config::Limits;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::body::Body;
@@ -21,16 +23,20 @@ use tower::util::MapResponseLayer;
 use tower::{Service, ServiceBuilder};
 
 use super::{DeadlineLayer, IgnoreIdleResets, as_resource_exhausted};
+use crate::accept::PortLimits;
+use crate::inflight::{Budgeted, ByteBudget, Tracked};
 
 /// Serves `services` (see `dispatch.rs`) on `listener` until `stop` completes, then waits for
 /// open connections. While `drain` is true, connections get GOAWAY (see `crate::accept`).
 pub async fn serve<S>(
     listener: TcpListener,
     services: S,
+    limits: &Limits,
+    budget: Arc<ByteBudget>,
     stop: impl Future<Output = ()>,
     drain: watch::Receiver<bool>,
 ) where
-    S: Service<Request<Incoming>, Response = Response<Body>, Error = Infallible>
+    S: Service<Request<Budgeted<Incoming>>, Response = Response<Body>, Error = Infallible>
         + Clone
         + Send
         + 'static,
@@ -44,17 +50,33 @@ pub async fn serve<S>(
         .initial_stream_window_size(16 << 20)
         .initial_connection_window_size(32 << 20)
         .max_frame_size(1 << 20)
-        // As tonic's server: no limit on streams per connection or on the streams this side
-        // resets for errors (hyper's own defaults would be 200 and 1024).
-        .max_concurrent_streams(None)
-        .max_local_error_reset_streams(None);
+        // A finite number of calls per connection, announced to the client; h2's limit on the
+        // streams this side resets for a client's errors stays on (1024, hyper's default): a
+        // client that makes the server reset stream after stream ("MadeYouReset",
+        // CVE-2025-8671) gets GOAWAY instead of unbounded work.
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        // Pings find peers that are gone without a word; `crate::accept` closes idle ones.
+        .keep_alive_interval(limits.keepalive())
+        .keep_alive_timeout(limits.keepalive_timeout());
     let service = ServiceBuilder::new()
         .layer(MapResponseLayer::new(as_resource_exhausted))
         .layer(DeadlineLayer)
         .service(services);
-    crate::accept::serve_until(listener, "gRPC", stop, Some(drain), |tcp| {
-        let io = TokioIo::new(IgnoreIdleResets::new(tcp));
-        builder.serve_connection(io, TowerToHyperService::new(service.clone()))
-    })
+    let port = PortLimits {
+        max_connections: limits.max_connections as usize,
+        idle: Some(limits.idle_timeout()),
+    };
+    crate::accept::serve_until(
+        listener,
+        "gRPC",
+        port,
+        stop,
+        Some(drain),
+        |tcp, activity| {
+            let io = TokioIo::new(IgnoreIdleResets::new(tcp));
+            let service = Tracked::new(service.clone(), activity, budget.clone());
+            builder.serve_connection(io, TowerToHyperService::new(service))
+        },
+    )
     .await;
 }

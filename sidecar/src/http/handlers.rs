@@ -5,6 +5,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{StatusCode, header};
 
+use infergate_proto::config::Limits;
+
 use super::read_body;
 use crate::error::{Error, Result};
 use crate::json::{self, JsonError, Number, Value};
@@ -18,8 +20,8 @@ pub(super) fn empty(status: StatusCode) -> Response {
 const CONTROL_DEPTH: u32 = 128;
 
 /// A control-plane body (repository, shared-memory registration), read whole.
-pub(super) async fn control_body(body: Body, stall: std::time::Duration) -> Result<Bytes> {
-    read_body(body, 64 << 20, None, stall).await
+pub(super) async fn control_body(body: Body, limits: &Limits) -> Result<Bytes> {
+    read_body(body, 64 << 20, None, limits).await
 }
 
 /// A control-plane body's JSON, parsed once by the reader the infer route uses: none when the

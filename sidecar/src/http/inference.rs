@@ -81,7 +81,7 @@ pub(super) async fn run_infer(
         {
             return Err(refusal);
         }
-        let raw = read_body(body, limit, content_length, st.limits.http_body_timeout()).await?;
+        let raw = read_body(body, limit, content_length, &st.limits).await?;
         if let Some(root) = &mut root {
             root.event("HTTP_RECV_END", Instant::now());
         }

@@ -24,7 +24,7 @@ pub(super) async fn logging_get(State(st): State<SharedState>) -> Response {
 }
 
 pub(super) async fn logging_post(State(st): State<SharedState>, body: Body) -> Result<Response> {
-    let raw = read_body(body, 1 << 20, None, st.limits.http_body_timeout()).await?;
+    let raw = read_body(body, 1 << 20, None, &st.limits).await?;
     // An empty body changes nothing; neither does anything but an object (Triton looks each
     // setting up by name and finds none).
     let doc = if raw.iter().all(u8::is_ascii_whitespace) {

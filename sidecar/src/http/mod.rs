@@ -27,6 +27,8 @@ use bytes::{Bytes, BytesMut};
 use http::{StatusCode, header};
 use http_body_util::BodyExt;
 
+use infergate_proto::config::Limits;
+
 use crate::error::{Error, Result};
 use crate::json::Writer;
 use crate::state::SharedState;
@@ -192,13 +194,15 @@ pub(super) fn raw_input_too_large(length: u64, limit: u64) -> Error {
     ))
 }
 
-/// Reads a request body, refusing more than `limit` bytes before buffering them, and one that
-/// goes `stall` without sending a byte (`limits.http_body_timeout_seconds`).
+/// Reads a request body, refusing more than `limit` bytes before buffering them, one that goes
+/// `limits.http_body_timeout_seconds` without sending a byte, and one still arriving after
+/// `limits.http_body_deadline_seconds`. Bytes past the process's budget of request bytes in
+/// flight are refused with 503 `server is busy` (`crate::inflight`).
 pub async fn read_body(
     body: Body,
     limit: u64,
     content_length: Option<u64>,
-    stall: std::time::Duration,
+    limits: &Limits,
 ) -> Result<Bytes> {
     let too_large = || {
         Error::invalid_arg(format!(
@@ -208,6 +212,8 @@ pub async fn read_body(
     if content_length.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
+    let stall = limits.http_body_timeout();
+    let deadline = limits.http_body_deadline();
     let mut body = body;
     let stalled = || {
         Error::invalid_arg(format!(
@@ -215,30 +221,48 @@ pub async fn read_body(
             stall.as_secs()
         ))
     };
-    let mut buf = BytesMut::with_capacity(content_length.unwrap_or(0).min(limit) as usize);
-    let mut single: Option<Bytes> = None;
-    while let Some(frame) = tokio::time::timeout(stall, body.frame())
-        .await
-        .map_err(|_| stalled())?
-    {
-        let frame = frame
-            .map_err(|e| Error::invalid_arg(format!("failed to read the request body: {e}")))?;
+    let late = || {
+        Error::invalid_arg(format!(
+            "timed out reading the request body: not complete after {} s",
+            deadline.as_secs()
+        ))
+    };
+    let give_up_at = tokio::time::Instant::now() + deadline;
+    // The frames as they come, joined once at the end: the buffer is never sized from the
+    // declared length (a client could declare much and send little), and no byte is copied
+    // twice. Most bodies arrive as one frame, kept without a copy.
+    let mut frames: Vec<Bytes> = Vec::new();
+    let mut len = 0u64;
+    loop {
+        let next = tokio::time::timeout_at(give_up_at, tokio::time::timeout(stall, body.frame()));
+        let Some(frame) = next.await.map_err(|_| late())?.map_err(|_| stalled())? else {
+            break;
+        };
+        let frame = frame.map_err(|e| {
+            if crate::inflight::is_busy(&e) {
+                Error::unavailable(crate::inflight::BUSY)
+            } else {
+                Error::invalid_arg(format!("failed to read the request body: {e}"))
+            }
+        })?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        // Most bodies arrive as one frame: keep it without copying.
-        if buf.is_empty() && single.is_none() {
-            single = Some(data);
-        } else {
-            if let Some(first) = single.take() {
-                buf.extend_from_slice(&first);
-            }
-            buf.extend_from_slice(&data);
-        }
-        let len = single.as_ref().map_or(buf.len(), Bytes::len) as u64;
+        len += data.len() as u64;
         if len > limit {
             return Err(too_large());
         }
+        if !data.is_empty() {
+            frames.push(data);
+        }
     }
-    Ok(single.unwrap_or_else(|| buf.freeze()))
+    Ok(match frames.len() {
+        0 => Bytes::new(),
+        1 => frames.swap_remove(0),
+        _ => {
+            let mut joined = BytesMut::with_capacity(len as usize);
+            frames.iter().for_each(|f| joined.extend_from_slice(f));
+            joined.freeze()
+        }
+    })
 }

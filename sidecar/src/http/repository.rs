@@ -16,7 +16,7 @@ pub(super) async fn repository_index(
     State(st): State<SharedState>,
     body: Body,
 ) -> Result<Response> {
-    let raw = control_body(body, st.limits.http_body_timeout()).await?;
+    let raw = control_body(body, &st.limits).await?;
     let ready = match control_json(&raw)? {
         None => false,
         Some(doc) => match doc.get("ready") {
@@ -56,7 +56,7 @@ pub(super) async fn load(
     Path(model): Path<String>,
     body: Body,
 ) -> Result<Response> {
-    let raw = control_body(body, st.limits.http_body_timeout()).await?;
+    let raw = control_body(body, &st.limits).await?;
     let doc = control_json(&raw)?;
     // Triton reads every parameter before it loads: each value must be a JSON string, and
     // only `config` and `file:*` keys are parameters; its JSON reader's texts are kept.
@@ -96,7 +96,7 @@ pub(super) async fn unload(
     Path(model): Path<String>,
     body: Body,
 ) -> Result<Response> {
-    let raw = control_body(body, st.limits.http_body_timeout()).await?;
+    let raw = control_body(body, &st.limits).await?;
     control_json(&raw)?;
     st.check_model_control()?;
     st.repository.unload(&model)?;

@@ -9,48 +9,85 @@
 
 use std::future::Future;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures::future::{Either, FutureExt, Map};
 use http::header::{CONNECTION, HeaderValue};
 use http::{Request, Response, Version};
 
+use axum::Router;
+use hyper::server::conn::http1;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
+use infergate_proto::config::Limits;
 use tokio::net::TcpListener;
 use tower::Service;
 
 use super::Front;
+use crate::accept::PortLimits;
+use crate::inflight::Tracked;
 use crate::state::SharedState;
 
 /// Serves `app` (see `front.rs`) on `listener` until `stop` completes, then waits for open
-/// connections. A client gets `header_timeout` to send its request headers
-/// (`limits.http_header_timeout_seconds`).
+/// connections. A client gets `limits.http_header_timeout_seconds` to send its request headers,
+/// which also closes an HTTP/1.1 connection left idle between requests; HTTP/2 (h2c) connections
+/// get the gRPC port's stream limit and keepalive, and go when idle (`crate::accept`).
 pub async fn serve(
     listener: TcpListener,
     app: Front,
-    header_timeout: Duration,
+    limits: &Limits,
     stop: impl Future<Output = ()>,
 ) {
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
+        .header_read_timeout(limits.http_header_timeout())
         // A client that ends its side after sending (shutdown(SHUT_WR)) still gets its answer,
         // however long the model takes.
         .half_close(true);
-    builder.http2().timer(TokioTimer::new());
-    let app = CloseWhileDraining {
-        state: app.state(),
-        inner: app,
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .keep_alive_interval(limits.keepalive())
+        .keep_alive_timeout(limits.keepalive_timeout());
+    let state = app.state();
+    let budget = state.request_bytes.clone();
+    let app = CloseWhileDraining { state, inner: app };
+    let port = PortLimits {
+        max_connections: limits.max_connections as usize,
+        idle: Some(limits.idle_timeout()),
     };
-    crate::accept::serve_until(listener, "HTTP", stop, None, |tcp| {
-        let service = TowerToHyperService::new(app.clone());
+    crate::accept::serve_until(listener, "HTTP", port, stop, None, |tcp, activity| {
+        let service = Tracked::new(app.clone(), activity, budget.clone());
         builder
-            .serve_connection(TokioIo::new(tcp), service)
+            .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service))
             .into_owned()
+    })
+    .await;
+}
+
+/// Serves a port of GET endpoints (metrics, admin) over HTTP/1.1, under the same header deadline
+/// as the client port and `limits.max_admin_connections`, until `stop` completes.
+pub async fn serve_http1(
+    listener: TcpListener,
+    port: &'static str,
+    router: Router,
+    limits: &Limits,
+    stop: impl Future<Output = ()>,
+) {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.http_header_timeout());
+    let bounds = PortLimits {
+        max_connections: limits.max_admin_connections as usize,
+        idle: None,
+    };
+    crate::accept::serve_until(listener, port, bounds, stop, None, |tcp, _| {
+        let service = TowerToHyperService::new(router.clone());
+        builder.serve_connection(TokioIo::new(tcp), service)
     })
     .await;
 }

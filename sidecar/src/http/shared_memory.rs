@@ -40,7 +40,7 @@ pub(super) async fn system_shm_register(
     if !st.shm.allowed() {
         return Err(Error::unsupported(crate::shm::registry::DISABLED));
     }
-    let raw = control_body(body, st.limits.http_body_timeout()).await?;
+    let raw = control_body(body, &st.limits).await?;
     let doc = control_json(&raw)?.unwrap_or(Value::Null);
     let key = match doc.get("key") {
         None => {
@@ -111,7 +111,7 @@ pub(super) async fn cuda_shm_register(
     if !st.shm.allowed() {
         return Err(Error::unsupported(crate::shm::registry::DISABLED));
     }
-    let raw = control_body(body, st.limits.http_body_timeout()).await?;
+    let raw = control_body(body, &st.limits).await?;
     let doc = control_json(&raw)?.unwrap_or(Value::Null);
     let handle = match doc.get("raw_handle") {
         None => {

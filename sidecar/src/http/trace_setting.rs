@@ -44,7 +44,7 @@ async fn post(st: &SharedState, model: Option<&str>, body: Body) -> Result<View>
     if let Some(model) = model {
         st.check_trace_model(model)?;
     }
-    let raw = read_body(body, MAX_BODY_BYTES, None, st.limits.http_body_timeout()).await?;
+    let raw = read_body(body, MAX_BODY_BYTES, None, &st.limits).await?;
     // An empty body is a syntax error here, as in Triton ("The document is empty.").
     let doc = json::parse(&raw, 16).map_err(infer::body_json_error)?;
     let update = update_of(&doc);

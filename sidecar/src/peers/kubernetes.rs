@@ -2,6 +2,7 @@
 //! list them. The sidecar watches the slices (`list` and `watch` on `endpointslices` in its own
 //! namespace is all it needs) and replaces the membership each time they change.
 //!
+//! Only the slices the EndpointSlice controller made for the Service are read (`slice_selector`).
 //! Every pod the slices name is a peer, ready or not: readiness comes from the sidecars' own
 //! probes, which see a peer start and drain sooner than the slices do, and a pod that is
 //! draining must still be asked for the sequences it holds. A pod leaves the list when it leaves
@@ -21,6 +22,10 @@ use super::membership::Members;
 
 /// The label the EndpointSlice controller puts on every slice of a Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The label naming who made a slice, and the EndpointSlice controller's value: only slices
+/// Kubernetes made for the Service's pods are read, not ones anybody else wrote for its name.
+const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+const ENDPOINTSLICE_CONTROLLER: &str = "endpointslice-controller.k8s.io";
 /// The slices' port that peers are reached at; where no port has this name, the first.
 const PORT_NAME: &str = "grpc";
 /// Where a pod finds its namespace when `$POD_NAMESPACE` is not set.
@@ -96,8 +101,7 @@ pub async fn watch(members: Arc<Members>, target: Target) {
         }
     };
     let api = Api::<EndpointSlice>::namespaced(client, &target.namespace);
-    let config =
-        watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={}", target.service));
+    let config = watcher::Config::default().labels(&slice_selector(&target.service));
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     let mut slices = Slices::default();
     let mut listing = None::<Slices>;
@@ -124,6 +128,13 @@ pub async fn watch(members: Arc<Members>, target: Target) {
             members.replace(&slices.addresses());
         }
     }
+}
+
+/// The label selector of the slices read: the Service's, made by the EndpointSlice controller.
+/// Hygiene, not a defence: whoever may write slices can copy the labels. The defence is peers'
+/// mutual TLS (docs/hardening.md).
+fn slice_selector(service: &str) -> String {
+    format!("{SERVICE_NAME_LABEL}={service},{MANAGED_BY_LABEL}={ENDPOINTSLICE_CONTROLLER}")
 }
 
 /// The peers' addresses by slice name.
@@ -180,6 +191,14 @@ mod tests {
         value["metadata"] = serde_json::json!({"name": name});
         value["addressType"] = "IPv4".into();
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn only_the_services_slices_made_by_the_endpointslice_controller_are_read() {
+        assert_eq!(
+            slice_selector("seq-peers"),
+            "kubernetes.io/service-name=seq-peers,endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io"
+        );
     }
 
     #[test]

@@ -16,8 +16,16 @@ use nix::sys::stat::{Mode, fstat};
 use super::guard::Guard;
 use crate::error::{Error, Result};
 
-/// Keys reserved for Triton's python backend.
-const RESERVED_PREFIX: &str = "triton_python_backend_shm_region_";
+/// Key prefixes clients may not register: Triton's python backend's, and the sidecar's own (its
+/// staging pool, which carries other clients' tensors).
+const RESERVED_PREFIXES: [&str; 2] = ["triton_python_backend_shm_region_", "infergate_"];
+
+/// What identifies a shared-memory object whatever name it is opened by: its device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectId {
+    pub device: u64,
+    pub inode: u64,
+}
 
 /// A mapped `[offset, offset + byte_size)` window of a shared-memory object.
 pub struct SystemRegion {
@@ -54,19 +62,25 @@ impl std::fmt::Debug for SystemRegion {
     }
 }
 
-/// Checks a key the way the server accepts it: leading slashes are dropped (as `shm_open`
-/// does); what remains must be non-empty, must not hold another `/` (no paths, no `..`
-/// escapes), and must not use the reserved prefix.
+/// Checks a key the way the server accepts it from a client: leading slashes are dropped (as
+/// `shm_open` does); what remains must be non-empty, must not hold another `/` (no paths, no
+/// `..` escapes), and must not use a reserved prefix.
 pub fn validate_key(name: &str, key: &str) -> Result<()> {
+    check_key_form(name, key)?;
+    let stripped = key.trim_start_matches('/');
+    if let Some(prefix) = RESERVED_PREFIXES.iter().find(|p| stripped.starts_with(*p)) {
+        return Err(Error::invalid_arg(format!(
+            "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved prefix '{prefix}'"
+        )));
+    }
+    Ok(())
+}
+
+fn check_key_form(name: &str, key: &str) -> Result<()> {
     let stripped = key.trim_start_matches('/');
     if stripped.is_empty() || stripped.contains('/') || stripped == "." || stripped == ".." {
         return Err(Error::invalid_arg(format!(
             "cannot register shared memory region '{name}' - invalid shm key '{key}'"
-        )));
-    }
-    if stripped.starts_with(RESERVED_PREFIX) {
-        return Err(Error::invalid_arg(format!(
-            "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved prefix '{RESERVED_PREFIX}'"
         )));
     }
     Ok(())
@@ -94,6 +108,30 @@ impl SystemRegion {
     /// handles an offset inside a page, at the page below it.)
     pub fn open(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Self> {
         validate_key(name, key)?;
+        Self::map(name, key, offset, byte_size)
+    }
+
+    /// Opens an object of the sidecar's own (the staging pool), whose key has a reserved prefix.
+    pub(super) fn open_own(key: &str, byte_size: u64) -> Result<Self> {
+        check_key_form(key, key)?;
+        Self::map(key, key, 0, byte_size)
+    }
+
+    /// The object's device and inode.
+    pub fn object_id(&self) -> Result<ObjectId> {
+        let stat = fstat(&self.fd).map_err(|e| {
+            Error::internal(format!(
+                "cannot look at shared memory region '{}': {e}",
+                self.name
+            ))
+        })?;
+        Ok(ObjectId {
+            device: stat.st_dev,
+            inode: stat.st_ino,
+        })
+    }
+
+    fn map(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Self> {
         let invalid = || {
             Error::invalid_arg(format!(
                 "failed to register shared memory region '{name}': invalid args"
@@ -256,7 +294,7 @@ mod tests {
     }
 
     fn object(name: &str, len: usize) -> Object {
-        let path = format!("/infergate_test_{name}_{}", std::process::id());
+        let path = format!("/ig_test_{name}_{}", std::process::id());
         let fd = shm_open(
             path.as_str(),
             OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL,
@@ -307,7 +345,7 @@ mod tests {
         assert!(r.read(u64::MAX, 2).is_err());
         assert!(r.write(3999, &[1, 2]).is_err());
         assert!(
-            SystemRegion::open("x", "/infergate_missing_object", 0, 1)
+            SystemRegion::open("x", "/ig_missing_object", 0, 1)
                 .unwrap_err()
                 .message
                 .starts_with("Unable to open")

@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 
 use super::cuda::{Cuda, CudaRegion, HANDLE_BYTES};
 use super::forwarded::ForwardedCudaRegion;
-use super::region::SystemRegion;
+use super::region::{ObjectId, SystemRegion};
 use crate::error::{Error, Result};
 
 /// Limits on what clients may map.
@@ -127,6 +127,8 @@ pub struct Registry {
     limits: ShmLimits,
     cuda: Cuda,
     table: Arc<Table>,
+    /// Objects of the sidecar's own (the staging pool): no client registers them, by any name.
+    reserved: parking_lot::RwLock<Vec<ObjectId>>,
 }
 
 /// One registration.
@@ -219,7 +221,29 @@ impl Registry {
             limits,
             cuda,
             table: Arc::default(),
+            reserved: parking_lot::RwLock::default(),
         }
+    }
+
+    /// Refuses `object` to clients from now on, whatever key names it.
+    pub fn reserve(&self, object: ObjectId) {
+        self.reserved.write().push(object);
+    }
+
+    /// A client's region that is one of the reserved objects (another name for the same object)
+    /// is refused as a reserved key is.
+    fn check_not_reserved(&self, region: &SystemRegion, name: &str, key: &str) -> Result<()> {
+        let reserved = self.reserved.read();
+        if reserved.is_empty() {
+            return Ok(());
+        }
+        let id = region.object_id()?;
+        if reserved.contains(&id) {
+            return Err(Error::invalid_arg(format!(
+                "cannot register shared memory region '{name}' with key '{key}' as the key names an object reserved by the server"
+            )));
+        }
+        Ok(())
     }
 
     pub fn allowed(&self) -> bool {
@@ -303,7 +327,9 @@ impl Registry {
             ));
         }
         self.insert(name, byte_size, || {
-            SystemRegion::open(name, key, offset, byte_size).map(Region::System)
+            let region = SystemRegion::open(name, key, offset, byte_size)?;
+            self.check_not_reserved(&region, name, key)?;
+            Ok(Region::System(region))
         })?;
         tracing::info!(
             region = name,
@@ -572,7 +598,7 @@ mod tests {
     fn object(tag: &str) -> Object {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = format!("/infergate_registry_{tag}_{}_{n}", std::process::id());
+        let path = format!("/ig_registry_{tag}_{}_{n}", std::process::id());
         let fd = shm_open(
             path.as_str(),
             OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL,
@@ -689,6 +715,40 @@ mod tests {
         let err = registry.register_system("a", "/x", 0, 1).unwrap_err();
         assert_eq!(err.message, DISABLED);
         assert!(registry.system_status(None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_reserved_object_is_refused_by_any_name_and_the_reserved_prefix_by_key() {
+        let obj = object("reserved");
+        let alias = format!("{}_alias", obj.0);
+        std::fs::hard_link(format!("/dev/shm{}", obj.0), format!("/dev/shm{alias}")).unwrap();
+        let alias = Object(alias);
+        let registry = Registry::new(true, ShmLimits::default(), no_gpu());
+        let id = SystemRegion::open("probe", &obj.0, 0, 4096)
+            .unwrap()
+            .object_id()
+            .unwrap();
+        registry.reserve(id);
+        for key in [&obj.0, &alias.0] {
+            let refused = registry.register_system("mine", key, 0, 4096).unwrap_err();
+            assert_eq!(
+                refused.message,
+                format!(
+                    "cannot register shared memory region 'mine' with key '{key}' as the key names an object reserved by the server"
+                )
+            );
+        }
+        assert!(registry.system_status(None).unwrap().is_empty());
+        let refused = registry
+            .register_system("mine", "/infergate_staging_1_00", 0, 4096)
+            .unwrap_err();
+        assert_eq!(
+            refused.message,
+            "cannot register shared memory region 'mine' with key '/infergate_staging_1_00' as the key contains the reserved prefix 'infergate_'"
+        );
+        // Another object is registered as before.
+        let other = object("free");
+        registry.register_system("mine", &other.0, 0, 4096).unwrap();
     }
 
     #[test]

@@ -6,7 +6,11 @@
 //! is an error at start rather than a SIGBUS in the middle of a request. Slots are returned to the
 //! pool when dropped, on every path (success, upstream error, cancelled request). The object is
 //! unlinked when the pool is dropped; a predecessor's object left by a killed process with the same
-//! pid (a restarted container) is unlinked at creation.
+//! pid (a restarted container) is unlinked before a new one is made.
+//!
+//! The object's name is not guessable (`pool_key`), is never listed (not in `/status`, not in the
+//! sidecar's shared-memory status), and clients cannot register it, by that name or any other
+//! for the same object (`Registry::reserve`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -91,8 +95,6 @@ impl StagingPool {
                 "cannot create the staging pool '{path}': {what}: {e}"
             ))
         };
-        // A leftover of a previous process with this pid is stale: that process is gone.
-        let _ = shm_unlink(path.as_str());
         let fd = shm_open(
             path.as_str(),
             OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL,
@@ -117,7 +119,7 @@ impl StagingPool {
             .map_err(|e| fail("reserving its pages (is /dev/shm large enough?)", e))
             .map_err(unlink_on_error)?;
         drop(fd);
-        let region = SystemRegion::open(key, key, 0, byte_size).map_err(unlink_on_error)?;
+        let region = SystemRegion::open_own(key, byte_size).map_err(unlink_on_error)?;
         Ok(Arc::new(StagingPool {
             region,
             free: Mutex::new(FreeList::new(byte_size)),
@@ -128,6 +130,11 @@ impl StagingPool {
     /// The object's name under `/dev/shm`, as registered with the upstream.
     pub fn key(&self) -> &str {
         &self.region.key
+    }
+
+    /// The object's device and inode, which clients may not register by any name.
+    pub fn object_id(&self) -> Result<super::region::ObjectId> {
+        self.region.object_id()
     }
 
     pub fn byte_size(&self) -> u64 {
@@ -160,6 +167,45 @@ impl StagingPool {
         match shm_unlink(path.as_str()) {
             Ok(()) | Err(Errno::ENOENT) => {}
             Err(e) => tracing::warn!(key = %path, error = %e, "could not unlink the staging pool"),
+        }
+    }
+}
+
+/// A name for the pool no client can guess (128 random bits), under the reserved `infergate_`
+/// prefix, led by the pid so that a successor can find what a killed predecessor left.
+pub fn pool_key(pid: u32) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut random = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut random)?;
+    let mut key = predecessor_prefix(pid);
+    for byte in random {
+        key.push_str(&format!("{byte:02x}"));
+    }
+    Ok(key)
+}
+
+fn predecessor_prefix(pid: u32) -> String {
+    format!("infergate_staging_{pid}_")
+}
+
+/// Unlinks the pools a previous process with this pid left (a restarted container gets the same
+/// pid, and the pod's `/dev/shm` outlives it): that process is gone, and its pool would hold the
+/// memory until the pod ends. Another live sidecar sharing this `/dev/shm` has another pid.
+pub fn unlink_predecessors(pid: u32) {
+    let prefix = predecessor_prefix(pid);
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with(&prefix) {
+            match shm_unlink(format!("/{name}").as_str()) {
+                Ok(()) => tracing::info!("removed a staging pool a previous process left"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot remove a staging pool a previous process left")
+                }
+            }
         }
     }
 }
@@ -302,14 +348,28 @@ mod tests {
     }
 
     #[test]
-    fn a_stale_object_of_the_same_name_is_replaced() {
-        let k = key("stale");
-        let first = StagingPool::create(&k, 4096).unwrap();
-        std::mem::forget(first); // as if the process had been killed
-        let second = StagingPool::create(&k, 8192).unwrap();
-        assert_eq!(second.byte_size(), 8192);
-        drop(second);
-        assert!(!exists(&k));
+    fn what_a_killed_predecessor_with_this_pid_left_is_removed_and_nothing_else() {
+        // A pid no process of this machine has, so that no live pool is touched.
+        let pid = u32::MAX - std::process::id();
+        let mine = pool_key(pid).unwrap();
+        let another = pool_key(pid - 1).unwrap();
+        std::mem::forget(StagingPool::create(&mine, 4096).unwrap()); // as if killed
+        std::mem::forget(StagingPool::create(&another, 4096).unwrap());
+        unlink_predecessors(pid);
+        assert!(!exists(&mine));
+        assert!(exists(&another));
+        unlink_predecessors(pid - 1);
+        assert!(!exists(&another));
+    }
+
+    #[test]
+    fn pool_keys_are_led_by_the_pid_and_not_guessable() {
+        let a = pool_key(7).unwrap();
+        let b = pool_key(7).unwrap();
+        assert_ne!(a, b);
+        let random = a.strip_prefix("infergate_staging_7_").unwrap();
+        assert_eq!(random.len(), 32);
+        assert!(random.bytes().all(|c| c.is_ascii_hexdigit()));
     }
 
     #[test]

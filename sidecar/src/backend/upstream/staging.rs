@@ -14,6 +14,7 @@ use parking_lot::RwLock;
 
 use super::Upstream;
 use crate::core::model::Execution;
+use crate::error::Error;
 use crate::shm::staging::{Slot, StagingPool};
 use crate::tensor::shape::fixed_byte_size;
 
@@ -41,12 +42,11 @@ pub struct StagingCounters {
     pub registrations: AtomicU64,
 }
 
-/// What the admin endpoint reports.
+/// What the admin endpoint reports: never the pool's key, which would let a client name it.
 #[derive(Clone, Debug)]
 pub struct StagingStatus {
     pub state: &'static str,
     pub reason: String,
-    pub key: String,
     pub byte_size: u64,
     pub in_use: u64,
     pub min_bytes: u64,
@@ -71,11 +71,16 @@ impl Staging {
         if config.staging_shm_bytes == 0 {
             return off("turned off (staging_shm_bytes is 0)".to_string());
         }
-        // One pool per process; a restarted container reuses (and first unlinks) its pid's name.
-        let key = format!("infergate_staging_{}", std::process::id());
-        match StagingPool::create(&key, config.staging_shm_bytes) {
+        // One pool per process, under a name no client can guess; what a killed predecessor
+        // with this pid left goes first.
+        let pid = std::process::id();
+        crate::shm::staging::unlink_predecessors(pid);
+        let created = crate::shm::staging::pool_key(pid)
+            .map_err(|e| Error::internal(format!("cannot name the staging pool: {e}")))
+            .and_then(|key| StagingPool::create(&key, config.staging_shm_bytes));
+        match created {
             Ok(pool) => {
-                tracing::info!(key = %key, bytes = config.staging_shm_bytes, "staging pool created");
+                tracing::info!(bytes = config.staging_shm_bytes, "staging pool created");
                 Staging {
                     pool: Some(pool),
                     min_bytes: config.staging_min_bytes,
@@ -93,6 +98,11 @@ impl Staging {
     /// The region name (and `/dev/shm` key) the upstream knows the pool by.
     pub fn region(&self) -> Option<&str> {
         self.pool.as_ref().map(|p| p.key())
+    }
+
+    /// The pool's object, which clients may not register.
+    pub fn object_id(&self) -> Option<crate::shm::region::ObjectId> {
+        self.pool.as_ref().and_then(|p| p.object_id().ok())
     }
 
     /// Whether the upstream has the pool registered (and so sees this container's `/dev/shm`).
@@ -143,7 +153,6 @@ impl Staging {
         StagingStatus {
             state,
             reason,
-            key: self.region().unwrap_or_default().to_string(),
             byte_size: self.pool.as_ref().map_or(0, |p| p.byte_size()),
             in_use: self.pool.as_ref().map_or(0, |p| p.in_use()),
             min_bytes: self.min_bytes,
@@ -191,7 +200,7 @@ impl Staging {
                 // Unreachable: readiness reports it; registration is retried on the next probe.
                 Err(_) => return false,
             }
-            tracing::warn!(region = %name, "the upstream lost the staging pool; registering it again");
+            tracing::warn!("the upstream lost the staging pool; registering it again");
             self.set_state(PoolState::Pending);
         }
         let _ = client
@@ -214,10 +223,11 @@ impl Staging {
                 return true;
             }
             Err(s) if s.code() == tonic::Code::Unavailable => self.set_state(PoolState::Pending),
+            // The reason is shown in /status: the pool's name is left out of it.
             Err(s) => self.set_state(PoolState::Unusable(format!(
-                "the upstream could not register the staging pool '/{name}' ({}: {}); does the model container share this container's /dev/shm, with the same user or group?",
+                "the upstream could not register the staging pool ({}: {}); does the model container share this container's /dev/shm, with the same user or group?",
                 s.code(),
-                s.message()
+                s.message().replace(&name, "<staging pool>")
             ))),
         }
         false

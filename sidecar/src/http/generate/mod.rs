@@ -153,7 +153,7 @@ async fn start(
     if let Some(length) = content_length.filter(|&n| n > limit) {
         return Err(json_too_large(length, limit));
     }
-    let raw = read_body(body, limit, content_length, st.limits.http_body_timeout()).await?;
+    let raw = read_body(body, limit, content_length, &st.limits).await?;
     let limits = request::Limits {
         max_depth: st.limits.max_json_depth,
         max_input_bytes: limit,
