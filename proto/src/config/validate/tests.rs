@@ -1,0 +1,102 @@
+use super::*;
+
+#[test]
+fn default_is_valid() {
+    assert_eq!(SidecarConfig::default().validate(&["simple"]), Ok(()));
+}
+
+#[test]
+fn all_errors_are_reported() {
+    let mut cfg = SidecarConfig::default();
+    cfg.server.log_level = "loud".into();
+    cfg.server.worker_threads = 1025;
+    cfg.server.http_restricted_api = vec!["health:k=v".into(), "health:k=v".into()];
+    cfg.server.grpc_restricted_protocol = vec!["inference".into()];
+    cfg.server.trace_config = vec!["level=LOUD".into()];
+    cfg.server.grpc_port = cfg.server.http_port;
+    cfg.limits.max_json_depth = 0;
+    cfg.limits.http_header_timeout_seconds = 0;
+    cfg.limits.http_body_timeout_seconds = 3601;
+    cfg.backend = BackendConfig::Builtin {
+        models: vec!["nope".into()],
+    };
+    let errors = cfg.validate(&["simple"]).unwrap_err();
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "server.log_level",
+            "server.worker_threads",
+            "server.http_restricted_api",
+            "server.grpc_restricted_protocol",
+            "server.trace_config",
+            "server.grpc_port",
+            "limits.max_json_depth",
+            "limits.http_header_timeout_seconds",
+            "limits.http_body_timeout_seconds",
+            "backend.models[0]"
+        ]
+    );
+}
+
+#[test]
+fn hosts_are_ip_addresses_of_either_family_bracketed_or_not() {
+    let host_is_valid = |host: &str| {
+        let mut cfg = SidecarConfig::default();
+        cfg.server.host = host.into();
+        cfg.validate(&["simple"]).is_ok()
+    };
+    for host in ["0.0.0.0", "::", "[::]", "::1", "[fd00::5]", "localhost"] {
+        assert!(host_is_valid(host), "{host}");
+    }
+    for host in ["", "[::", "::]", "[0.0.0.0]x", "example.com", "[localhost]"] {
+        assert!(!host_is_valid(host), "{host}");
+    }
+    let mut cfg = SidecarConfig::default();
+    cfg.server.host = "[::]".into();
+    assert_eq!(cfg.server.bind_host(), "::");
+}
+
+/// The paths of the errors in a configuration with this upstream, `None` when it is valid.
+fn upstream_errors(up: crate::config::UpstreamConfig) -> Option<Vec<String>> {
+    let cfg = SidecarConfig {
+        backend: BackendConfig::Upstream(up),
+        ..Default::default()
+    };
+    cfg.validate(&[])
+        .err()
+        .map(|errors| errors.iter().map(|e| e.path.clone()).collect())
+}
+
+#[test]
+fn a_rest_address_goes_beside_a_grpc_upstream_only() {
+    let with = |url: &str, rest_url: &str| {
+        let mut up = crate::config::UpstreamConfig::new(url);
+        up.rest_url = Some(rest_url.into());
+        upstream_errors(up)
+    };
+    assert_eq!(with("grpc://127.0.0.1:8001", "http://127.0.0.1:8000"), None);
+    assert_eq!(
+        with("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        Some(vec!["backend.rest_url".to_string()])
+    );
+    assert_eq!(
+        with("grpc://127.0.0.1:8001", "grpc://127.0.0.1:8000"),
+        Some(vec!["backend.rest_url".to_string()])
+    );
+}
+
+#[test]
+fn an_idle_limit_for_rest_connections_is_at_most_an_hour() {
+    let with = |ms: u64| {
+        let mut up = crate::config::UpstreamConfig::new("http://127.0.0.1:8000");
+        up.rest_idle_ms = ms;
+        upstream_errors(up)
+    };
+    assert_eq!(with(0), None);
+    assert_eq!(with(3_600_000), None);
+    assert_eq!(
+        with(3_600_001),
+        Some(vec!["backend.rest_idle_ms".to_string()])
+    );
+}
