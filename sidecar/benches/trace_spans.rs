@@ -16,7 +16,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use infergate_proto::config::TraceConfig;
-use infergate_sidecar::trace::{Front, Kind, Tracing};
+use infergate_sidecar::protocol::Protocol;
+use infergate_sidecar::trace::{Kind, Tracing};
 
 const REQUESTS: u32 = 20_000;
 
@@ -43,7 +44,7 @@ fn traced_request(tracing: &Tracing) {
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_string(),
         )])
     };
-    let Some(mut root) = tracing.start("simple", || true, context, Front::Http, received) else {
+    let Some(mut root) = tracing.start("simple", || true, context, Protocol::Http, received) else {
         return;
     };
     root.event("HTTP_RECV_END", Instant::now());
@@ -68,7 +69,7 @@ fn traced_request(tracing: &Tracing) {
     model.event("REQUEST_END", Instant::now());
     model.end(Instant::now());
     root.event("INFER_RESPONSE_COMPLETE", Instant::now());
-    infergate_sidecar::trace::end_root(root, Front::Http, None);
+    infergate_sidecar::trace::end_root(root, Protocol::Http, None);
 }
 
 fn fastest(rounds: u32, mut each: impl FnMut()) -> f64 {
@@ -96,7 +97,13 @@ fn main() {
     let off = tracing("OFF");
     let on = tracing("TIMESTAMPS");
     let untraced = fastest(rounds, || {
-        black_box(off.start("simple", || true, HashMap::new, Front::Http, Instant::now()));
+        black_box(off.start(
+            "simple",
+            || true,
+            HashMap::new,
+            Protocol::Http,
+            Instant::now(),
+        ));
     });
     let traced = fastest(rounds, || traced_request(&on));
     let dir = tempfile::tempdir().unwrap();

@@ -30,6 +30,8 @@
 //!
 //! Inference, whatever the wire protocol:
 //!
+//! - [`front_door`]: the one way into inference: the model looked up once, the root trace span,
+//!   the failed-inference line, the sequence peers' routing, then the pipeline.
 //! - [`core`]: models and their registry, requests and responses, validation, sequences,
 //!   classification, statistics, and the pipeline that ties them together.
 //! - [`peers`]: sequences across replicas: each sequence's requests go to the replica that holds
@@ -43,6 +45,7 @@
 //! - [`json`]: the JSON dialect Triton's HTTP front end speaks, with rapidjson's number text.
 //! - [`tensor`]: tensors as a datatype, a shape and reference-counted little-endian bytes.
 //! - [`shm`]: client shared memory (system and CUDA) and the staging pool; the only `unsafe` code.
+//! - [`protocol`]: REST or gRPC, where Triton's two front ends differ.
 //! - [`error`]: the protocol's error, mapped to HTTP and gRPC status codes as Triton maps them.
 //! - [`health`]: liveness, readiness and draining.
 //! - [`state`]: what every port shares: the model repository, the shared-memory registry, the
@@ -57,6 +60,7 @@ pub mod core;
 pub mod cxx_number;
 pub mod drain;
 pub mod error;
+pub mod front_door;
 pub mod grpc;
 pub mod health;
 pub mod host_metrics;
@@ -68,6 +72,7 @@ pub mod log_update;
 pub mod metrics;
 pub mod open_files;
 pub mod peers;
+pub mod protocol;
 pub mod restricted;
 pub mod server;
 pub mod shm;

@@ -6,14 +6,8 @@
 //! are its own (INVALID_ARGUMENT).
 
 use crate::error::{Error, Result};
+use crate::protocol::Protocol;
 use crate::telemetry::LogSettings;
-
-/// Which front end the change came through.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Front {
-    Rest,
-    Grpc,
-}
 
 /// One setting's value as the request gave it.
 pub enum LogValue {
@@ -29,22 +23,22 @@ pub enum LogValue {
 /// Applies the settings `take` yields (it is asked for each name Triton knows, once).
 pub fn update(
     settings: &mut LogSettings,
-    front: Front,
+    protocol: Protocol,
     mut take: impl FnMut(&str) -> Option<LogValue>,
 ) -> Result<()> {
     if let Some(value) = take("log_file")
-        && (front == Front::Grpc || !matches!(value, LogValue::Null))
+        && (protocol == Protocol::Grpc || !matches!(value, LogValue::Null))
     {
         return Err(Error::unsupported(
             "log file location can not be updated through network protocol",
         ));
     }
     for key in ["log_info", "log_warning", "log_error"] {
-        let Some(value) = present(take(key), front) else {
+        let Some(value) = present(take(key), protocol) else {
             continue;
         };
         let LogValue::Bool(on) = value else {
-            return Err(wrong_type(front, key, "boolean", "boolean"));
+            return Err(wrong_type(protocol, key, "boolean", "boolean"));
         };
         match key {
             "log_info" => settings.log_info = on,
@@ -52,10 +46,10 @@ pub fn update(
             _ => settings.log_error = on,
         }
     }
-    if let Some(value) = present(take("log_verbose_level"), front) {
+    if let Some(value) = present(take("log_verbose_level"), protocol) {
         let LogValue::Uint(level) = value else {
             return Err(wrong_type(
-                front,
+                protocol,
                 "log_verbose_level",
                 "unsigned-integer",
                 "int32",
@@ -64,16 +58,16 @@ pub fn update(
         // Triton keeps the level as an int32; larger values are cut to that width as it does.
         settings.log_verbose_level = level as u32;
     }
-    if let Some(value) = present(take("log_format"), front) {
+    if let Some(value) = present(take("log_format"), protocol) {
         let LogValue::String(format) = value else {
-            return Err(wrong_type(front, "log_format", "string", "string"));
+            return Err(wrong_type(protocol, "log_format", "string", "string"));
         };
         if format != "default" && format != "ISO8601" {
-            return Err(match front {
-                Front::Rest => {
+            return Err(match protocol {
+                Protocol::Http => {
                     Error::unavailable(format!("invalid argument for --log_format, got: {format}"))
                 }
-                Front::Grpc => {
+                Protocol::Grpc => {
                     Error::invalid_arg(format!("invalid argument for log_format, got: {format}"))
                 }
             });
@@ -84,19 +78,19 @@ pub fn update(
 }
 
 /// A value to apply: REST skips a `null`.
-fn present(value: Option<LogValue>, front: Front) -> Option<LogValue> {
+fn present(value: Option<LogValue>, protocol: Protocol) -> Option<LogValue> {
     match value {
-        Some(LogValue::Null) if front == Front::Rest => None,
+        Some(LogValue::Null) if protocol == Protocol::Http => None,
         other => other,
     }
 }
 
-fn wrong_type(front: Front, key: &str, json_type: &str, grpc_type: &str) -> Error {
-    match front {
-        Front::Rest => Error::internal(format!(
+fn wrong_type(protocol: Protocol, key: &str, json_type: &str, grpc_type: &str) -> Error {
+    match protocol {
+        Protocol::Http => Error::internal(format!(
             "attempt to access JSON non-{json_type} as {json_type}"
         )),
-        Front::Grpc => Error::invalid_arg(format!("expect {grpc_type} for '{key}'")),
+        Protocol::Grpc => Error::invalid_arg(format!("expect {grpc_type} for '{key}'")),
     }
 }
 
@@ -116,17 +110,17 @@ mod tests {
         }
     }
 
-    fn apply(front: Front, pairs: Vec<(&str, LogValue)>) -> (LogSettings, Result<()>) {
+    fn apply(protocol: Protocol, pairs: Vec<(&str, LogValue)>) -> (LogSettings, Result<()>) {
         let mut given: HashMap<&str, LogValue> = pairs.into_iter().collect();
         let mut s = settings();
-        let result = update(&mut s, front, |k| given.remove(k));
+        let result = update(&mut s, protocol, |k| given.remove(k));
         (s, result)
     }
 
     #[test]
     fn unknown_names_and_rest_nulls_are_ignored() {
         let (s, r) = apply(
-            Front::Rest,
+            Protocol::Http,
             vec![("nope", LogValue::Uint(1)), ("log_info", LogValue::Null)],
         );
         assert!(r.is_ok());
@@ -136,7 +130,7 @@ mod tests {
     #[test]
     fn settings_before_an_invalid_one_stay_applied() {
         let (s, r) = apply(
-            Front::Rest,
+            Protocol::Http,
             vec![
                 ("log_format", LogValue::String("x".into())),
                 ("log_warning", LogValue::Bool(false)),
@@ -151,17 +145,17 @@ mod tests {
 
     #[test]
     fn wrong_types_answer_per_front() {
-        let (_, r) = apply(Front::Rest, vec![("log_error", LogValue::Uint(1))]);
+        let (_, r) = apply(Protocol::Http, vec![("log_error", LogValue::Uint(1))]);
         assert_eq!(
             r.unwrap_err().message,
             "attempt to access JSON non-boolean as boolean"
         );
-        let (_, r) = apply(Front::Grpc, vec![("log_verbose_level", LogValue::Other)]);
+        let (_, r) = apply(Protocol::Grpc, vec![("log_verbose_level", LogValue::Other)]);
         assert_eq!(
             r.unwrap_err().message,
             "expect int32 for 'log_verbose_level'"
         );
-        let (_, r) = apply(Front::Grpc, vec![("log_file", LogValue::Null)]);
+        let (_, r) = apply(Protocol::Grpc, vec![("log_file", LogValue::Null)]);
         assert_eq!(
             r.unwrap_err().message,
             "log file location can not be updated through network protocol"

@@ -8,6 +8,8 @@ Each test leaves `simple` loaded with its own configuration.
 
 import base64
 import json
+import re
+import socket
 import time
 
 import pytest
@@ -84,6 +86,53 @@ def test_unload_then_load(raw_http, http_url, grpc_stub, restore_simple, protoco
     assert raw_http("GET", "/v2/models/simple/ready").status == 200
     assert index_entry(raw_http, "simple") == {"name": "simple", "version": "1", "state": "READY"}
     assert_serving(http_url)
+
+
+def send_head_and_part(http_url, body: bytes, part: int) -> socket.socket:
+    """An infer request for `simple` whose body stops after `part` bytes, for now."""
+    host, _, port = http_url.rpartition(":")
+    sock = socket.create_connection((host.strip("[]"), int(port)), timeout=30)
+    sock.sendall((f"POST /v2/models/simple/infer HTTP/1.1\r\nHost: test\r\n"
+                  f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:part])
+    return sock
+
+
+def finish_and_read(sock: socket.socket, rest: bytes) -> tuple[int, dict]:
+    sock.sendall(rest)
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < int(
+            re.search(rb"(?i)content-length:\s*(\d+)", data.partition(b"\r\n\r\n")[0]).group(1)):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sock.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(payload)
+
+
+@local_models
+def test_a_request_whose_model_is_unloaded_while_its_body_arrives_is_answered_as_after_the_unload(
+        raw_http, http_url, restore_simple):
+    # Triton looks a request's model up once its body is in: unloaded meanwhile, the request
+    # gets the answer of a request sent after the unload; loaded again meanwhile, it is served
+    # by the new load.
+    body = json.dumps(simple_json_request()).encode()
+    sock = send_head_and_part(http_url, body, 10)
+    time.sleep(0.3)  # the head is read, and the model looked up, by now
+    assert unload_http(raw_http, "simple").status == 200
+    index_entry(raw_http, "simple")  # unloaded
+    status, answer = finish_and_read(sock, body[10:])
+    after = raw_http("POST", "/v2/models/simple/infer", body)
+    assert after.status != 200, after
+    assert (status, answer) == (after.status, after.json())
+
+    sock = send_head_and_part(http_url, body, 10)
+    time.sleep(0.3)
+    assert load_http(raw_http, "simple").status == 200
+    status, answer = finish_and_read(sock, body[10:])
+    assert status == 200, answer
+    assert [o["name"] for o in answer["outputs"]] == ["OUTPUT0", "OUTPUT1"], answer
 
 
 @local_models

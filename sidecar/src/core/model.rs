@@ -107,6 +107,10 @@ pub struct Model {
     pub sequencer: Option<Arc<super::sequence::Scheduler>>,
     /// The queue of a model whose config declares `dynamic_batching` (the schedule policy).
     pub queue: Option<Arc<super::schedule::Queue>>,
+    /// Set when the repository lets this load go (unloaded, or replaced by another load): a
+    /// request holding it, whose model has not been asked for yet, looks its model up again
+    /// (see `front_door::Target`).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Model {
@@ -173,7 +177,19 @@ impl Model {
             sequencer,
             queue,
             config,
+            retired: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Whether the repository has let this load go (unloaded or replaced).
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Marks this load let go by the repository.
+    pub fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// The counts behind the metrics: this load's statistics on top of its earlier loads'.

@@ -10,7 +10,6 @@ use tokio::sync::mpsc;
 use super::classify::classify;
 use super::model::{Execution, Model};
 use super::params::Parameters;
-use super::repository::Repository;
 use super::request::{InferRequest, InferResponse, RequestedOutput};
 use super::schedule::{Permit, Refused};
 use super::sequence::{Admission, SequenceParams};
@@ -129,9 +128,9 @@ impl Prepared {
     }
 }
 
-pub async fn infer(repository: &Repository, request: InferRequest) -> Result<InferResponse> {
+/// One request to `model` (found by the front door), start to finish.
+pub async fn infer(model: Arc<Model>, request: InferRequest) -> Result<InferResponse> {
     let received = Instant::now();
-    let model = repository.get(&request.model_name, &request.model_version)?;
     if model.is_decoupled() {
         return Err(Error::unsupported(DECOUPLED_UNARY));
     }
@@ -185,11 +184,10 @@ pub struct DecoupledResponse {
 /// runs arrives as the channel's last item. Dropping the receiver (the client went away) stops
 /// the request: the backend is told, and nothing more is read or written for it.
 pub async fn infer_decoupled(
-    repository: &Repository,
+    model: Arc<Model>,
     request: InferRequest,
 ) -> Result<mpsc::Receiver<Result<DecoupledResponse>>> {
     let received = Instant::now();
-    let model = repository.get(&request.model_name, &request.model_version)?;
     let prepared = prepare(model.clone(), request, received).await?;
     let (sender, receiver) = mpsc::channel(DECOUPLED_BUFFER);
     tokio::spawn(async move {

@@ -106,6 +106,9 @@ impl Repository {
     /// Replaces every model with `models`.
     pub fn install(&self, models: Vec<Model>) {
         let mut slots = self.slots.write();
+        for slot in slots.values() {
+            slot.model.iter().for_each(|m| m.retire());
+        }
         slots.clear();
         for model in models {
             let version = Some(model.version);
@@ -264,7 +267,7 @@ impl Repository {
             model.earlier = old.earlier.and(&old.stats);
         }
         let model = Arc::new(model);
-        slots.insert(
+        let replaced = slots.insert(
             name.to_string(),
             Slot {
                 model: Some(model.clone()),
@@ -273,6 +276,9 @@ impl Repository {
             },
         );
         drop(slots);
+        if let Some(old) = replaced.and_then(|slot| slot.model) {
+            old.retire();
+        }
         log_loaded(&model);
         Ok(())
     }
@@ -289,6 +295,7 @@ impl Repository {
             None => None,
         };
         if let Some(model) = unloaded {
+            model.retire();
             tracing::info!(
                 "successfully unloaded '{}' version {}",
                 model.name,

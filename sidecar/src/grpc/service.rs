@@ -22,8 +22,10 @@ use crate::core::model::Model;
 use crate::core::repository::Repository;
 use crate::core::stats::Duration2;
 use crate::error::Error;
-use crate::log_update::{self, Front, LogValue};
-use crate::peers::{self, Route};
+use crate::front_door::{self, Call, Origin, Target};
+use crate::log_update::{self, LogValue};
+use crate::peers;
+use crate::protocol::Protocol;
 use crate::state::SharedState;
 use crate::trace;
 
@@ -181,59 +183,31 @@ impl GrpcInferenceService for Inference {
         }
         let received = Instant::now();
         let (metadata, _, message) = request.into_parts();
-        let route = Route::from_metadata(
+        let origin = Origin::from_metadata(
             metadata
                 .get(peers::ROUTE_METADATA)
                 .and_then(|v| v.to_str().ok()),
         );
         let state = &self.state;
-        let infer = |request| {
-            let ready = || state.health.is_ready();
-            peers::infer(
-                &state.repository,
-                state.peers.as_deref(),
-                ready,
-                request,
-                route,
-            )
-        };
-        let mut root = self.state.tracing.start(
+        let target = Target::resolve(state, &message.model_name, &message.model_version);
+        let mut call = Call::begin(
+            state,
+            &target,
             &message.model_name,
-            || {
-                let repository = &self.state.repository;
-                repository
-                    .get(&message.model_name, &message.model_version)
-                    .is_ok()
-            },
-            || trace::context_of(|name| metadata.get(name).and_then(|v| v.to_str().ok())),
-            trace::Front::Grpc,
+            Protocol::Grpc,
             received,
+            || trace::context_of(|name| metadata.get(name).and_then(|v| v.to_str().ok())),
         );
-        // The id, for the line of a failure, kept only where that line is written.
-        let id = if crate::log_line::infer_failures_logged() {
-            message.id.clone()
-        } else {
-            String::new()
-        };
-        if let Some(root) = &mut root {
-            root.event("GRPC_WAITREAD_END", received);
-        }
+        call.note_id(&message.id);
+        call.event("GRPC_WAITREAD_END", received);
         let result = async {
-            let mut request = convert::request(message, &self.state.shm)?;
-            request.trace = root.as_ref().map(|root| root.scope().clone());
-            let response = infer(request).await?;
-            if let Some(root) = &mut root {
-                root.event("INFER_RESPONSE_COMPLETE", Instant::now());
-            }
+            let request = convert::request(message, &state.shm)?;
+            let response = front_door::infer(state, &call, target, request, origin).await?;
+            call.event("INFER_RESPONSE_COMPLETE", Instant::now());
             Ok::<_, Error>(convert::response(response))
         }
         .await;
-        if let Some(root) = root {
-            trace::end_root(root, trace::Front::Grpc, result.as_ref().err());
-        }
-        if let Err(e) = &result {
-            crate::log_line::log_infer_failure(&id, e);
-        }
+        call.end(result.as_ref().err());
         Ok(Response::new(result?))
     }
 
@@ -499,7 +473,7 @@ impl GrpcInferenceService for Inference {
                     (key, given)
                 })
                 .collect();
-            tracing.update(model, &update, trace::Via::Grpc)?
+            tracing.update(model, &update, Protocol::Grpc)?
         };
         let settings = view
             .into_iter()
@@ -522,7 +496,7 @@ impl GrpcInferenceService for Inference {
         let mut given = request.into_inner().settings;
         if !given.is_empty() {
             let mut settings = self.state.log.get();
-            let result = log_update::update(&mut settings, Front::Grpc, |key| {
+            let result = log_update::update(&mut settings, Protocol::Grpc, |key| {
                 given.remove(key).map(|value| match value.parameter_choice {
                     Some(In::BoolParam(b)) => LogValue::Bool(b),
                     Some(In::Uint32Param(u)) => LogValue::Uint(u.into()),

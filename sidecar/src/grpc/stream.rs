@@ -20,10 +20,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::convert;
-use crate::core::pipeline;
-use crate::peers::{self, Route};
+use crate::front_door::{self, Call, Origin, Target};
+use crate::protocol::Protocol;
 use crate::state::SharedState;
-use crate::trace;
 
 /// Requests of one stream allowed in flight at once.
 const STREAM_WINDOW: usize = 64;
@@ -106,22 +105,25 @@ pub fn serve(
             let in_flight = pending.len() + decoupled.len();
             tokio::select! {
                 message = inbound.message(), if inbound_open && in_flight < STREAM_WINDOW => match message {
-                    Ok(Some(request)) if is_decoupled(&state, &request) => {
-                        // Its sequence's next request waits until all of its responses are out.
-                        let turn = order.enter(&request);
-                        let (state, tx, context) = (state.clone(), tx.clone(), context.clone());
-                        decoupled.push(Box::pin(async move {
-                            let _turn = wait_turn(turn).await;
-                            answer_decoupled(state, request, tx, &context).await;
-                        }));
-                    }
                     Ok(Some(request)) => {
+                        let target =
+                            Target::resolve(&state, &request.model_name, &request.model_version);
                         let turn = order.enter(&request);
                         let (state, context) = (state.clone(), context.clone());
-                        pending.push_back(async move {
-                            let _turn = wait_turn(turn).await;
-                            answer(state, request, &context).await
-                        });
+                        if target.is_decoupled() {
+                            // Its sequence's next request waits until all of its responses are
+                            // out.
+                            let tx = tx.clone();
+                            decoupled.push(Box::pin(async move {
+                                let _turn = wait_turn(turn).await;
+                                answer_decoupled(state, target, request, tx, &context).await;
+                            }));
+                        } else {
+                            pending.push_back(async move {
+                                let _turn = wait_turn(turn).await;
+                                answer(state, target, request, &context).await
+                            });
+                        }
                     }
                     Ok(None) => inbound_open = false,
                     Err(status) => {
@@ -145,31 +147,30 @@ pub fn serve(
     Box::pin(ReceiverStream::new(rx))
 }
 
-/// Starts a stream request's root span, when it is traced.
-fn start_trace(
+/// Begins a stream request's call through the front door (its root span, when it is traced).
+fn begin(
     state: &SharedState,
+    target: &Target,
     request: &ModelInferRequest,
     context: &HashMap<String, String>,
-) -> Option<trace::Span> {
+) -> Call {
     let received = Instant::now();
-    let mut root = state.tracing.start(
+    let mut call = Call::begin(
+        state,
+        target,
         &request.model_name,
-        || {
-            let repository = &state.repository;
-            repository
-                .get(&request.model_name, &request.model_version)
-                .is_ok()
-        },
-        || context.clone(),
-        trace::Front::Grpc,
+        Protocol::Grpc,
         received,
-    )?;
-    root.event("GRPC_WAITREAD_END", received);
-    Some(root)
+        || context.clone(),
+    );
+    call.note_id(&request.id);
+    call.event("GRPC_WAITREAD_END", received);
+    call
 }
 
 async fn answer(
     state: SharedState,
+    target: Target,
     request: ModelInferRequest,
     context: &HashMap<String, String>,
 ) -> ModelStreamInferResponse {
@@ -181,21 +182,12 @@ async fn answer(
             "GRPC server is shutting down and has stopped accepting new requests.".into(),
         );
     }
-    let mut root = start_trace(&state, &request, context);
+    let mut call = begin(&state, &target, &request, context);
     let result = match convert::request(request, &state.shm) {
-        Ok(mut req) => {
-            req.trace = root.as_ref().map(|root| root.scope().clone());
-            let (peers, ready) = (state.peers.as_deref(), || state.health.is_ready());
-            peers::infer(&state.repository, peers, ready, req, Route::Client).await
-        }
+        Ok(req) => front_door::infer(&state, &call, target, req, Origin::Client).await,
         Err(e) => Err(e),
     };
-    if let Some(root) = root.take() {
-        trace::end_root(root, trace::Front::Grpc, result.as_ref().err());
-    }
-    if let Err(e) = &result {
-        crate::log_line::log_infer_failure(&id, e);
-    }
+    call.end(result.as_ref().err());
     match result {
         Ok(response) => {
             let mut message = convert::response(response);
@@ -221,13 +213,6 @@ async fn wait_turn(turn: Option<(Option<oneshot::Receiver<()>>, Turn)>) -> Optio
     Some(turn)
 }
 
-fn is_decoupled(state: &SharedState, request: &ModelInferRequest) -> bool {
-    state
-        .repository
-        .get(&request.model_name, &request.model_version)
-        .is_ok_and(|m| m.is_decoupled())
-}
-
 /// A request to a decoupled model: each response as the model produces it, marked final only if
 /// the model marked it so; when the model ends the request without data and the client asked
 /// for it (`triton_enable_empty_final_response`), an empty final response (as Triton 2.51's,
@@ -235,6 +220,7 @@ fn is_decoupled(state: &SharedState, request: &ModelInferRequest) -> bool {
 /// away, the request is dropped, which stops it.
 async fn answer_decoupled(
     state: SharedState,
+    target: Target,
     request: ModelInferRequest,
     tx: mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
     context: &HashMap<String, String>,
@@ -249,26 +235,16 @@ async fn answer_decoupled(
         let _ = tx.send(Ok(error(id, message.into()))).await;
         return;
     }
-    // Dropped on the early returns, which ends it there.
-    let mut root = start_trace(&state, &request, context);
+    // Dropped on the early returns (the client gone), which ends its span there.
+    let mut call = begin(&state, &target, &request, context);
     let started = match convert::request(request, &state.shm) {
-        Ok(mut req) => {
-            req.trace = root.as_ref().map(|root| root.scope().clone());
-            let (peers, ready) = (state.peers.as_deref(), || state.health.is_ready());
-            match peers::check_decoupled(&state.repository, peers, ready(), &req) {
-                Ok(()) => pipeline::infer_decoupled(&state.repository, req).await,
-                Err(e) => Err(e),
-            }
-        }
+        Ok(req) => front_door::infer_decoupled(&state, &call, target, req).await,
         Err(e) => Err(e),
     };
     let mut responses = match started {
         Ok(responses) => responses,
         Err(e) => {
-            if let Some(root) = root.take() {
-                trace::end_root(root, trace::Front::Grpc, Some(&e));
-            }
-            crate::log_line::log_infer_failure(&id, &e);
+            call.end(Some(&e));
             let _ = tx.send(Ok(error(id, e.message))).await;
             return;
         }
@@ -293,10 +269,7 @@ async fn answer_decoupled(
                 }
             }
             Err(e) => {
-                if let Some(root) = root.take() {
-                    trace::end_root(root, trace::Front::Grpc, Some(&e));
-                }
-                crate::log_line::log_infer_failure(&id, &e);
+                call.end(Some(&e));
                 let message = model_error(id.clone(), (model_name, model_version), e.message);
                 // The pipeline sends nothing after an error.
                 let _ = tx.send(Ok(message)).await;
@@ -307,9 +280,7 @@ async fn answer_decoupled(
             return; // the client went away: dropping the request stops it
         }
     }
-    if let Some(root) = root.take() {
-        trace::end_root(root, trace::Front::Grpc, None);
-    }
+    call.end(None);
     if empty_final && !ended_with_data {
         let mut last = ModelInferResponse {
             id,

@@ -13,6 +13,7 @@ use crate::core::model::Model;
 use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
 use crate::cxx_number::{self, CxxParseError};
 use crate::error::{Error, Result};
+use crate::front_door::Target;
 use crate::json::{self, JsonError, Value, Writer, data::DataError};
 use crate::shm::Registry;
 use crate::state::AppState;
@@ -23,6 +24,7 @@ use infergate_proto::wire::HEADER_LENGTH;
 /// Decodes a request body into a protocol-independent request.
 pub fn decode(
     state: &AppState,
+    target: &Target,
     model_name: &str,
     version: &str,
     headers: &HeaderMap,
@@ -59,7 +61,7 @@ pub fn decode(
     };
     let json_len = header_length.unwrap_or(body.len());
     if json_len == 0 {
-        return decode_raw(state, model_name, version, body);
+        return decode_raw(target, model_name, version, body);
     }
     let max_depth = state.limits.max_json_depth;
     let doc = json::parse_lazy_data(&body[..json_len], max_depth).map_err(body_json_error)?;
@@ -352,13 +354,13 @@ fn json_data(
 
 /// A request whose whole body is the single input of a one-input model.
 fn decode_raw(
-    state: &AppState,
+    target: &Target,
     model_name: &str,
     version: &str,
     body: Bytes,
 ) -> Result<InferRequest> {
-    let model = state.repository.get(model_name, version)?;
-    let input = raw_input(&model, body)?;
+    let model = target.model()?;
+    let input = raw_input(model, body)?;
     let outputs = model
         .outputs
         .iter()

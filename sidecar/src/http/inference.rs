@@ -12,7 +12,8 @@ use http::{HeaderMap, header};
 use super::compression::{self, Encoding};
 use super::{error_response, infer, json_too_large, raw_input_too_large, read_body};
 use crate::error::{Error, Result};
-use crate::peers::{self, Route};
+use crate::front_door::{self, Call, Origin, Target};
+use crate::protocol::Protocol;
 use crate::state::SharedState;
 use crate::trace;
 
@@ -43,13 +44,10 @@ pub(super) async fn run_infer(
 ) -> Response {
     let received = Instant::now();
     let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-    let mut root = st.tracing.start(
-        &model,
-        || st.repository.get(&model, &version).is_ok(),
-        || trace::context_of(|name| headers.get(name).and_then(|v| v.to_str().ok())),
-        trace::Front::Http,
-        received,
-    );
+    let target = Target::resolve(&st, &model, &version);
+    let mut call = Call::begin(&st, &target, &model, Protocol::Http, received, || {
+        trace::context_of(|name| headers.get(name).and_then(|v| v.to_str().ok()))
+    });
     let encoding = match compression::request_encoding(header(header::CONTENT_ENCODING)) {
         Ok(e) => e,
         Err(e) => {
@@ -63,49 +61,35 @@ pub(super) async fn run_infer(
     };
     let limit = st.limits.max_http_body_bytes;
     let content_length = header(header::CONTENT_LENGTH).and_then(|v| v.parse().ok());
-    // The request's id once its body is read, for the log line of a failure.
-    let mut request_id = String::new();
     let result = async {
         // As Triton, before the body is read.
-        if st
-            .repository
-            .get(&model, &version)
-            .is_ok_and(|m| m.is_decoupled())
-        {
-            return Err(Error::unsupported(
-                "HTTP end point doesn't support models with decoupled transaction policy",
-            ));
-        }
+        target.refuse_decoupled_over_http()?;
         if encoding == Encoding::Identity
             && let Some(refusal) = declared_too_large(&headers, content_length, limit)
         {
             return Err(refusal);
         }
         let raw = read_body(body, limit, content_length, &st.limits).await?;
-        if let Some(root) = &mut root {
-            root.event("HTTP_RECV_END", Instant::now());
-        }
+        call.event("HTTP_RECV_END", Instant::now());
         let body = if encoding == Encoding::Identity {
             raw
         } else {
             compression::inflate(&raw, limit)?
         };
-        let mut request = if infer::json_bytes(&headers, body.len()) >= OFFLOAD_BYTES {
+        let (request, target) = if infer::json_bytes(&headers, body.len()) >= OFFLOAD_BYTES {
             let (st, headers) = (st.clone(), headers.clone());
-            off_worker(move || infer::decode(&st, &model, &version, &headers, body)).await?
+            off_worker(move || {
+                let request = infer::decode(&st, &target, &model, &version, &headers, body);
+                request.map(|request| (request, target))
+            })
+            .await?
         } else {
-            infer::decode(&st, &model, &version, &headers, body)?
+            let request = infer::decode(&st, &target, &model, &version, &headers, body)?;
+            (request, target)
         };
-        request.trace = root.as_ref().map(|root| root.scope().clone());
-        if crate::log_line::infer_failures_logged() {
-            request_id.clone_from(&request.id);
-        }
-        let ready = || st.health.is_ready();
-        let peers = st.peers.as_deref();
-        let response = peers::infer(&st.repository, peers, ready, request, Route::Client).await?;
-        if let Some(root) = &mut root {
-            root.event("INFER_RESPONSE_COMPLETE", Instant::now());
-        }
+        call.note_id(&request.id);
+        let response = front_door::infer(&st, &call, target, request, Origin::Client).await?;
+        call.event("INFER_RESPONSE_COMPLETE", Instant::now());
         let accept_encoding = header(header::ACCEPT_ENCODING);
         if infer::heavy_to_encode(&response, accept_encoding, OFFLOAD_BYTES) {
             let accept_encoding = accept_encoding.map(str::to_owned);
@@ -115,12 +99,7 @@ pub(super) async fn run_infer(
         }
     }
     .await;
-    if let Some(root) = root {
-        trace::end_root(root, trace::Front::Http, result.as_ref().err());
-    }
-    if let Err(e) = &result {
-        crate::log_line::log_infer_failure(&request_id, e);
-    }
+    call.end(result.as_ref().err());
     result.into_response()
 }
 

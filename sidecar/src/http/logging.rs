@@ -8,7 +8,8 @@ use serde_json::{Value as J, json};
 use super::{infer, json_ok, read_body};
 use crate::error::Result;
 use crate::json::{self, Value};
-use crate::log_update::{self, Front, LogValue};
+use crate::log_update::{self, LogValue};
+use crate::protocol::Protocol;
 use crate::state::SharedState;
 use crate::telemetry::LogSettings;
 
@@ -33,7 +34,7 @@ pub(super) async fn logging_post(State(st): State<SharedState>, body: Body) -> R
         json::parse(&raw, 16).map_err(infer::body_json_error)?
     };
     let mut settings = st.log.get();
-    let result = log_update::update(&mut settings, Front::Rest, |key| {
+    let result = log_update::update(&mut settings, Protocol::Http, |key| {
         doc.get(key).map(|v| match v {
             Value::Null => LogValue::Null,
             Value::Bool(b) => LogValue::Bool(*b),

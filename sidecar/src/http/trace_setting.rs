@@ -10,8 +10,9 @@ use serde_json::{Map, Value as J};
 use super::{infer, json_ok, read_body};
 use crate::error::Result;
 use crate::json::{self, Value};
+use crate::protocol::Protocol;
 use crate::state::SharedState;
-use crate::trace::{Given, READ_ORDER, Update, Via, View};
+use crate::trace::{Given, READ_ORDER, Update, View};
 
 /// Largest settings body: a handful of short strings.
 const MAX_BODY_BYTES: u64 = 64 * 1024;
@@ -48,7 +49,7 @@ async fn post(st: &SharedState, model: Option<&str>, body: Body) -> Result<View>
     // An empty body is a syntax error here, as in Triton ("The document is empty.").
     let doc = json::parse(&raw, 16).map_err(infer::body_json_error)?;
     let update = update_of(&doc);
-    st.tracing.update(model, &update, Via::Rest)
+    st.tracing.update(model, &update, Protocol::Http)
 }
 
 /// The settings a body names, each read with Triton's JSON accessors (a value of the wrong type

@@ -23,7 +23,8 @@
 //!   cannot travel and are refused with a clear error when the sequence is held elsewhere.
 //!
 //! Without peers, and for requests without a sequence id or to models without a sequence
-//! batcher, nothing here runs: the pipeline is called directly.
+//! batcher, nothing here runs: the pipeline is called directly. The front door
+//! (`crate::front_door`) calls in with the request's model, found once.
 
 mod forward;
 mod held;
@@ -37,8 +38,8 @@ use std::time::{Duration, Instant};
 use infergate_proto::inference::model_config::SchedulingChoice;
 use opentelemetry::KeyValue;
 
+use crate::core::model::Model;
 use crate::core::pipeline;
-use crate::core::repository::Repository;
 use crate::core::request::{InferRequest, InferResponse};
 use crate::core::sequence::{CorrelationId, SequenceParams};
 use crate::error::{Code, Error, Result};
@@ -62,20 +63,20 @@ pub struct Peers {
 
 /// Where a request comes from.
 #[derive(Clone, Debug, Default)]
-pub enum Route {
+pub enum Origin {
     /// A client.
     #[default]
     Client,
     /// A peer, with the addresses of the peers asked so far.
-    Forwarded(Vec<String>),
+    Peer(Vec<String>),
 }
 
-impl Route {
-    /// The route a request's metadata names (`infergate-sequence-route`).
-    pub fn from_metadata(value: Option<&str>) -> Route {
+impl Origin {
+    /// The origin a request's metadata names (`infergate-sequence-route`).
+    pub fn from_metadata(value: Option<&str>) -> Origin {
         match value {
-            None => Route::Client,
-            Some(list) => Route::Forwarded(
+            None => Origin::Client,
+            Some(list) => Origin::Peer(
                 list.split(',')
                     .filter(|s| !s.is_empty())
                     .map(str::to_string)
@@ -154,32 +155,30 @@ fn ranking(
 /// sidecar is ready (only a ready sidecar is given new sequences), asked only of a request of a
 /// sequence when there are peers.
 pub async fn infer(
-    repository: &Repository,
+    model: Arc<Model>,
     peers: Option<&Peers>,
     ready: impl FnOnce() -> bool,
     request: InferRequest,
-    route: Route,
+    origin: Origin,
 ) -> Result<InferResponse> {
     let Some(peers) = peers else {
-        return pipeline::infer(repository, request).await;
+        return pipeline::infer(model, request).await;
     };
-    let Some(sequence) = sequence_of(repository, &request) else {
-        return pipeline::infer(repository, request).await;
+    let Some(sequence) = sequence_of(&model, &request) else {
+        return pipeline::infer(model, request).await;
     };
-    peers
-        .route(repository, request, sequence, route, ready())
-        .await
+    peers.route(model, request, sequence, origin, ready()).await
 }
 
 /// Whether a request to a decoupled model may run here: its sequence is not held by a peer.
 /// (Decoupled requests are not forwarded: their answers are a stream.)
 pub fn check_decoupled(
-    repository: &Repository,
+    model: &Model,
     peers: Option<&Peers>,
     ready: bool,
     request: &InferRequest,
 ) -> Result<()> {
-    let (Some(peers), Some(sequence)) = (peers, sequence_of(repository, request)) else {
+    let (Some(peers), Some(sequence)) = (peers, sequence_of(model, request)) else {
         return Ok(());
     };
     let list = peers.members.current();
@@ -216,10 +215,7 @@ struct Sequence {
     idle: Duration,
 }
 
-fn sequence_of(repository: &Repository, request: &InferRequest) -> Option<Sequence> {
-    let model = repository
-        .get(&request.model_name, &request.model_version)
-        .ok()?;
+fn sequence_of(model: &Model, request: &InferRequest) -> Option<Sequence> {
     let Some(SchedulingChoice::SequenceBatching(batching)) = &model.config.scheduling_choice else {
         return None;
     };
@@ -240,28 +236,28 @@ fn sequence_of(repository: &Repository, request: &InferRequest) -> Option<Sequen
 impl Peers {
     async fn route(
         &self,
-        repository: &Repository,
+        handle: Arc<Model>,
         request: InferRequest,
         sequence: Sequence,
-        route: Route,
+        origin: Origin,
         ready: bool,
     ) -> Result<InferResponse> {
         let model = request.model_name.clone();
         let list = self.members.current();
         let me = list.me;
-        let mut asked = match route {
-            Route::Client => Vec::new(),
+        let mut asked = match origin {
+            Origin::Client => Vec::new(),
             // A peer sent it: a START because this sidecar owns it, anything else because the
             // peers before it do not hold it.
-            Route::Forwarded(_) if sequence.start => {
-                return self.serve_here(repository, request, &sequence).await;
+            Origin::Peer(_) if sequence.start => {
+                return self.serve_here(handle, request, &sequence).await;
             }
-            Route::Forwarded(asked) => asked,
+            Origin::Peer(asked) => asked,
         };
         if sequence.start {
             for i in ranking(&list, &model, &sequence.id, PeerState::Ready, ready) {
                 if i == me {
-                    return self.serve_here(repository, request, &sequence).await;
+                    return self.serve_here(handle, request, &sequence).await;
                 }
                 match self
                     .forward_to(&list.peers[i], &request, &[self.address()])
@@ -277,10 +273,10 @@ impl Peers {
                 }
             }
             // No peer ready, this one included (starting or draining): serve it here.
-            return self.serve_here(repository, request, &sequence).await;
+            return self.serve_here(handle, request, &sequence).await;
         }
         if self.held.contains(&model, &sequence.id) {
-            return self.serve_here(repository, request, &sequence).await;
+            return self.serve_here(handle, request, &sequence).await;
         }
         asked.push(self.address().to_string());
         // Peers that answer first, in the sequence's order; then those the last probe found
@@ -307,17 +303,17 @@ impl Peers {
             }
         }
         // No peer holds it: the model answers as for any sequence it does not know.
-        self.serve_here(repository, request, &sequence).await
+        self.serve_here(handle, request, &sequence).await
     }
 
     async fn serve_here(
         &self,
-        repository: &Repository,
+        handle: Arc<Model>,
         request: InferRequest,
         sequence: &Sequence,
     ) -> Result<InferResponse> {
         let model = request.model_name.clone();
-        let response = pipeline::infer(repository, request).await?;
+        let response = pipeline::infer(handle, request).await?;
         self.held
             .served(&model, &sequence.id, sequence.idle, sequence.end);
         Ok(response)

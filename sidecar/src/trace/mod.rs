@@ -35,38 +35,30 @@ use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
 use parking_lot::Mutex;
 
 pub use export::DEFAULT_SERVICE_NAME;
-pub use settings::{Given, READ_ORDER, Update, Via, View};
+pub use settings::{Given, READ_ORDER, Update, View};
 pub use span::{ContextHeaders, Kind, Scope, Side, Span};
 
 use crate::error::Result;
+use crate::protocol::Protocol;
 use export::Exporter;
 use record::Record;
 use settings::Settings;
 
-/// The front end a request came through, which names its events as Triton names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Front {
-    Http,
-    Grpc,
-}
-
-impl Front {
-    /// The events of receiving a request and sending its answer.
-    pub fn events(self) -> [&'static str; 4] {
-        match self {
-            Front::Http => [
-                "HTTP_RECV_START",
-                "HTTP_RECV_END",
-                "HTTP_SEND_START",
-                "HTTP_SEND_END",
-            ],
-            Front::Grpc => [
-                "GRPC_WAITREAD_START",
-                "GRPC_WAITREAD_END",
-                "GRPC_SEND_START",
-                "GRPC_SEND_END",
-            ],
-        }
+/// The events of receiving a request and sending its answer, as Triton's front ends name them.
+pub fn events(protocol: Protocol) -> [&'static str; 4] {
+    match protocol {
+        Protocol::Http => [
+            "HTTP_RECV_START",
+            "HTTP_RECV_END",
+            "HTTP_SEND_START",
+            "HTTP_SEND_END",
+        ],
+        Protocol::Grpc => [
+            "GRPC_WAITREAD_START",
+            "GRPC_WAITREAD_END",
+            "GRPC_SEND_START",
+            "GRPC_SEND_END",
+        ],
     }
 }
 
@@ -127,7 +119,7 @@ impl Tracing {
     }
 
     /// Changes the settings of `model` (or the server's); answers them as they are then.
-    pub fn update(&self, model: Option<&str>, update: &Update, via: Via) -> Result<View> {
+    pub fn update(&self, model: Option<&str>, update: &Update, via: Protocol) -> Result<View> {
         let (view, retired) = {
             let mut settings = self.settings.lock();
             let retired = settings.update(model, update, via)?;
@@ -148,7 +140,7 @@ impl Tracing {
         model: &str,
         served: impl FnOnce() -> bool,
         context: impl FnOnce() -> HashMap<String, String>,
-        front: Front,
+        protocol: Protocol,
         received: Instant,
     ) -> Option<Span> {
         if !self.enabled.load(Ordering::Relaxed) || !served() {
@@ -164,7 +156,7 @@ impl Tracing {
             (None, None) => return None,
         };
         let mut root = scope.start("InferRequest", Kind::Server, received);
-        root.event(front.events()[0], received);
+        root.event(events(protocol)[0], received);
         Some(root)
     }
 
@@ -188,12 +180,12 @@ impl Tracing {
 /// Ends a request's root span as its answer is handed to the front end to send, with the error
 /// the request ended with, if any. The send's start and end are both that moment: Triton's mark
 /// the answer handed to its HTTP library (or gRPC's queue) too; its time on the wire is not seen.
-pub fn end_root(mut root: Span, front: Front, failure: Option<&crate::error::Error>) {
+pub fn end_root(mut root: Span, protocol: Protocol, failure: Option<&crate::error::Error>) {
     let now = Instant::now();
     if let Some(e) = failure {
         root.fail(&e.message);
     }
-    let [_, _, send_start, send_end] = front.events();
+    let [_, _, send_start, send_end] = events(protocol);
     root.event(send_start, now);
     root.event(send_end, now);
     root.end(now);

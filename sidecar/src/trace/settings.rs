@@ -14,6 +14,7 @@ use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
 use super::file::{Collector, TraceFile};
 use crate::cxx_number::{self, CxxParseError};
 use crate::error::{Error, Result};
+use crate::protocol::Protocol;
 
 /// The settings that change at run time, for the server or a model (where `None` is "as the
 /// server's").
@@ -89,13 +90,6 @@ pub enum Given {
 /// A change asked for: settings by name, in the request's order (the first of a repeated name
 /// counts, as Triton's lookups find it).
 pub type Update = Vec<(String, Given)>;
-
-/// Which front end a change came through: Triton's two word one message differently.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Via {
-    Rest,
-    Grpc,
-}
 
 /// The settings Triton reads from a change, in the order it reads them: the first refusal in
 /// this order is the answer, whatever order the request gave them in. Others are ignored.
@@ -220,7 +214,12 @@ impl Settings {
     /// unknown keys are ignored, as are the ones only the start sets (`trace_mode`, the exporter's).
     /// Answers the generations it replaced: dropping them writes what they held, best done
     /// outside any lock.
-    pub fn update(&mut self, model: Option<&str>, update: &Update, via: Via) -> Result<Retired> {
+    pub fn update(
+        &mut self,
+        model: Option<&str>,
+        update: &Update,
+        via: Protocol,
+    ) -> Result<Retired> {
         let mut retired = Retired(Vec::new());
         let mut changes = Overrides::default();
         let mut cleared = Overrides::default();
@@ -460,7 +459,7 @@ fn parse_unsigned(key: &str, text: &str) -> Result<u32> {
     }
 }
 
-fn parse_count(text: &str, via: Via) -> Result<i32> {
+fn parse_count(text: &str, via: Protocol) -> Result<i32> {
     let count = cxx_number::stoi(text).map_err(|e| match e {
         CxxParseError::Invalid => {
             Error::invalid_arg(format!("Unable to parse 'trace_count', got: {text}"))
@@ -473,8 +472,8 @@ fn parse_count(text: &str, via: Via) -> Result<i32> {
     if count < -1 {
         // Triton's REST and gRPC front ends space this one differently.
         let space = match via {
-            Via::Rest => "",
-            Via::Grpc => " ",
+            Protocol::Http => "",
+            Protocol::Grpc => " ",
         };
         return Err(Error::invalid_arg(format!(
             "Unable to parse 'trace_count'. Expecting value >= -1, got:{space}{text}"
@@ -532,7 +531,7 @@ mod tests {
             .update(
                 None,
                 &set(&[("trace_level", Some(&["TIMESTAMPS"]))]),
-                Via::Rest,
+                Protocol::Http,
             )
             .unwrap_err();
         assert_eq!(
@@ -540,8 +539,12 @@ mod tests {
             "Attempting to set invalid trace setting :trace file name is not given"
         );
         assert!(!s.any_enabled());
-        s.update(None, &set(&[("log_frequency", Some(&["2"]))]), Via::Rest)
-            .unwrap();
+        s.update(
+            None,
+            &set(&[("log_frequency", Some(&["2"]))]),
+            Protocol::Http,
+        )
+        .unwrap();
         assert_eq!(value(&s.view(None), "log_frequency"), ["2"]);
     }
 
@@ -570,10 +573,10 @@ mod tests {
             ("trace_level", Some(&["TIMESTAMPS"])),
             ("trace_rate", Some(&["2"])),
         ]);
-        s.update(None, &on, Via::Rest).unwrap();
+        s.update(None, &on, Protocol::Http).unwrap();
         assert!(s.sample("simple").is_none());
         // Any change (here none of substance) starts the count again, as Triton's new settings.
-        s.update(None, &on, Via::Rest).unwrap();
+        s.update(None, &on, Protocol::Http).unwrap();
         assert!(s.sample("simple").is_none());
         assert!(s.sample("simple").is_some());
     }
@@ -587,16 +590,16 @@ mod tests {
                 ("trace_level", Some(&["TIMESTAMPS"])),
                 ("trace_rate", Some(&["1"])),
             ]),
-            Via::Rest,
+            Protocol::Http,
         )
         .unwrap();
         s.update(
             Some("simple"),
             &set(&[("trace_rate", Some(&["3"]))]),
-            Via::Rest,
+            Protocol::Http,
         )
         .unwrap();
-        s.update(None, &set(&[("trace_rate", Some(&["7"]))]), Via::Rest)
+        s.update(None, &set(&[("trace_rate", Some(&["7"]))]), Protocol::Http)
             .unwrap();
         assert_eq!(value(&s.view(Some("simple")), "trace_rate"), ["3"]);
         assert_eq!(value(&s.view(Some("other")), "trace_rate"), ["7"]);
@@ -604,14 +607,18 @@ mod tests {
             value(&s.view(Some("simple")), "trace_level"),
             ["TIMESTAMPS"]
         );
-        s.update(Some("simple"), &set(&[("trace_rate", None)]), Via::Rest)
-            .unwrap();
+        s.update(
+            Some("simple"),
+            &set(&[("trace_rate", None)]),
+            Protocol::Http,
+        )
+        .unwrap();
         assert_eq!(value(&s.view(Some("simple")), "trace_rate"), ["7"]);
         // Cleared server-wide: back to the start's value.
         s.update(
             None,
             &set(&[("trace_rate", None), ("trace_level", None)]),
-            Via::Rest,
+            Protocol::Http,
         )
         .unwrap();
         assert_eq!(value(&s.view(None), "trace_rate"), ["1000"]);
@@ -628,7 +635,7 @@ mod tests {
                 ("trace_rate", Some(&["2"])),
                 ("trace_count", Some(&["2"])),
             ]),
-            Via::Rest,
+            Protocol::Http,
         )
         .unwrap();
         let sampled: Vec<bool> = (0..8).map(|_| s.sample("simple").is_some()).collect();
@@ -638,8 +645,12 @@ mod tests {
         );
         assert_eq!(value(&s.view(None), "trace_count"), ["0"]);
         // A model with its own count uses its own.
-        s.update(Some("m"), &set(&[("trace_count", Some(&["1"]))]), Via::Rest)
-            .unwrap();
+        s.update(
+            Some("m"),
+            &set(&[("trace_count", Some(&["1"]))]),
+            Protocol::Http,
+        )
+        .unwrap();
         assert!(s.sample("m").is_none());
         assert!(s.sample("m").is_some());
         assert!(s.sample("m").is_none());
@@ -655,13 +666,13 @@ mod tests {
                 ("trace_level", Some(&["TIMESTAMPS"])),
                 ("trace_rate", Some(&["1"])),
             ]),
-            Via::Rest,
+            Protocol::Http,
         )
         .unwrap();
         s.update(
             Some("quiet"),
             &set(&[("trace_level", Some(&["OFF"]))]),
-            Via::Rest,
+            Protocol::Http,
         )
         .unwrap();
         assert!(s.sample("quiet").is_none());
@@ -713,7 +724,7 @@ mod tests {
                 "trace file location can not be updated through network protocol",
             ),
         ] {
-            let e = s.update(None, &update, Via::Rest).unwrap_err();
+            let e = s.update(None, &update, Protocol::Http).unwrap_err();
             assert_eq!(
                 (e.http_status().as_u16(), e.message.as_str()),
                 (status, words)
@@ -724,11 +735,11 @@ mod tests {
         s.update(
             None,
             &set(&[("bogus", Some(&["1"])), ("trace_level", Some(&["FOO"]))]),
-            Via::Rest,
+            Protocol::Http,
         )
         .unwrap();
         assert_eq!(s.view(None), before);
-        s.update(None, &set(&[("trace_rate", Some(&["-1"]))]), Via::Rest)
+        s.update(None, &set(&[("trace_rate", Some(&["-1"]))]), Protocol::Http)
             .unwrap();
         assert_eq!(value(&s.view(None), "trace_rate"), ["4294967295"]);
     }

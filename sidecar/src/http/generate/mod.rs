@@ -25,10 +25,10 @@ use tokio::sync::mpsc;
 
 use super::inference::{OFFLOAD_BYTES, off_worker};
 use super::{error_body, error_response, json_too_large, read_body};
-use crate::core::pipeline::{self, DecoupledResponse};
 use crate::core::request::InferResponse;
 use crate::error::{Error, Result};
-use crate::peers::{self, Route};
+use crate::front_door::{self, Call, DecoupledResponse, Origin, Target};
+use crate::protocol::Protocol;
 use crate::state::SharedState;
 use crate::trace;
 
@@ -86,14 +86,12 @@ async fn run(
     mode: Mode,
 ) -> Response {
     let received = Instant::now();
-    let root = st.tracing.start(
-        &model,
-        || st.repository.get(&model, &version).is_ok(),
-        || trace::context_of(|name| headers.get(name).and_then(|v| v.to_str().ok())),
-        trace::Front::Http,
-        received,
-    );
-    let started = start(&st, &model, &version, &headers, body, root.as_ref()).await;
+    let target = Target::resolve(&st, &model, &version);
+    let mut call = Call::begin(&st, &target, &model, Protocol::Http, received, || {
+        trace::context_of(|name| headers.get(name).and_then(|v| v.to_str().ok()))
+    })
+    .without_failure_line();
+    let started = start(&st, &call, target, &version, &headers, body).await;
     let answer = match started {
         Ok(Started::One(result)) => one(result, mode),
         Ok(Started::Many(responses)) => match mode {
@@ -104,16 +102,12 @@ async fn run(
     };
     match answer {
         Answer::Done(response, failure) => {
-            if let Some(root) = root {
-                trace::end_root(root, trace::Front::Http, failure.as_ref());
-            }
+            call.end(failure.as_ref());
             response
         }
         Answer::Streaming(response) => {
             // The span ends as the answer starts: the events after it are the model's.
-            if let Some(root) = root {
-                trace::end_root(root, trace::Front::Http, None);
-            }
+            call.end(None);
             response
         }
     }
@@ -129,13 +123,13 @@ enum Started {
 /// refusal before the model ran.
 async fn start(
     st: &SharedState,
-    model_name: &str,
+    call: &Call,
+    target: Target,
     version: &str,
     headers: &HeaderMap,
     body: Body,
-    root: Option<&trace::Span>,
 ) -> Result<Started> {
-    let model = st.repository.get(model_name, version)?;
+    let model = target.model()?.clone();
     if headers
         .get(header::CONTENT_ENCODING)
         .is_some_and(|v| !v.is_empty() && v.as_bytes() != b"identity")
@@ -158,21 +152,17 @@ async fn start(
         max_depth: st.limits.max_json_depth,
         max_input_bytes: limit,
     };
-    let mut request = if raw.len() >= OFFLOAD_BYTES {
+    let request = if raw.len() >= OFFLOAD_BYTES {
         let (model, version) = (model.clone(), version.to_string());
         off_worker(move || request::decode(&model, &version, &raw, limits)).await?
     } else {
         request::decode(&model, version, &raw, limits)?
     };
-    request.trace = root.map(|root| root.scope().clone());
-    let peers = st.peers.as_deref();
-    let ready = || st.health.is_ready();
     if model.is_decoupled() {
-        peers::check_decoupled(&st.repository, peers, ready(), &request)?;
-        let responses = pipeline::infer_decoupled(&st.repository, request).await?;
+        let responses = front_door::infer_decoupled(st, call, target, request).await?;
         return Ok(Started::Many(responses));
     }
-    match peers::infer(&st.repository, peers, ready, request, Route::Client).await {
+    match front_door::infer(st, call, target, request, Origin::Client).await {
         // What the model raised is its response; a refusal is the request's.
         Err(e) if !e.from_model => Err(e),
         result => Ok(Started::One(result)),
