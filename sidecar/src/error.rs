@@ -108,6 +108,18 @@ impl Error {
     }
 }
 
+/// The shared-memory crate's errors (mapping, copying, CUDA) carry the code and message a client
+/// sees; both pass unchanged.
+impl From<infergate_shm::Error> for Error {
+    fn from(err: infergate_shm::Error) -> Self {
+        let code = match err.kind {
+            infergate_shm::Kind::InvalidArg => Code::InvalidArg,
+            infergate_shm::Kind::Internal => Code::Internal,
+        };
+        Error::new(code, err.message)
+    }
+}
+
 impl From<Error> for tonic::Status {
     fn from(err: Error) -> Self {
         tonic::Status::new(err.grpc_code(), err.message)

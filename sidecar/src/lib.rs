@@ -44,12 +44,15 @@
 //!   is how Triton reads numeric headers, parameters and settings.
 //! - [`json`]: the JSON dialect Triton's HTTP front end speaks, with rapidjson's number text.
 //! - [`tensor`]: tensors as a datatype, a shape and reference-counted little-endian bytes.
-//! - [`shm`]: client shared memory (system and CUDA) and the staging pool; the only `unsafe` code.
+//! - [`shm`]: client shared memory (system and CUDA) and the staging pool; the `unsafe` code it
+//!   needs lives in the `infergate-shm` crate.
 //! - [`protocol`]: REST or gRPC, where Triton's two front ends differ.
 //! - [`error`]: the protocol's error, mapped to HTTP and gRPC status codes as Triton maps them.
 //! - [`health`]: liveness, readiness and draining.
 //! - [`state`]: what every port shares: the model repository, the shared-memory registry, the
 //!   server's identity, limits, health, log settings and the upstream, if any.
+
+#![forbid(unsafe_code)]
 
 pub mod accept;
 pub mod admin;

@@ -1,5 +1,7 @@
 //! `infergate-sidecar`: parse flags and configuration, serve, drain on SIGTERM.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::Duration;
 

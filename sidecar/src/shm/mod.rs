@@ -4,14 +4,16 @@
 //! A region is memory another process can write, shrink or unlink at any time. All access goes
 //! through [`region::SystemRegion`] (POSIX shm, mapped under [`guard`], so a shrunk object is an
 //! error rather than a SIGBUS) or [`cuda::CudaRegion`] (CUDA IPC): opened once at registration,
-//! every access bounds-checked with checked arithmetic, bytes copied at the trust boundary. This
-//! module holds the only `unsafe` code of the crate.
+//! every access bounds-checked with checked arithmetic, bytes copied at the trust boundary. Those
+//! modules, with the page-locked buffers of [`pinned`], are the `infergate-shm` crate, re-exported
+//! here under their old paths: the workspace's only `unsafe` code, fenced off in a crate of its
+//! own so that this one forbids it. Its errors become the protocol's (`From` in `crate::error`)
+//! with the same code and message. The registry (Triton's register / status / unregister) and the
+//! staging pool are here, in safe code.
 
-pub mod cuda;
+pub use infergate_shm::{cuda, guard, pinned, region};
+
 pub mod forwarded;
-pub mod guard;
-pub mod pinned;
-pub mod region;
 pub mod registry;
 pub mod staging;
 

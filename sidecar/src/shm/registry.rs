@@ -80,8 +80,8 @@ impl Region {
     /// Copies `len` bytes at `offset` (inside the region) out of it.
     pub fn read(&self, offset: u64, len: u64) -> Result<Bytes> {
         match self {
-            Region::System(r) => r.read(offset, len),
-            Region::Cuda(r) => r.read(offset, len),
+            Region::System(r) => Ok(r.read(offset, len)?),
+            Region::Cuda(r) => Ok(r.read(offset, len)?),
             // An empty window needs no bytes (a zero-sized tensor).
             Region::CudaForwarded(_) if len == 0 => Ok(Bytes::new()),
             Region::CudaForwarded(r) => Err(r.unusable()),
@@ -91,8 +91,8 @@ impl Region {
     /// Copies `data` into the region at `offset`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         match self {
-            Region::System(r) => r.write(offset, data),
-            Region::Cuda(r) => r.write(offset, data),
+            Region::System(r) => Ok(r.write(offset, data)?),
+            Region::Cuda(r) => Ok(r.write(offset, data)?),
             Region::CudaForwarded(_) if data.is_empty() => Ok(()),
             Region::CudaForwarded(r) => Err(r.unusable()),
         }
@@ -379,6 +379,7 @@ impl Registry {
             driver
                 .open(name, raw_handle, device, byte_size)
                 .map(Region::Cuda)
+                .map_err(Error::from)
         })?;
         tracing::info!(
             region = name,
@@ -749,6 +750,54 @@ mod tests {
         // Another object is registered as before.
         let other = object("free");
         registry.register_system("mine", &other.0, 0, 4096).unwrap();
+    }
+
+    /// Errors raised in the shared-memory crate reach the client with Triton's code and words.
+    #[test]
+    fn mapping_errors_keep_their_code_and_message() {
+        use crate::error::Code;
+        let obj = object("codes");
+        let registry = Registry::new(true, ShmLimits::default(), no_gpu());
+        let unaligned = registry.register_system("r", &obj.0, 1, 8).unwrap_err();
+        assert_eq!(unaligned.code, Code::InvalidArg);
+        assert_eq!(unaligned.http_status(), http::StatusCode::BAD_REQUEST);
+        assert_eq!(unaligned.grpc_code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            unaligned.message,
+            "failed to register shared memory region 'r': unable to process address spaceInvalid argument"
+        );
+        assert!(!unaligned.from_model);
+        let missing = registry
+            .register_system("r", "/ig_registry_missing_object", 0, 8)
+            .unwrap_err();
+        assert_eq!(missing.code, Code::Internal);
+        assert_eq!(
+            missing.http_status(),
+            http::StatusCode::INTERNAL_SERVER_ERROR
+        );
+        assert_eq!(missing.grpc_code(), tonic::Code::Internal);
+        assert_eq!(
+            missing.message,
+            "Unable to open shared memory region: '/ig_registry_missing_object'"
+        );
+        registry.register_system("r", &obj.0, 0, 64).unwrap();
+        let region = registry.resolve("r", 0, 64).unwrap();
+        let read = region.read(60, 8).unwrap_err();
+        assert_eq!(read.code, Code::InvalidArg);
+        assert_eq!(
+            read.message,
+            "Invalid offset + byte size for shared memory region: 'r'"
+        );
+        let write = region.write(u64::MAX, &[0; 2]).unwrap_err();
+        assert_eq!(write.code, Code::InvalidArg);
+        assert_eq!(
+            write.message,
+            format!(
+                "Integer overflow detected: byte_size (2) + offset ({}) exceeds maximum value ({}) for region 'r'",
+                u64::MAX,
+                u64::MAX
+            )
+        );
     }
 
     #[test]

@@ -119,7 +119,9 @@ impl StagingPool {
             .map_err(|e| fail("reserving its pages (is /dev/shm large enough?)", e))
             .map_err(unlink_on_error)?;
         drop(fd);
-        let region = SystemRegion::open_own(key, byte_size).map_err(unlink_on_error)?;
+        let region = SystemRegion::open_own(key, byte_size)
+            .map_err(Error::from)
+            .map_err(unlink_on_error)?;
         Ok(Arc::new(StagingPool {
             region,
             free: Mutex::new(FreeList::new(byte_size)),
@@ -134,7 +136,7 @@ impl StagingPool {
 
     /// The object's device and inode, which clients may not register by any name.
     pub fn object_id(&self) -> Result<super::region::ObjectId> {
-        self.region.object_id()
+        Ok(self.region.object_id()?)
     }
 
     pub fn byte_size(&self) -> u64 {
@@ -245,7 +247,7 @@ impl Slot {
         if data.len() as u64 > self.len {
             return Err(Error::internal("tensor larger than its staging slot"));
         }
-        self.pool.region.write(self.offset, data)
+        Ok(self.pool.region.write(self.offset, data)?)
     }
 
     /// Copies the first `len` bytes of the slot out.
@@ -256,7 +258,7 @@ impl Slot {
                 self.len
             )));
         }
-        self.pool.region.read(self.offset, len)
+        Ok(self.pool.region.read(self.offset, len)?)
     }
 
     /// Keeps the range out of the pool for good (it stays counted in `in_use`): the upstream was
