@@ -235,7 +235,7 @@ fn sequence_extension(upstream: &UpstreamInfo, upstream_batches: bool) -> J {
 
 /// `/dev/shm`: whether it exists, its size and free space (a Memory emptyDir in Kubernetes).
 fn dev_shm(st: &SharedState) -> J {
-    let staging = st.upstream.as_ref().map(|h| &h.upstream.staging);
+    let staging = st.upstream.as_ref().map(|h| &h.upstream.shared_pool);
     match nix::sys::statvfs::statvfs("/dev/shm") {
         Ok(s) => {
             let block = s.fragment_size();

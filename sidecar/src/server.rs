@@ -80,7 +80,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
     // The staging pool carries other clients' tensors: no client may register it.
     if let Some(pool) = upstream
         .as_ref()
-        .and_then(|h| h.upstream.staging.object_id())
+        .and_then(|h| h.upstream.shared_pool.object_id())
     {
         state.shm.reserve(pool);
     }
@@ -260,7 +260,7 @@ impl Running {
         }
         if let Some(h) = &self.state.upstream {
             h.upstream.passthrough.release(&h.upstream).await;
-            h.upstream.staging.release(&h.upstream).await;
+            h.upstream.shared_pool.release(&h.upstream).await;
         }
         // The exporter's last batch: sent from a blocking thread, as its client blocks.
         let tracing = self.state.tracing.clone();

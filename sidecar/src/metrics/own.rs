@@ -123,8 +123,8 @@ fn upstream(state: &SharedState, encoder: &mut DescriptorEncoder) -> fmt::Result
         return Ok(());
     };
     let upstream = &handle.upstream;
-    let counters = &upstream.staging.counters;
-    let status = upstream.staging.status();
+    let counters = &upstream.shared_pool.counters;
+    let status = upstream.shared_pool.status();
     let by_direction = |input: u64, output: u64| {
         [
             (label("direction", "input"), input),

@@ -15,7 +15,7 @@ use super::answer::Answer;
 use super::h2_channel::H2Channel;
 use super::passthrough::Passthrough;
 use super::rest::RestClient;
-use super::staging::{Plan, Staging};
+use super::shared_pool::{Plan, SharedPool};
 use super::transport::Transport;
 use crate::error::{Code, Error, Result};
 use crate::shm::registry::Region;
@@ -27,7 +27,7 @@ pub struct Upstream {
     pub(super) timeout: Duration,
     in_flight: Arc<Semaphore>,
     /// Shared memory with the model container for large tensors.
-    pub staging: Staging,
+    pub shared_pool: SharedPool,
     /// Clients' regions registered with the upstream, for inputs it reads and outputs it writes
     /// there itself.
     pub passthrough: Passthrough,
@@ -101,7 +101,7 @@ impl Upstream {
             client,
             timeout: Duration::from_secs(config.timeout_seconds),
             in_flight: Arc::new(Semaphore::new(config.max_concurrency as usize)),
-            staging: Staging::new(config),
+            shared_pool: SharedPool::new(config),
             passthrough: Passthrough::default(),
             offers_cuda: AtomicBool::new(false),
             offers_classification: AtomicBool::new(false),
@@ -154,7 +154,7 @@ impl Upstream {
     /// CUDA shared memory.
     pub fn can_open(&self, region: &Region) -> bool {
         match region {
-            Region::System(_) => self.staging.is_active(),
+            Region::System(_) => self.shared_pool.is_active(),
             Region::Cuda(_) | Region::CudaForwarded(_) => self.offers_cuda(),
         }
     }

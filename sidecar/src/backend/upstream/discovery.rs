@@ -90,7 +90,7 @@ pub async fn run_discovery(
                 repository.install(models);
                 repository.log_model_table();
                 let extensions = info.read().extensions.clone();
-                if upstream.staging.maintain(&upstream, &extensions).await {
+                if upstream.shared_pool.maintain(&upstream, &extensions).await {
                     upstream.passthrough.forget_lost(&upstream).await;
                 }
                 upstream.probe_small_calls().await;
@@ -124,7 +124,7 @@ pub async fn run_discovery(
         if ready {
             // A restarted upstream has forgotten the staging pool: register it again.
             let extensions = info.read().extensions.clone();
-            if upstream.staging.maintain(&upstream, &extensions).await {
+            if upstream.shared_pool.maintain(&upstream, &extensions).await {
                 // Registered again: the upstream restarted, or a client of its own let go of
                 // regions; the clients' regions it lost are registered again too.
                 upstream.passthrough.forget_lost(&upstream).await;

@@ -13,7 +13,7 @@ mod http1;
 mod model;
 pub mod passthrough;
 mod rest;
-pub mod staging;
+pub mod shared_pool;
 mod transport;
 
 pub use connection::{CallCounters, Upstream, upstream_error};

@@ -21,7 +21,7 @@ use infergate_proto::inference::{
 use opentelemetry::KeyValue;
 
 use super::connection::{Upstream, output_slot_too_small, upstream_error};
-use super::staging::{ClientWindow, Plan};
+use super::shared_pool::{ClientWindow, Plan, expected_output_bytes, largest_input};
 use crate::core::grpc_message::{bool_parameter, typed_contents};
 use crate::core::model::{Backend, Execution, Produced};
 use crate::core::params::ParamValue;
@@ -161,7 +161,7 @@ impl UpstreamModel {
         client_inputs: &[Option<ClientWindow>],
         client_outputs: &[Option<ClientWindow>],
     ) -> ModelInferRequest {
-        let region = self.upstream.staging.region().unwrap_or_default();
+        let region = self.upstream.shared_pool.region().unwrap_or_default();
         let mut parameters = HashMap::new();
         // Sequence and custom parameters go through: a model that keeps its own state, or an
         // upstream with its own sequence batcher, needs them.
@@ -257,14 +257,13 @@ impl UpstreamModel {
             .raw_input_contents
             .iter()
             .fold(0u64, |sum, raw| sum.saturating_add(raw.len() as u64));
-        let largest_input = super::staging::largest_input(execution);
+        let largest_input = largest_input(execution);
         request
             .outputs
             .iter()
             .filter(|output| !output.parameters.contains_key("shared_memory_region"))
             .fold(inline_inputs, |sum, output| {
-                let expected =
-                    super::staging::expected_output_bytes(execution, &output.name, largest_input);
+                let expected = expected_output_bytes(execution, &output.name, largest_input);
                 sum.saturating_add(expected)
             })
     }
@@ -325,7 +324,7 @@ impl UpstreamModel {
                         ))
                     })?;
                     let data = slot.read(len)?;
-                    self.upstream.staging.count_output(len);
+                    self.upstream.shared_pool.count_output(len);
                     data
                 }
                 (None, Some(contents)) => {
@@ -537,7 +536,7 @@ impl Backend for UpstreamModel {
         async move {
             let permit = self.upstream.permit().await?;
             let permit = Arc::new(permit);
-            let staging = &self.upstream.staging;
+            let pool = &self.upstream.shared_pool;
             // Sequence models keep state upstream: never guess an output size for them, since a
             // wrong guess would mean running the step twice.
             let stateful = matches!(
@@ -548,7 +547,7 @@ impl Backend for UpstreamModel {
             let mut client_inputs = self.client_inputs(&execution, true).await?;
             let mut client_outputs = self.client_outputs(&execution, true).await;
             let staging_start = Instant::now();
-            let mut plan = staging.plan(&client_inputs.apply(execution), estimate, &client_outputs);
+            let mut plan = pool.plan(&client_inputs.apply(execution), estimate, &client_outputs);
             if let Some(scope) = execution.trace {
                 trace_staging(scope, &execution, &plan, staging_start);
             }
@@ -604,7 +603,7 @@ impl Backend for UpstreamModel {
                 if region_lost(&status) {
                     // Refused while reading the request, before the model ran: safe to resend,
                     // over the socket, while the prober registers the pool again.
-                    staging.lost();
+                    pool.lost();
                     self.upstream.passthrough.forget_lost(&self.upstream).await;
                     client_inputs = self.client_inputs(&execution, false).await?;
                     client_outputs = self.client_outputs(&execution, false).await;

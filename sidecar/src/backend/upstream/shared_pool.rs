@@ -1,6 +1,6 @@
-//! The staging pool toward the upstream: registering the sidecar's shared-memory pool with the
-//! model container (again whenever it lost it, e.g. after a restart), and deciding per request
-//! which tensors travel through it instead of the socket.
+//! The staging pool as shared with the upstream: registering the sidecar's shared-memory pool
+//! (`shm/staging.rs`) with the model container (again whenever it lost it, e.g. after a restart),
+//! and deciding per request which tensors travel through it instead of the socket.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,7 +33,7 @@ pub enum PoolState {
 
 /// Counters for the metrics endpoint: proof of which path the bytes took.
 #[derive(Debug, Default)]
-pub struct StagingCounters {
+pub struct PoolCounters {
     pub input_bytes: AtomicU64,
     pub output_bytes: AtomicU64,
     /// Tensors sent over the socket because the pool had no free slot at that moment.
@@ -44,7 +44,7 @@ pub struct StagingCounters {
 
 /// What the admin endpoint reports: never the pool's key, which would let a client name it.
 #[derive(Clone, Debug)]
-pub struct StagingStatus {
+pub struct PoolStatus {
     pub state: &'static str,
     pub reason: String,
     pub byte_size: u64,
@@ -52,21 +52,23 @@ pub struct StagingStatus {
     pub min_bytes: u64,
 }
 
-pub struct Staging {
+/// The staging pool as the upstream backend uses it: its registration with the upstream, its
+/// counters, and each request's plan of slots.
+pub struct SharedPool {
     pool: Option<Arc<StagingPool>>,
     min_bytes: u64,
     state: RwLock<PoolState>,
-    pub counters: StagingCounters,
+    pub counters: PoolCounters,
 }
 
-impl Staging {
+impl SharedPool {
     /// Creates the pool the configuration asks for; a failure leaves it off, with the reason.
     pub fn new(config: &UpstreamConfig) -> Self {
-        let off = |reason: String| Staging {
+        let off = |reason: String| SharedPool {
             pool: None,
             min_bytes: config.staging_min_bytes,
             state: RwLock::new(PoolState::Off(reason)),
-            counters: StagingCounters::default(),
+            counters: PoolCounters::default(),
         };
         if config.staging_shm_bytes == 0 {
             return off("turned off (staging_shm_bytes is 0)".to_string());
@@ -81,11 +83,11 @@ impl Staging {
         match created {
             Ok(pool) => {
                 tracing::info!(bytes = config.staging_shm_bytes, "staging pool created");
-                Staging {
+                SharedPool {
                     pool: Some(pool),
                     min_bytes: config.staging_min_bytes,
                     state: RwLock::new(PoolState::Pending),
-                    counters: StagingCounters::default(),
+                    counters: PoolCounters::default(),
                 }
             }
             Err(e) => {
@@ -140,7 +142,7 @@ impl Staging {
         }
     }
 
-    pub fn status(&self) -> StagingStatus {
+    pub fn status(&self) -> PoolStatus {
         let (state, reason) = match &*self.state.read() {
             PoolState::Off(r) => ("Disabled", r.clone()),
             PoolState::Pending => (
@@ -150,7 +152,7 @@ impl Staging {
             PoolState::Active => ("Active", String::new()),
             PoolState::Unusable(r) => ("Degraded", r.clone()),
         };
-        StagingStatus {
+        PoolStatus {
             state,
             reason,
             byte_size: self.pool.as_ref().map_or(0, |p| p.byte_size()),
