@@ -91,6 +91,10 @@ pub struct Args {
     /// Let clients register system shared-memory regions (`--allow-client-shm` or `=true`).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub allow_client_shm: Option<bool>,
+    /// Serve shared memory to clients off loopback too (`--allow-remote-shm` or `=true`); by
+    /// default only clients in the pod, on loopback, may use it.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub allow_remote_shm: Option<bool>,
     /// Whether clients may load and unload models: none (the default, as Triton's), explicit or
     /// poll (Triton's `--model-control-mode`; none and poll refuse load and unload).
     #[arg(long, value_name = "MODE")]
@@ -236,6 +240,9 @@ impl Args {
         }
         if let Some(v) = self.allow_client_shm {
             s.allow_client_shm = v;
+        }
+        if let Some(v) = self.allow_remote_shm {
+            s.allow_remote_shm = v;
         }
         if let Some(v) = self.model_control_mode {
             s.model_control_mode = v;

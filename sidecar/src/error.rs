@@ -14,6 +14,9 @@ pub enum Code {
     AlreadyExists,
     Cancelled,
     Unknown,
+    /// A request refused for who sent it: Triton's restricted-API answer (HTTP 403, gRPC
+    /// `UNAVAILABLE`).
+    Restricted,
 }
 
 /// A protocol error: its code (HTTP status and gRPC code follow from it) and Triton's message.
@@ -42,6 +45,7 @@ impl Code {
             Code::AlreadyExists => "Already exists",
             Code::Cancelled => "Cancelled",
             Code::Unknown => "Unknown",
+            Code::Restricted => "Restricted",
         }
     }
 }
@@ -80,6 +84,9 @@ impl Error {
     pub fn already_exists(message: impl Into<String>) -> Self {
         Error::new(Code::AlreadyExists, message)
     }
+    pub fn restricted(message: impl Into<String>) -> Self {
+        Error::new(Code::Restricted, message)
+    }
 
     /// HTTP status as Triton's `HttpCodeFromError` chooses it.
     pub fn http_status(&self) -> StatusCode {
@@ -88,6 +95,7 @@ impl Error {
             Code::NotFound => StatusCode::NOT_FOUND,
             Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Code::Unsupported => StatusCode::NOT_IMPLEMENTED,
+            Code::Restricted => StatusCode::FORBIDDEN,
             Code::InvalidArg | Code::AlreadyExists | Code::Cancelled | Code::Unknown => {
                 StatusCode::BAD_REQUEST
             }
@@ -99,7 +107,7 @@ impl Error {
             Code::Internal => tonic::Code::Internal,
             Code::NotFound => tonic::Code::NotFound,
             Code::InvalidArg => tonic::Code::InvalidArgument,
-            Code::Unavailable => tonic::Code::Unavailable,
+            Code::Unavailable | Code::Restricted => tonic::Code::Unavailable,
             Code::Unsupported => tonic::Code::Unimplemented,
             Code::AlreadyExists => tonic::Code::AlreadyExists,
             Code::Cancelled => tonic::Code::Cancelled,

@@ -47,6 +47,7 @@
 //! - [`shm`]: client shared memory (system and CUDA) and the staging pool; the `unsafe` code it
 //!   needs lives in the `infergate-shm` crate.
 //! - [`protocol`]: REST or gRPC, where Triton's two front ends differ.
+//! - [`caller`]: the address a request came from; only a caller on loopback is in the pod.
 //! - [`error`]: the protocol's error, mapped to HTTP and gRPC status codes as Triton maps them.
 //! - [`health`]: liveness, readiness and draining.
 //! - [`state`]: what every port shares: the model repository, the shared-memory registry, the
@@ -58,6 +59,7 @@ pub mod accept;
 pub mod admin;
 pub mod allocator;
 pub mod backend;
+pub mod caller;
 pub mod cli;
 pub mod core;
 pub mod cxx_number;

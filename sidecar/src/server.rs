@@ -91,6 +91,12 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         state.grpc_restricted = grpc_restricted;
         state.tracing = Arc::new(tracing);
         state.peers = peers;
+        state.allow_remote_shm = config.server.allow_remote_shm;
+    }
+    if config.server.allow_remote_shm {
+        tracing::warn!(
+            "shared memory is served to callers off loopback too (server.allow_remote_shm): any host that reaches the ports may register, read and write regions"
+        );
     }
     Ok(state)
 }

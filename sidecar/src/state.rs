@@ -6,6 +6,7 @@ use std::sync::Arc;
 use infergate_proto::config::{Limits, ModelControlMode};
 
 use crate::backend::upstream::UpstreamInfo;
+use crate::caller::Caller;
 use crate::core::repository::Repository;
 use crate::health::Health;
 use crate::restricted::Guard;
@@ -27,6 +28,10 @@ pub const EXTENSIONS: &[&str] = &[
     "logging",
 ];
 
+/// The refusal of shared memory to a caller off loopback, in the words of Triton's restricted
+/// APIs (HTTP 403, gRPC `UNAVAILABLE`).
+pub const REMOTE_SHM: &str = "This API is restricted to clients in the server's pod: shared memory is served only to callers on loopback (server.allow_remote_shm serves it to other hosts)";
+
 pub struct ServerInfo {
     pub name: String,
     pub version: String,
@@ -40,6 +45,10 @@ pub struct AppState {
     pub health: Arc<Health>,
     pub log: LogControl,
     pub shm: crate::shm::Registry,
+    /// What a caller that shared memory is not served to gets instead of `shm` (`shm_for`).
+    shm_refused: crate::shm::Registry,
+    /// Whether shared memory is served to callers off loopback too (`server.allow_remote_shm`).
+    pub allow_remote_shm: bool,
     /// The model container this sidecar fronts, when the backend is `upstream`.
     pub upstream: Option<UpstreamHandle>,
     /// Whether clients may load and unload models.
@@ -135,20 +144,32 @@ impl AppState {
             .filter(|u| u.offers_cuda())
     }
 
+    /// Client shared memory as `caller` may use it: the registry for a caller in the pod (on
+    /// loopback), or for any caller with `server.allow_remote_shm`; otherwise one that refuses
+    /// everything, before looking at any region (`Registry::refusing`).
+    pub fn shm_for(&self, caller: Option<Caller>) -> &crate::shm::Registry {
+        if self.allow_remote_shm || crate::caller::is_local(caller) {
+            &self.shm
+        } else {
+            &self.shm_refused
+        }
+    }
+
     /// Registers a client's CUDA buffer: opened here where this container has a usable GPU,
     /// otherwise handed to a model server that offers CUDA shared memory (which opens it at
     /// once, so a handle it refuses is refused here, with its reason).
     pub async fn register_cuda(
         &self,
+        caller: Option<Caller>,
         name: &str,
         raw_handle: &[u8],
         device_id: u64,
         byte_size: u64,
     ) -> crate::error::Result<()> {
+        let shm = self.shm_for(caller);
         let upstream = self.forwards_cuda();
         let region =
-            self.shm
-                .register_cuda(name, raw_handle, device_id, byte_size, upstream.is_some())?;
+            shm.register_cuda(name, raw_handle, device_id, byte_size, upstream.is_some())?;
         if let Some(upstream) = upstream
             && region.is_forwarded()
             && let Err(refused) = upstream.passthrough.adopt(upstream, name, &region).await
@@ -161,8 +182,12 @@ impl AppState {
 
     /// Unregisters CUDA regions (`None`: all), and has the model server forget the ones it was
     /// handed as soon as no request uses them.
-    pub async fn unregister_cuda(&self, name: Option<&str>) -> crate::error::Result<()> {
-        self.shm.unregister_cuda(name)?;
+    pub async fn unregister_cuda(
+        &self,
+        caller: Option<Caller>,
+        name: Option<&str>,
+    ) -> crate::error::Result<()> {
+        self.shm_for(caller).unregister_cuda(name)?;
         if let Some(handle) = &self.upstream {
             handle.upstream.passthrough.sweep(&handle.upstream).await;
         }
@@ -214,6 +239,8 @@ impl AppState {
             health: Arc::new(Health::default()),
             log,
             shm: crate::shm::Registry::new(allow_client_shm, shm_limits, cuda),
+            shm_refused: crate::shm::Registry::refusing(REMOTE_SHM),
+            allow_remote_shm: false,
             upstream: None,
             model_control: ModelControlMode::None,
             http_restricted: Guard::default(),

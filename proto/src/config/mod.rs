@@ -65,6 +65,10 @@ pub struct ServerSettings {
     pub shutdown_grace_seconds: u64,
     /// Let clients register shared-memory regions (off by default, as in Triton).
     pub allow_client_shm: bool,
+    /// Serve shared memory (registration, status, unregistering, inference naming a region) to
+    /// clients that are not on loopback too. Off by default: only a client in the pod shares its
+    /// `/dev/shm` with the sidecar; on, for hosts that share memory otherwise.
+    pub allow_remote_shm: bool,
     /// Whether clients may load and unload models (Triton's `--model-control-mode`).
     pub model_control_mode: ModelControlMode,
     /// Threads that serve requests (the async runtime's workers); 0: one per CPU the process
@@ -148,6 +152,7 @@ impl Default for ServerSettings {
             log_file: None,
             shutdown_grace_seconds: 30,
             allow_client_shm: false,
+            allow_remote_shm: false,
             model_control_mode: ModelControlMode::None,
             worker_threads: 1,
             http_restricted_api: Vec::new(),

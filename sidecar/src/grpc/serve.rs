@@ -24,6 +24,7 @@ use tower::{Service, ServiceBuilder};
 
 use super::{DeadlineLayer, IgnoreIdleResets, as_resource_exhausted};
 use crate::accept::PortLimits;
+use crate::caller::{Caller, WithCaller};
 use crate::inflight::{Budgeted, ByteBudget, Tracked};
 
 /// Serves `services` (see `dispatch.rs`) on `listener` until `stop` completes, then waits for
@@ -73,8 +74,10 @@ pub async fn serve<S>(
         stop,
         Some(drain),
         |tcp, activity| {
+            let caller = tcp.peer_addr().ok().map(Caller);
             let io = TokioIo::new(IgnoreIdleResets::new(tcp));
-            let service = Tracked::new(service.clone(), activity, budget.clone());
+            let service = WithCaller::new(service.clone(), caller);
+            let service = Tracked::new(service, activity, budget.clone());
             builder.serve_connection(io, TowerToHyperService::new(service))
         },
     )

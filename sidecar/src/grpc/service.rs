@@ -18,6 +18,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{convert, stream};
+use crate::caller::Caller;
 use crate::core::model::Model;
 use crate::core::repository::Repository;
 use crate::core::stats::Duration2;
@@ -182,6 +183,7 @@ impl GrpcInferenceService for Inference {
             ));
         }
         let received = Instant::now();
+        let caller = Caller::of(request.extensions());
         let (metadata, _, message) = request.into_parts();
         let origin = Origin::from_metadata(
             metadata
@@ -201,7 +203,7 @@ impl GrpcInferenceService for Inference {
         call.note_id(&message.id);
         call.event("GRPC_WAITREAD_END", received);
         let result = async {
-            let request = convert::request(message, &state.shm)?;
+            let request = convert::request(message, state.shm_for(caller))?;
             let response = front_door::infer(state, &call, target, request, origin).await?;
             call.event("INFER_RESPONSE_COMPLETE", Instant::now());
             Ok::<_, Error>(convert::response(response))
@@ -219,8 +221,10 @@ impl GrpcInferenceService for Inference {
     ) -> Reply<Self::ModelStreamInferStream> {
         let context =
             trace::context_of(|name| request.metadata().get(name).and_then(|v| v.to_str().ok()));
+        let caller = Caller::of(request.extensions());
         Ok(Response::new(stream::serve(
             self.state.clone(),
+            caller,
             request.into_inner(),
             std::sync::Arc::new(context),
         )))
@@ -358,11 +362,12 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<SystemSharedMemoryStatusRequest>,
     ) -> Reply<SystemSharedMemoryStatusResponse> {
+        let caller = Caller::of(request.extensions());
         let r = request.into_inner();
         let name = (!r.name.is_empty()).then_some(r.name.as_str());
         let regions = self
             .state
-            .shm
+            .shm_for(caller)
             .system_status(name)?
             .into_iter()
             .map(|s| {
@@ -382,9 +387,10 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<SystemSharedMemoryRegisterRequest>,
     ) -> Reply<SystemSharedMemoryRegisterResponse> {
+        let caller = Caller::of(request.extensions());
         let r = request.into_inner();
         self.state
-            .shm
+            .shm_for(caller)
             .register_system(&r.name, &r.key, r.offset, r.byte_size)?;
         Ok(Response::new(SystemSharedMemoryRegisterResponse {}))
     }
@@ -393,9 +399,10 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> Reply<SystemSharedMemoryUnregisterResponse> {
+        let caller = Caller::of(request.extensions());
         let r = request.into_inner();
         self.state
-            .shm
+            .shm_for(caller)
             .unregister_system((!r.name.is_empty()).then_some(r.name.as_str()))?;
         Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
@@ -404,11 +411,12 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<CudaSharedMemoryStatusRequest>,
     ) -> Reply<CudaSharedMemoryStatusResponse> {
+        let caller = Caller::of(request.extensions());
         let r = request.into_inner();
         let name = (!r.name.is_empty()).then_some(r.name.as_str());
         let regions = self
             .state
-            .shm
+            .shm_for(caller)
             .cuda_status(name)?
             .into_iter()
             .map(|s| {
@@ -428,10 +436,11 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<CudaSharedMemoryRegisterRequest>,
     ) -> Reply<CudaSharedMemoryRegisterResponse> {
+        let caller = Caller::of(request.extensions());
         let r = request.into_inner();
         let device_id = u64::try_from(r.device_id).unwrap_or(u64::MAX);
         self.state
-            .register_cuda(&r.name, &r.raw_handle, device_id, r.byte_size)
+            .register_cuda(caller, &r.name, &r.raw_handle, device_id, r.byte_size)
             .await?;
         Ok(Response::new(CudaSharedMemoryRegisterResponse {}))
     }
@@ -440,9 +449,10 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> Reply<CudaSharedMemoryUnregisterResponse> {
+        let caller = Caller::of(request.extensions());
         let r = request.into_inner();
         self.state
-            .unregister_cuda((!r.name.is_empty()).then_some(r.name.as_str()))
+            .unregister_cuda(caller, (!r.name.is_empty()).then_some(r.name.as_str()))
             .await?;
         Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }

@@ -20,6 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::convert;
+use crate::caller::Caller;
 use crate::front_door::{self, Call, Origin, Target};
 use crate::protocol::Protocol;
 use crate::state::SharedState;
@@ -91,6 +92,7 @@ impl SequenceOrder {
 /// its traced requests' spans go under.
 pub fn serve(
     state: SharedState,
+    caller: Option<Caller>,
     mut inbound: Streaming<ModelInferRequest>,
     context: Arc<HashMap<String, String>>,
 ) -> ResponseStream {
@@ -116,12 +118,13 @@ pub fn serve(
                             let tx = tx.clone();
                             decoupled.push(Box::pin(async move {
                                 let _turn = wait_turn(turn).await;
-                                answer_decoupled(state, target, request, tx, &context).await;
+                                answer_decoupled(state, caller, target, request, tx, &context)
+                                    .await;
                             }));
                         } else {
                             pending.push_back(async move {
                                 let _turn = wait_turn(turn).await;
-                                answer(state, target, request, &context).await
+                                answer(state, caller, target, request, &context).await
                             });
                         }
                     }
@@ -170,6 +173,7 @@ fn begin(
 
 async fn answer(
     state: SharedState,
+    caller: Option<Caller>,
     target: Target,
     request: ModelInferRequest,
     context: &HashMap<String, String>,
@@ -183,7 +187,7 @@ async fn answer(
         );
     }
     let mut call = begin(&state, &target, &request, context);
-    let result = match convert::request(request, &state.shm) {
+    let result = match convert::request(request, state.shm_for(caller)) {
         Ok(req) => front_door::infer(&state, &call, target, req, Origin::Client).await,
         Err(e) => Err(e),
     };
@@ -220,6 +224,7 @@ async fn wait_turn(turn: Option<(Option<oneshot::Receiver<()>>, Turn)>) -> Optio
 /// away, the request is dropped, which stops it.
 async fn answer_decoupled(
     state: SharedState,
+    caller: Option<Caller>,
     target: Target,
     request: ModelInferRequest,
     tx: mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
@@ -237,7 +242,7 @@ async fn answer_decoupled(
     }
     // Dropped on the early returns (the client gone), which ends its span there.
     let mut call = begin(&state, &target, &request, context);
-    let started = match convert::request(request, &state.shm) {
+    let started = match convert::request(request, state.shm_for(caller)) {
         Ok(req) => front_door::infer_decoupled(&state, &call, target, req).await,
         Err(e) => Err(e),
     };

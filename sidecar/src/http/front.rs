@@ -19,6 +19,7 @@ use http::{Method, Request};
 use tower::Service;
 
 use super::{inference, is_decimal_version, restricted};
+use crate::caller::Caller;
 use crate::state::SharedState;
 
 /// The HTTP port's service: `POST /v2/models/{m}[/versions/{v}]/infer` to the inference handler,
@@ -27,11 +28,27 @@ use crate::state::SharedState;
 pub struct Front {
     state: SharedState,
     router: Router,
+    /// The connection's caller: handed to the inference handler, and given to the router's
+    /// requests as an extension (the short way needs no extension, which would cost an
+    /// allocation per call).
+    caller: Option<Caller>,
 }
 
 impl Front {
     pub fn new(state: SharedState, router: Router) -> Self {
-        Front { state, router }
+        Front {
+            state,
+            router,
+            caller: None,
+        }
+    }
+
+    /// The service of one connection, from `caller`.
+    pub fn for_caller(&self, caller: Option<Caller>) -> Self {
+        Front {
+            caller,
+            ..self.clone()
+        }
     }
 
     pub fn state(&self) -> SharedState {
@@ -74,7 +91,7 @@ where
         Service::<Request<B>>::poll_ready(&mut self.router, cx)
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let path = request.uri().path();
         // Triton's verbose line for each request (`--log-verbose=1`).
         tracing::debug!("HTTP request: {} {path}", request.method());
@@ -90,14 +107,20 @@ where
             .map(|(model, version)| (model.to_string(), version.to_string()));
         match target {
             Some((model, version)) => {
-                let state = self.state.clone();
+                let (state, caller) = (self.state.clone(), self.caller);
                 let (parts, body) = request.into_parts();
                 Either::Left(Box::pin(async move {
                     let body = Body::new(body);
-                    Ok(inference::run_infer(state, model, version, parts.headers, body).await)
+                    let headers = parts.headers;
+                    Ok(inference::run_infer(state, caller, model, version, headers, body).await)
                 }))
             }
-            None => Either::Right(self.router.call(request)),
+            None => {
+                if let Some(caller) = self.caller {
+                    request.extensions_mut().insert(caller);
+                }
+                Either::Right(self.router.call(request))
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ use infergate_proto::DataType;
 use super::body::Chunks;
 use super::compression::{self, Encoding};
 use super::params::{parse_request_parameters, tensor_parameters};
+use crate::caller::Caller;
 use crate::core::model::Model;
 use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
 use crate::cxx_number::{self, CxxParseError};
@@ -24,6 +25,7 @@ use infergate_proto::wire::HEADER_LENGTH;
 /// Decodes a request body into a protocol-independent request.
 pub fn decode(
     state: &AppState,
+    caller: Option<Caller>,
     target: &Target,
     model_name: &str,
     version: &str,
@@ -70,7 +72,14 @@ pub fn decode(
         max_depth,
         max_input_bytes: state.limits.max_http_body_bytes,
     };
-    decode_json(&state.shm, model_name, version, &doc, binary, limits)
+    decode_json(
+        state.shm_for(caller),
+        model_name,
+        version,
+        &doc,
+        binary,
+        limits,
+    )
 }
 
 /// What a JSON request may hold: nesting depth, and bytes per tensor given as JSON `data`.

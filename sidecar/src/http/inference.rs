@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -11,6 +12,7 @@ use http::{HeaderMap, header};
 
 use super::compression::{self, Encoding};
 use super::{error_response, infer, json_too_large, raw_input_too_large, read_body};
+use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::front_door::{self, Call, Origin, Target};
 use crate::protocol::Protocol;
@@ -19,24 +21,31 @@ use crate::trace;
 
 pub(super) async fn infer_latest(
     State(st): State<SharedState>,
+    caller: Option<Extension<Caller>>,
     Path(model): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    run_infer(st, model, String::new(), headers, body).await
+    let caller = caller.map(|Extension(c)| c);
+    run_infer(st, caller, model, String::new(), headers, body).await
 }
 
 pub(super) async fn infer_v(
     State(st): State<SharedState>,
+    caller: Option<Extension<Caller>>,
     Path((model, version)): Path<(String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    run_infer(st, model, version, headers, body).await
+    let caller = caller.map(|Extension(c)| c);
+    run_infer(st, caller, model, version, headers, body).await
 }
 
+/// `caller`: the connection's address; shared memory is served to local callers only (see
+/// `AppState::shm_for`).
 pub(super) async fn run_infer(
     st: SharedState,
+    caller: Option<Caller>,
     model: String,
     version: String,
     headers: HeaderMap,
@@ -79,12 +88,12 @@ pub(super) async fn run_infer(
         let (request, target) = if infer::json_bytes(&headers, body.len()) >= OFFLOAD_BYTES {
             let (st, headers) = (st.clone(), headers.clone());
             off_worker(move || {
-                let request = infer::decode(&st, &target, &model, &version, &headers, body);
+                let request = infer::decode(&st, caller, &target, &model, &version, &headers, body);
                 request.map(|request| (request, target))
             })
             .await?
         } else {
-            let request = infer::decode(&st, &target, &model, &version, &headers, body)?;
+            let request = infer::decode(&st, caller, &target, &model, &version, &headers, body)?;
             (request, target)
         };
         call.note_id(&request.id);

@@ -25,6 +25,7 @@ use tower::Service;
 
 use super::Front;
 use crate::accept::PortLimits;
+use crate::caller::{Caller, WithCaller};
 use crate::inflight::Tracked;
 use crate::state::SharedState;
 
@@ -60,7 +61,12 @@ pub async fn serve(
         idle: Some(limits.idle_timeout()),
     };
     crate::accept::serve_until(listener, "HTTP", port, stop, None, |tcp, activity| {
-        let service = Tracked::new(app.clone(), activity, budget.clone());
+        let caller = tcp.peer_addr().ok().map(Caller);
+        let app = CloseWhileDraining {
+            state: app.state.clone(),
+            inner: app.inner.for_caller(caller),
+        };
+        let service = Tracked::new(app, activity, budget.clone());
         builder
             .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service))
             .into_owned()
@@ -86,7 +92,8 @@ pub async fn serve_http1(
         idle: None,
     };
     crate::accept::serve_until(listener, port, bounds, stop, None, |tcp, _| {
-        let service = TowerToHyperService::new(router.clone());
+        let caller = tcp.peer_addr().ok().map(Caller);
+        let service = TowerToHyperService::new(WithCaller::new(router.clone(), caller));
         builder.serve_connection(TokioIo::new(tcp), service)
     })
     .await;

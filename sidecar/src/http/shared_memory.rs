@@ -1,5 +1,6 @@
 //! The shared-memory extensions: `/v2/systemsharedmemory/*` and `/v2/cudasharedmemory/*`.
 
+use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -7,23 +8,35 @@ use serde_json::{Value as J, json};
 
 use super::handlers::{control_body, control_json, empty_json_ok, string_text, unsigned};
 use super::{error_response, json_ok};
+use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::json::Value;
 use crate::state::SharedState;
 
-pub(super) async fn system_shm_status_all(State(st): State<SharedState>) -> Result<Response> {
-    system_status(&st, None)
+/// The caller the port gave the request (none: not a local one).
+type From = Option<Extension<Caller>>;
+
+fn shm(st: &SharedState, caller: From) -> &crate::shm::Registry {
+    st.shm_for(caller.map(|Extension(c)| c))
+}
+
+pub(super) async fn system_shm_status_all(
+    State(st): State<SharedState>,
+    caller: From,
+) -> Result<Response> {
+    system_status(shm(&st, caller), None)
 }
 
 pub(super) async fn system_shm_status_one(
     State(st): State<SharedState>,
+    caller: From,
     Path(name): Path<String>,
 ) -> Result<Response> {
-    system_status(&st, Some(&name))
+    system_status(shm(&st, caller), Some(&name))
 }
 
-fn system_status(st: &SharedState, name: Option<&str>) -> Result<Response> {
-    st.shm.system_status(name).map(|regions| {
+fn system_status(shm: &crate::shm::Registry, name: Option<&str>) -> Result<Response> {
+    shm.system_status(name).map(|regions| {
         let list: Vec<J> = regions
             .into_iter()
             .map(|r| json!({"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}))
@@ -34,12 +47,12 @@ fn system_status(st: &SharedState, name: Option<&str>) -> Result<Response> {
 
 pub(super) async fn system_shm_register(
     State(st): State<SharedState>,
+    caller: From,
     Path(name): Path<String>,
     body: Body,
 ) -> Result<Response> {
-    if !st.shm.allowed() {
-        return Err(Error::unsupported(crate::shm::registry::DISABLED));
-    }
+    let shm = shm(&st, caller);
+    shm.check_open()?;
     let raw = control_body(body, &st.limits).await?;
     let doc = control_json(&raw)?.unwrap_or(Value::Null);
     let key = match doc.get("key") {
@@ -55,42 +68,56 @@ pub(super) async fn system_shm_register(
     let byte_size = uint("byte_size")?.ok_or_else(|| {
         Error::invalid_arg("Shared memory register request has no 'byte_size' field")
     })?;
-    st.shm.register_system(&name, &key, offset, byte_size)?;
+    shm.register_system(&name, &key, offset, byte_size)?;
     Ok(empty_json_ok())
 }
 
-pub(super) async fn system_shm_register_unnamed() -> Response {
-    error_response(&Error::invalid_arg(
-        "'region name' is necessary to register system shared memory region",
-    ))
+pub(super) async fn system_shm_register_unnamed(
+    State(st): State<SharedState>,
+    caller: From,
+) -> Response {
+    let refused = shm(&st, caller).check_open().err();
+    error_response(&refused.unwrap_or_else(|| {
+        Error::invalid_arg("'region name' is necessary to register system shared memory region")
+    }))
 }
 
 pub(super) async fn system_shm_unregister_one(
     State(st): State<SharedState>,
+    caller: From,
     Path(name): Path<String>,
 ) -> Result<Response> {
-    st.shm
+    shm(&st, caller)
         .unregister_system(Some(&name))
         .map(|()| empty_json_ok())
 }
 
-pub(super) async fn system_shm_unregister_all(State(st): State<SharedState>) -> Result<Response> {
-    st.shm.unregister_system(None).map(|()| empty_json_ok())
+pub(super) async fn system_shm_unregister_all(
+    State(st): State<SharedState>,
+    caller: From,
+) -> Result<Response> {
+    shm(&st, caller)
+        .unregister_system(None)
+        .map(|()| empty_json_ok())
 }
 
-pub(super) async fn cuda_shm_status_all(State(st): State<SharedState>) -> Result<Response> {
-    cuda_status(&st, None)
+pub(super) async fn cuda_shm_status_all(
+    State(st): State<SharedState>,
+    caller: From,
+) -> Result<Response> {
+    cuda_status(shm(&st, caller), None)
 }
 
 pub(super) async fn cuda_shm_status_one(
     State(st): State<SharedState>,
+    caller: From,
     Path(name): Path<String>,
 ) -> Result<Response> {
-    cuda_status(&st, Some(&name))
+    cuda_status(shm(&st, caller), Some(&name))
 }
 
-fn cuda_status(st: &SharedState, name: Option<&str>) -> Result<Response> {
-    st.shm.cuda_status(name).map(|regions| {
+fn cuda_status(shm: &crate::shm::Registry, name: Option<&str>) -> Result<Response> {
+    shm.cuda_status(name).map(|regions| {
         let list: Vec<J> = regions
             .into_iter()
             .map(|r| json!({"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}))
@@ -102,15 +129,19 @@ fn cuda_status(st: &SharedState, name: Option<&str>) -> Result<Response> {
 /// Body: `{"raw_handle":{"b64":"<base64 cudaIpcMemHandle_t>"},"device_id":0,"byte_size":64}`.
 pub(super) async fn cuda_shm_register(
     State(st): State<SharedState>,
+    caller: From,
     Path(name): Path<String>,
     body: Body,
 ) -> Result<Response> {
+    let caller = caller.map(|Extension(c)| c);
+    // Who the caller is comes first, as Triton's restricted APIs look at that first.
+    if !st.allow_remote_shm && !crate::caller::is_local(caller) {
+        return Err(Error::restricted(crate::state::REMOTE_SHM));
+    }
     if !st.serves_cuda() {
         return Err(crate::shm::registry::gpus_not_supported(&name));
     }
-    if !st.shm.allowed() {
-        return Err(Error::unsupported(crate::shm::registry::DISABLED));
-    }
+    st.shm.check_open()?;
     let raw = control_body(body, &st.limits).await?;
     let doc = control_json(&raw)?.unwrap_or(Value::Null);
     let handle = match doc.get("raw_handle") {
@@ -137,20 +168,26 @@ pub(super) async fn cuda_shm_register(
     };
     let device_id = uint("device_id")?;
     let byte_size = uint("byte_size")?;
-    st.register_cuda(&name, &handle, device_id, byte_size)
+    st.register_cuda(caller, &name, &handle, device_id, byte_size)
         .await?;
     Ok(empty_json_ok())
 }
 
 pub(super) async fn cuda_shm_unregister_one(
     State(st): State<SharedState>,
+    caller: From,
     Path(name): Path<String>,
 ) -> Result<Response> {
-    st.unregister_cuda(Some(&name))
+    st.unregister_cuda(caller.map(|Extension(c)| c), Some(&name))
         .await
         .map(|()| empty_json_ok())
 }
 
-pub(super) async fn cuda_shm_unregister_all(State(st): State<SharedState>) -> Result<Response> {
-    st.unregister_cuda(None).await.map(|()| empty_json_ok())
+pub(super) async fn cuda_shm_unregister_all(
+    State(st): State<SharedState>,
+    caller: From,
+) -> Result<Response> {
+    st.unregister_cuda(caller.map(|Extension(c)| c), None)
+        .await
+        .map(|()| empty_json_ok())
 }

@@ -129,6 +129,9 @@ pub struct Registry {
     table: Arc<Table>,
     /// Objects of the sidecar's own (the staging pool): no client registers them, by any name.
     reserved: parking_lot::RwLock<Vec<ObjectId>>,
+    /// Set on the registry callers get that shared memory is not served to (`refusing`): every
+    /// operation answers this refusal.
+    refusal: Option<&'static str>,
 }
 
 /// One registration.
@@ -222,7 +225,39 @@ impl Registry {
             cuda,
             table: Arc::default(),
             reserved: parking_lot::RwLock::default(),
+            refusal: None,
         }
+    }
+
+    /// What callers that shared memory is not served to see: a registry that refuses every
+    /// operation (registration, status, unregistering, a request naming a region) with
+    /// `refusal`, before looking at anything, so that it tells nothing of the regions there are.
+    pub fn refusing(refusal: &'static str) -> Self {
+        Registry {
+            allowed: false,
+            limits: ShmLimits::default(),
+            cuda: Cuda::unavailable("shared memory is not served to this client"),
+            table: Arc::default(),
+            reserved: parking_lot::RwLock::default(),
+            refusal: Some(refusal),
+        }
+    }
+
+    fn gate(&self) -> Result<()> {
+        match self.refusal {
+            Some(refusal) => Err(Error::restricted(refusal)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a registration may go on: the caller's refusal, then Triton's answer when client
+    /// shared memory is off.
+    pub fn check_open(&self) -> Result<()> {
+        self.gate()?;
+        if !self.allowed {
+            return Err(Error::unsupported(DISABLED));
+        }
+        Ok(())
     }
 
     /// Refuses `object` to clients from now on, whatever key names it.
@@ -318,9 +353,7 @@ impl Registry {
         offset: u64,
         byte_size: u64,
     ) -> Result<()> {
-        if !self.allowed {
-            return Err(Error::unsupported(DISABLED));
-        }
+        self.check_open()?;
         if name.is_empty() {
             return Err(Error::invalid_arg(
                 "'region name' is necessary to register system shared memory region",
@@ -352,6 +385,7 @@ impl Registry {
         byte_size: u64,
         forward: bool,
     ) -> Result<Arc<Region>> {
+        self.gate()?;
         let driver = match &self.cuda {
             Cuda::Usable(driver) => Some(driver),
             Cuda::Unavailable(_) if forward => None,
@@ -402,9 +436,7 @@ impl Registry {
     }
 
     fn unregister(&self, kind: Kind, name: Option<&str>) -> Result<()> {
-        if !self.allowed {
-            return Err(Error::unsupported(DISABLED));
-        }
+        self.check_open()?;
         let mut regions = self.table.lock();
         self.table.unregister(&mut regions, |n, r| {
             r.region.kind() == kind && name.is_none_or(|wanted| wanted == n)
@@ -458,6 +490,7 @@ impl Registry {
         missing: impl Fn(&str) -> String,
         other_kind: impl Fn(&str) -> String,
     ) -> Result<Vec<S>> {
+        self.gate()?;
         let regions = self.table.lock();
         match name {
             None => Ok(regions
@@ -477,6 +510,7 @@ impl Registry {
     /// it through [`Registry::target`]; a bare hold ending after the region was unregistered
     /// lets it go only at the next look at the table.
     pub fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<Arc<Region>> {
+        self.gate()?;
         let region = self.table.lock().get(name).map(|r| r.region.clone());
         let region = region.ok_or_else(|| {
             Error::not_found(format!("Unable to find shared memory region: '{name}'"))

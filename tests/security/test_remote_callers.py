@@ -1,0 +1,222 @@
+"""What a caller outside the pod may not do, tried from outside: a network namespace of this
+test's own, joined to the host by a veth pair, stands in for another pod. The sidecar runs with
+its defaults (client shared memory allowed, as the operator renders it where the resource asks for
+it); the caller in the namespace has no credential.
+
+Refused to it, with Triton's restricted-API answer (HTTP 403, gRPC UNAVAILABLE), before any region
+is looked at: registering, listing and unregistering system and CUDA shared memory, and an
+inference naming a region. Allowed: inference without shared memory (the port is reachable). A
+client on loopback, in the pod, keeps its region through all of it, and with
+`--allow-remote-shm` the remote caller is served as before.
+
+Needs root (to make the namespace and the veth pair); skipped otherwise.
+Environment: INFERGATE_SIDECAR_BIN (default target/debug/infergate-sidecar).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import tritonclient.utils.shared_memory as shm
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests/tools"))
+from ports import free_ports  # noqa: E402
+
+BINARY = Path(os.environ.get("INFERGATE_SIDECAR_BIN", REPO / "target/debug/infergate-sidecar"))
+PYTHON = sys.executable
+# Addresses of the test's own namespace pair (RFC 2544's benchmarking range: no real host has
+# them); nothing outside this machine is reached.
+HOST_SIDE, CALLER_SIDE = "198.18.91.1", "198.18.91.2"
+REFUSAL = ("This API is restricted to clients in the server's pod: shared memory is served only "
+           "to callers on loopback (server.allow_remote_shm serves it to other hosts)")
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("ip"),
+    reason="needs root and iproute2 to make a network namespace for the remote caller",
+)
+
+
+@pytest.fixture(scope="module")
+def namespace():
+    tag = f"{os.getpid() % 100000}"
+    ns, host_if, ns_if = f"ig-remote-{tag}", f"igrh{tag}", f"igrn{tag}"
+    run = lambda *args: subprocess.run(["ip", *args], check=True, capture_output=True)  # noqa: E731
+    run("netns", "add", ns)
+    try:
+        run("link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+        run("link", "set", ns_if, "netns", ns)
+        run("addr", "add", f"{HOST_SIDE}/30", "dev", host_if)
+        run("link", "set", host_if, "up")
+        run("-n", ns, "addr", "add", f"{CALLER_SIDE}/30", "dev", ns_if)
+        run("-n", ns, "link", "set", ns_if, "up")
+        run("-n", ns, "link", "set", "lo", "up")
+        yield ns
+    finally:
+        subprocess.run(["ip", "link", "del", host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+class Sidecar:
+    def __init__(self, tmp_path, args):
+        self.http, self.grpc, self.metrics, self.admin = free_ports(4)
+        self.log = open(tmp_path / f"sidecar-{self.http}.log", "wb")
+        self.proc = subprocess.Popen([
+            str(BINARY), f"--http-port={self.http}", f"--grpc-port={self.grpc}",
+            f"--metrics-port={self.metrics}", f"--admin-port={self.admin}", "--host=0.0.0.0",
+            "--allow-client-shm", *args,
+        ], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            assert self.proc.poll() is None, f"exited {self.proc.returncode}"
+            try:
+                if requests.get(f"http://127.0.0.1:{self.http}/v2/health/ready",
+                                timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise AssertionError("the sidecar was not ready in 60 s")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+# Run in the namespace: every call a caller outside the pod might make, with what it got.
+REMOTE_CALLS = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import requests
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    host, http_port, grpc_port = sys.argv[1], sys.argv[2], sys.argv[3]
+    http = f"http://{host}:{http_port}"
+    got = {}
+
+    def rest(name, method, path, body=None):
+        r = requests.request(method, http + path, json=body, timeout=10)
+        try:
+            error = r.json().get("error") if isinstance(r.json(), dict) else None
+        except ValueError:
+            error = None
+        got[name] = [r.status_code, error]
+
+    def simple(region=None):
+        inputs = [{"name": n, "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+                  for n in ("INPUT0", "INPUT1")]
+        if region:
+            inputs[0] = {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16],
+                         "parameters": {"shared_memory_region": region,
+                                        "shared_memory_byte_size": 64}}
+        return {"inputs": inputs}
+
+    rest("register", "POST", "/v2/systemsharedmemory/region/mine/register",
+         {"key": "/anything", "offset": 0, "byte_size": 64})
+    rest("status", "GET", "/v2/systemsharedmemory/status")
+    rest("status_one", "GET", "/v2/systemsharedmemory/region/local/status")
+    rest("unregister_all", "POST", "/v2/systemsharedmemory/unregister")
+    rest("unregister_one", "POST", "/v2/systemsharedmemory/region/local/unregister")
+    rest("cuda_register", "POST", "/v2/cudasharedmemory/region/mine/register",
+         {"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 64})
+    rest("cuda_status", "GET", "/v2/cudasharedmemory/status")
+    rest("cuda_unregister_all", "POST", "/v2/cudasharedmemory/unregister")
+    rest("infer_naming_a_region", "POST", "/v2/models/simple/infer", simple("local"))
+    rest("infer", "POST", "/v2/models/simple/infer", simple())
+
+    client = grpcclient.InferenceServerClient(f"{host}:{grpc_port}")
+    def grpc(name, call):
+        try:
+            call()
+            got[name] = ["OK", None]
+        except InferenceServerException as e:
+            got[name] = [e.status(), e.message()]
+    grpc("grpc_register", lambda: client.register_system_shared_memory("mine", "/anything", 64))
+    grpc("grpc_status", lambda: client.get_system_shared_memory_status())
+    grpc("grpc_unregister_all", lambda: client.unregister_system_shared_memory())
+    grpc("grpc_cuda_status", lambda: client.get_cuda_shared_memory_status())
+    def infer(region):
+        inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        for i in inputs:
+            i.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+        if region:
+            inputs[0].set_shared_memory(region, 64)
+        client.infer("simple", inputs)
+    grpc("grpc_infer_naming_a_region", lambda: infer("local"))
+    grpc("grpc_infer", lambda: infer(None))
+    print(json.dumps(got))
+""")
+
+
+def remote_calls(namespace, sidecar):
+    out = subprocess.run(
+        ["ip", "netns", "exec", namespace, PYTHON, "-c", REMOTE_CALLS, HOST_SIDE,
+         str(sidecar.http), str(sidecar.grpc)],
+        check=True, capture_output=True, text=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def local_region():
+    """A region of a client in the pod: registered over loopback."""
+    key = f"/remote_test_local_{os.getpid()}"
+    return key, shm.create_shared_memory_region("local", key, 64)
+
+
+def test_shared_memory_is_refused_to_a_caller_outside_the_pod(tmp_path, namespace):
+    sidecar = Sidecar(tmp_path, [])
+    key, handle = local_region()
+    try:
+        local = f"http://127.0.0.1:{sidecar.http}"
+        r = requests.post(f"{local}/v2/systemsharedmemory/region/local/register",
+                          json={"key": key, "offset": 0, "byte_size": 64}, timeout=10)
+        assert r.status_code == 200, r.text
+
+        got = remote_calls(namespace, sidecar)
+
+        for name in ("register", "status", "status_one", "unregister_all", "unregister_one",
+                     "cuda_register", "cuda_status", "cuda_unregister_all",
+                     "infer_naming_a_region"):
+            assert got[name] == [403, REFUSAL], (name, got[name])
+        for name in ("grpc_register", "grpc_status", "grpc_unregister_all", "grpc_cuda_status",
+                     "grpc_infer_naming_a_region"):
+            assert got[name] == ["StatusCode.UNAVAILABLE", REFUSAL], (name, got[name])
+        # The port itself is open to it: inference without shared memory is served.
+        assert got["infer"][0] == 200, got["infer"]
+        assert got["grpc_infer"] == ["OK", None], got["grpc_infer"]
+        # The pod's own client still has its region, untouched by the tries to unregister it.
+        status = requests.get(f"{local}/v2/systemsharedmemory/status", timeout=10).json()
+        assert [s["name"] for s in status] == ["local"], status
+    finally:
+        sidecar.stop()
+        shm.destroy_shared_memory_region(handle)
+
+
+def test_allow_remote_shm_serves_other_hosts(tmp_path, namespace):
+    sidecar = Sidecar(tmp_path, ["--allow-remote-shm"])
+    key, handle = local_region()
+    try:
+        local = f"http://127.0.0.1:{sidecar.http}"
+        r = requests.post(f"{local}/v2/systemsharedmemory/region/local/register",
+                          json={"key": key, "offset": 0, "byte_size": 64}, timeout=10)
+        assert r.status_code == 200, r.text
+        got = remote_calls(namespace, sidecar)
+        assert got["status"] == [200, None], got["status"]
+        assert got["status_one"][0] == 200, got["status_one"]
+        # Served as any client, unregistering everyone's regions included.
+        assert got["unregister_all"] == [200, None], got["unregister_all"]
+        status = requests.get(f"{local}/v2/systemsharedmemory/status", timeout=10).json()
+        assert status == [], status
+        log = (tmp_path / f"sidecar-{sidecar.http}.log").read_text()
+        assert "allow_remote_shm" in log, log[-2000:]
+    finally:
+        sidecar.stop()
+        shm.destroy_shared_memory_region(handle)
