@@ -265,8 +265,8 @@ impl Running {
             );
         }
         if let Some(h) = &self.state.upstream {
-            h.upstream.passthrough.release(&h.upstream).await;
-            h.upstream.shared_pool.release(&h.upstream).await;
+            h.upstream.passthrough.release(h.upstream.link()).await;
+            h.upstream.shared_pool.release(h.upstream.client()).await;
         }
         // The exporter's last batch: sent from a blocking thread, as its client blocks.
         let tracing = self.state.tracing.clone();

@@ -172,7 +172,10 @@ impl AppState {
             shm.register_cuda(name, raw_handle, device_id, byte_size, upstream.is_some())?;
         if let Some(upstream) = upstream
             && region.is_forwarded()
-            && let Err(refused) = upstream.passthrough.adopt(upstream, name, &region).await
+            && let Err(refused) = upstream
+                .passthrough
+                .adopt(upstream.link(), name, &region)
+                .await
         {
             self.shm.withdraw(name, &region);
             return Err(refused);
@@ -189,7 +192,11 @@ impl AppState {
     ) -> crate::error::Result<()> {
         self.shm_for(caller).unregister_cuda(name)?;
         if let Some(handle) = &self.upstream {
-            handle.upstream.passthrough.sweep(&handle.upstream).await;
+            handle
+                .upstream
+                .passthrough
+                .sweep(handle.upstream.link())
+                .await;
         }
         Ok(())
     }

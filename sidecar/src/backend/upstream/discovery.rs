@@ -15,7 +15,9 @@ use infergate_proto::inference::{
 use infergate_proto::model_config;
 use parking_lot::RwLock;
 
-use super::{Upstream, UpstreamModel, upstream_error};
+use super::answer::upstream_error;
+use super::connection::Upstream;
+use super::model::UpstreamModel;
 use crate::core::classify::parse_labels;
 use crate::core::model::{Model, normalize_config};
 use crate::core::repository::ModelLoader;
@@ -90,8 +92,12 @@ pub async fn run_discovery(
                 repository.install(models);
                 repository.log_model_table();
                 let extensions = info.read().extensions.clone();
-                if upstream.shared_pool.maintain(&upstream, &extensions).await {
-                    upstream.passthrough.forget_lost(&upstream).await;
+                if upstream
+                    .shared_pool
+                    .maintain(upstream.client(), &extensions)
+                    .await
+                {
+                    upstream.passthrough.forget_lost(upstream.link()).await;
                 }
                 upstream.probe_small_calls().await;
                 health.set_ready(true);
@@ -124,12 +130,16 @@ pub async fn run_discovery(
         if ready {
             // A restarted upstream has forgotten the staging pool: register it again.
             let extensions = info.read().extensions.clone();
-            if upstream.shared_pool.maintain(&upstream, &extensions).await {
+            if upstream
+                .shared_pool
+                .maintain(upstream.client(), &extensions)
+                .await
+            {
                 // Registered again: the upstream restarted, or a client of its own let go of
                 // regions; the clients' regions it lost are registered again too.
-                upstream.passthrough.forget_lost(&upstream).await;
+                upstream.passthrough.forget_lost(upstream.link()).await;
             }
-            upstream.passthrough.sweep(&upstream).await;
+            upstream.passthrough.sweep(upstream.link()).await;
             upstream.probe_small_calls().await;
         }
         health.set_ready(ready);

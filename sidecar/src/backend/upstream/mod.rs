@@ -16,7 +16,8 @@ mod rest;
 pub mod shared_pool;
 mod transport;
 
-pub use connection::{CallCounters, Upstream, upstream_error};
+pub use answer::upstream_error;
+pub use connection::{CallCounters, Upstream};
 pub use discovery::{UpstreamInfo, UpstreamLoader, run_discovery};
 pub use h2_channel::{H2Channel, Settings as H2Settings};
 pub use model::UpstreamModel;

@@ -20,7 +20,8 @@ use infergate_proto::inference::{
 };
 use opentelemetry::KeyValue;
 
-use super::connection::{Upstream, output_slot_too_small, upstream_error};
+use super::answer::{output_slot_too_small, upstream_error};
+use super::connection::Upstream;
 use super::shared_pool::{ClientWindow, Plan, expected_output_bytes, largest_input};
 use crate::core::grpc_message::{bool_parameter, typed_contents};
 use crate::core::model::{Backend, Execution, Produced};
@@ -108,10 +109,13 @@ impl UpstreamModel {
     /// The client's window as the upstream knows it, registering the region with the upstream on
     /// first use; `None` when the upstream cannot use it.
     async fn window(&self, target: &ShmTarget) -> Option<ClientWindow> {
+        if !self.upstream.can_open(&target.region) {
+            return None;
+        }
         let (region, base) = self
             .upstream
             .passthrough
-            .upstream_name(&self.upstream, &target.region)
+            .upstream_name(self.upstream.link(), &target.region)
             .await?;
         Some(ClientWindow {
             region,
@@ -604,7 +608,10 @@ impl Backend for UpstreamModel {
                     // Refused while reading the request, before the model ran: safe to resend,
                     // over the socket, while the prober registers the pool again.
                     pool.lost();
-                    self.upstream.passthrough.forget_lost(&self.upstream).await;
+                    self.upstream
+                        .passthrough
+                        .forget_lost(self.upstream.link())
+                        .await;
                     client_inputs = self.client_inputs(&execution, false).await?;
                     client_outputs = self.client_outputs(&execution, false).await;
                     plan = Plan::default();

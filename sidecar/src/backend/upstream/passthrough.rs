@@ -20,7 +20,8 @@ use infergate_proto::inference::{
 };
 use parking_lot::Mutex;
 
-use super::{Upstream, upstream_error};
+use super::answer::upstream_error;
+use super::transport::Link;
 use crate::error::Result;
 use crate::shm::registry::Region;
 
@@ -78,15 +79,13 @@ pub struct Passthrough {
 impl Passthrough {
     /// The upstream's name for `region`, registering it on first use, and where the client's
     /// registration starts in it (add it to offsets inside the client's region); `None` when the
-    /// upstream cannot use it.
+    /// upstream could not open it. Asked only for a region the upstream can open
+    /// (`Upstream::can_open`).
     pub async fn upstream_name(
         &self,
-        upstream: &Upstream,
+        upstream: Link<'_>,
         region: &Arc<Region>,
     ) -> Option<(String, u64)> {
-        if !upstream.can_open(region) {
-            return None;
-        }
         // Registered from the object's start, the client's offset added to each tensor's offset
         // instead: Triton 2.51 applies a registration offset twice when it reads a region, and
         // maps from it, so it must be page-aligned there; the client's may be anything.
@@ -117,7 +116,7 @@ impl Passthrough {
     /// handle the upstream refuses is refused to the client, with the upstream's reason.
     pub async fn adopt(
         &self,
-        upstream: &Upstream,
+        upstream: Link<'_>,
         client_name: &str,
         region: &Arc<Region>,
     ) -> Result<()> {
@@ -128,7 +127,7 @@ impl Passthrough {
                 Ok(())
             }
             Err((ours, status)) => {
-                let mut error = upstream_error(status, &upstream.url);
+                let mut error = upstream_error(status, upstream.url);
                 // The upstream names the region by the sidecar's name for it.
                 error.message = error.message.replace(&ours, client_name);
                 Err(error)
@@ -141,7 +140,7 @@ impl Passthrough {
     /// Called with `registering` held.
     async fn register(
         &self,
-        upstream: &Upstream,
+        upstream: Link<'_>,
         region: &Arc<Region>,
     ) -> std::result::Result<String, (String, tonic::Status)> {
         // A client that let go of a region and registered the same key again (perf_analyzer
@@ -153,7 +152,7 @@ impl Passthrough {
             std::process::id(),
             self.next.fetch_add(1, Ordering::Relaxed)
         );
-        let client = upstream.client();
+        let client = upstream.client;
         let given = match region.as_ref() {
             Region::System(system) => Given::System {
                 key: system.key.clone(),
@@ -192,7 +191,7 @@ impl Passthrough {
             }
         };
         // A hung upstream must not hold a client's request or registration for ever.
-        let registered = tokio::time::timeout(upstream.timeout(), call)
+        let registered = tokio::time::timeout(upstream.timeout, call)
             .await
             .unwrap_or_else(|_| {
                 Err(tonic::Status::deadline_exceeded(
@@ -221,7 +220,7 @@ impl Passthrough {
     }
 
     /// Unregisters from the upstream the regions clients have let go of. Called on every probe.
-    pub async fn sweep(&self, upstream: &Upstream) {
+    pub async fn sweep(&self, upstream: Link<'_>) {
         let gone: Vec<(String, bool)> = {
             let mut entries = self.entries.lock();
             let mut gone = Vec::new();
@@ -236,12 +235,12 @@ impl Passthrough {
         };
         for (name, cuda) in gone {
             let gone = unregister(upstream, name, cuda);
-            let _ = tokio::time::timeout(upstream.timeout(), gone).await;
+            let _ = tokio::time::timeout(upstream.timeout, gone).await;
         }
     }
 
     /// At shutdown: the upstream forgets every client region registered through the sidecar.
-    pub async fn release(&self, upstream: &Upstream) {
+    pub async fn release(&self, upstream: Link<'_>) {
         self.unregister_all(upstream, std::time::Duration::from_secs(2))
             .await;
     }
@@ -253,7 +252,7 @@ impl Passthrough {
     /// race with the calls using them: Triton refuses to let go of a region a call is reading or
     /// writing ("currently in use"), keeps the name, and then refuses the client's key under a
     /// new one, so that region's bytes would go through the sidecar from then on.
-    pub async fn forget_lost(&self, upstream: &Upstream) {
+    pub async fn forget_lost(&self, upstream: Link<'_>) {
         // No registration starts before the lost names are forgotten.
         let _one_at_a_time = self.registering.lock().await;
         let cuda = self.entries.lock().iter().any(|e| e.given.is_cuda());
@@ -262,14 +261,14 @@ impl Passthrough {
             // What the upstream holds is unknown: let go of every name.
             Err(status) => {
                 tracing::debug!(%status, "the upstream's shared-memory status is unknown; every client region is registered again");
-                self.unregister_all(upstream, upstream.timeout()).await;
+                self.unregister_all(upstream, upstream.timeout).await;
             }
         }
     }
 
     /// Forgets every entry and unregisters the names the upstream was given; a name it no
     /// longer knows (it restarted) is refused, which changes nothing.
-    async fn unregister_all(&self, upstream: &Upstream, limit: std::time::Duration) {
+    async fn unregister_all(&self, upstream: Link<'_>, limit: std::time::Duration) {
         let names: Vec<(String, bool)> = self
             .entries
             .lock()
@@ -294,10 +293,10 @@ impl Passthrough {
 
 /// The regions the upstream holds, by name (CUDA ones asked for only when `cuda`).
 async fn regions_held(
-    upstream: &Upstream,
+    upstream: Link<'_>,
     cuda: bool,
 ) -> std::result::Result<Vec<(String, Given)>, tonic::Status> {
-    let client = upstream.client();
+    let client = upstream.client;
     let ask = async {
         let system = client
             .system_shared_memory_status(SystemSharedMemoryStatusRequest::default())
@@ -326,18 +325,18 @@ async fn regions_held(
         }
         Ok(held)
     };
-    tokio::time::timeout(upstream.timeout(), ask)
+    tokio::time::timeout(upstream.timeout, ask)
         .await
         .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("no answer in time")))
 }
 
 /// Makes the upstream forget a region the sidecar registered with it.
 async fn unregister(
-    upstream: &Upstream,
+    upstream: Link<'_>,
     name: String,
     cuda: bool,
 ) -> std::result::Result<(), tonic::Status> {
-    let client = upstream.client();
+    let client = upstream.client;
     if cuda {
         client
             .cuda_shared_memory_unregister(CudaSharedMemoryUnregisterRequest { name })

@@ -12,7 +12,7 @@ use infergate_proto::inference::{
 };
 use parking_lot::RwLock;
 
-use super::Upstream;
+use super::transport::Transport;
 use crate::core::model::Execution;
 use crate::error::Error;
 use crate::shm::staging::{Slot, StagingPool};
@@ -175,7 +175,7 @@ impl SharedPool {
     /// a registered pool costs one status call; a lost or never registered one is (re)registered,
     /// dropping first any stale registration of the same name (a previous process of this pod).
     /// Returns true when it registered the pool (first time or again).
-    pub async fn maintain(&self, upstream: &Upstream, extensions: &[String]) -> bool {
+    pub async fn maintain(&self, client: &Transport, extensions: &[String]) -> bool {
         let Some(pool) = &self.pool else { return false };
         if !extensions.iter().any(|e| e == "system_shared_memory") {
             self.set_state(PoolState::Unusable(
@@ -184,7 +184,6 @@ impl SharedPool {
             return false;
         }
         let name = pool.key().to_string();
-        let client = upstream.client();
         if *self.state.read() == PoolState::Active {
             let status = client
                 .system_shared_memory_status(SystemSharedMemoryStatusRequest { name: name.clone() })
@@ -237,10 +236,9 @@ impl SharedPool {
 
     /// At shutdown: the upstream forgets the pool and its name leaves `/dev/shm`. Best effort;
     /// a killed process leaves the object to its successor (same pid) or to the pod's end.
-    pub async fn release(&self, upstream: &Upstream) {
+    pub async fn release(&self, client: &Transport) {
         let Some(pool) = &self.pool else { return };
         self.set_state(PoolState::Off("shutting down".to_string()));
-        let client = upstream.client();
         let unregister =
             client.system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest {
                 name: pool.key().to_string(),

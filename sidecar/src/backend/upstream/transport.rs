@@ -3,6 +3,8 @@
 //! Both answer with the gRPC messages and `tonic::Status`, so everything above this module is
 //! written once.
 
+use std::time::Duration;
+
 use infergate_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use infergate_proto::inference::infer_parameter::ParameterChoice;
 use infergate_proto::inference::{
@@ -25,6 +27,16 @@ use crate::trace::ContextHeaders;
 pub enum Transport {
     Grpc(GrpcInferenceServiceClient<H2Channel>),
     Rest(RestClient),
+}
+
+/// A transport with what its callers need besides: the address their errors name and how long
+/// a call may wait for an answer. What the registrations of clients' regions are made through
+/// (`Passthrough`), instead of the whole connection.
+#[derive(Clone, Copy)]
+pub struct Link<'a> {
+    pub client: &'a Transport,
+    pub url: &'a str,
+    pub timeout: Duration,
 }
 
 impl Transport {
