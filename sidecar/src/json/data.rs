@@ -1,8 +1,12 @@
 //! Tensor `data` arrays: decoded straight from their JSON text into little-endian bytes, and
 //! encoded from bytes into a flat JSON array, with Triton's type rules.
 
+use std::borrow::Cow;
+
+use bytes::Bytes;
 use infergate_proto::DataType;
 
+use super::decoded::Decoded;
 use super::elements::{decode_serial, value_element, write_elements};
 use super::reader::{self, JsonError, Parser, Value};
 use super::writer::Writer;
@@ -33,15 +37,53 @@ pub fn parse_lazy_data(buf: &[u8], max_depth: u32) -> Result<Value<'_>, JsonErro
     reader::parse_lazy_data(buf, max_depth, Some(decode_while_parsing))
 }
 
-/// [`decode_at`] as the reader calls it: an array that does not decode stays text, for
+/// The reader's decoder ([`reader::DataDecoder`]): decodes the `data` array at the parser's
+/// position when the object's `datatype` and `shape` (`members`, parsed so far) came before it,
+/// as clients write tensors, leaving the position after it. `None`, with the position anywhere,
+/// when they did not or the array does not decode as they describe: it stays text, for
 /// [`decode`] to report once the request is read.
-fn decode_while_parsing(
-    parser: &mut Parser<'_>,
-    datatype: DataType,
-    expected: u64,
+fn decode_while_parsing<'a>(
+    parser: &mut Parser<'a>,
+    members: &[(Cow<'a, [u8]>, Value<'a>)],
     max_depth: u32,
-) -> Option<Vec<u8>> {
-    decode_at(parser, datatype, expected, max_depth).ok()
+) -> Option<Decoded> {
+    let member = |name: &[u8]| {
+        members
+            .iter()
+            .find(|(k, _)| k.as_ref() == name)
+            .map(|(_, v)| v)
+    };
+    let datatype = DataType::from_protocol(member(b"datatype")?.as_str()?)?;
+    if matches!(datatype, DataType::Fp16 | DataType::Bf16) {
+        return None;
+    }
+    let Value::Array(dims) = member(b"shape")? else {
+        return None;
+    };
+    let count = dims
+        .iter()
+        .try_fold(1u64, |n, d| n.checked_mul(d.as_u64()?))?;
+    let bytes = decode_at(parser, datatype, count, max_depth).ok()?;
+    Some(Decoded {
+        datatype,
+        count,
+        bytes: Bytes::from(bytes),
+    })
+}
+
+/// What the reader decoded while parsing, read here rather than in the reader, which knows no
+/// tensor types.
+impl Value<'_> {
+    /// The elements of a `data` array decoded while parsing, if they were decoded as
+    /// `datatype` with `count` elements.
+    pub fn decoded_as(&self, datatype: DataType, count: u64) -> Option<Bytes> {
+        match self {
+            Value::Decoded(_, d) if d.datatype == datatype && d.count == count => {
+                Some(d.bytes.clone())
+            }
+            _ => None,
+        }
+    }
 }
 
 /// [`decode`] for the array at the parser's position, which it leaves after the array.

@@ -5,6 +5,7 @@
 //! straight into a typed little-endian buffer once the datatype is known.
 
 pub mod data;
+mod decoded;
 mod elements;
 mod grisu;
 mod number;

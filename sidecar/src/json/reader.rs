@@ -4,8 +4,7 @@
 
 use std::borrow::Cow;
 
-use bytes::Bytes;
-use infergate_proto::DataType;
+use super::decoded::Decoded;
 
 /// A parsed JSON value. Strings are bytes: JSON text is not required to be valid UTF-8 here,
 /// because BYTES tensors carry arbitrary bytes.
@@ -19,23 +18,9 @@ pub enum Value<'a> {
     Object(Vec<(Cow<'a, [u8]>, Value<'a>)>),
     /// The unparsed text of a tensor `data` array (syntax already checked).
     Raw(&'a [u8]),
-    /// A tensor `data` array (its text) already decoded while parsing, because the object's
-    /// `datatype` and `shape` came before it; see [`Decoded`].
+    /// A tensor `data` array (its text) already decoded while parsing by the [`DataDecoder`]
+    /// the reader was given; see [`Decoded`].
     Decoded(&'a [u8], Decoded),
-}
-
-/// A `data` array decoded in the same pass that parsed the document: the elements are read
-/// once instead of once to check the syntax and again to decode them. Only a successful decode
-/// is kept; anything else leaves the array as [`Value::Raw`] for the decoder to report on, so
-/// errors are the same either way. Users check that the datatype and count are the ones they
-/// need (see [`Value::decoded_as`]).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Decoded {
-    pub datatype: DataType,
-    /// The element count, the product of the object's `shape`.
-    pub count: u64,
-    /// The elements in the wire encoding of `datatype`.
-    pub bytes: Bytes,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -134,17 +119,6 @@ impl<'a> Value<'a> {
         }
     }
 
-    /// The elements of a `data` array decoded while parsing, if they were decoded as
-    /// `datatype` with `count` elements.
-    pub fn decoded_as(&self, datatype: DataType, count: u64) -> Option<Bytes> {
-        match self {
-            Value::Decoded(_, d) if d.datatype == datatype && d.count == count => {
-                Some(d.bytes.clone())
-            }
-            _ => None,
-        }
-    }
-
     /// The JSON kind, for messages.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -169,14 +143,16 @@ fn up_to_nul(buf: &[u8]) -> &[u8] {
     &buf[..memchr::memchr(0, buf).unwrap_or(buf.len())]
 }
 
-/// Decodes the tensor `data` array at the parser's position (`datatype`, element count, depth
-/// limit), leaving the position after it; `None` when it does not decode as described. The
-/// reader is given one (`json::data` has it) rather than knowing tensor types itself.
-pub(crate) type DataDecoder = fn(&mut Parser<'_>, DataType, u64, u32) -> Option<Vec<u8>>;
+/// Decodes the tensor `data` array at the parser's position, given the members of its object
+/// parsed so far and the depth limit, leaving the position after it; `None`, with the position
+/// anywhere, when those members do not describe the array or it does not decode as they say.
+/// The reader is given one (`json::data` has it) rather than knowing tensor types itself.
+pub(crate) type DataDecoder =
+    for<'a> fn(&mut Parser<'a>, &[(Cow<'a, [u8]>, Value<'a>)], u32) -> Option<Decoded>;
 
 /// Parses a whole document, keeping every array under a `data` key as [`Value::Raw`], or as
-/// [`Value::Decoded`] where `decoder` decodes it as the object's `datatype` and `shape`
-/// (written before it) describe.
+/// [`Value::Decoded`] where `decoder` decodes it as the members of its object written before it
+/// describe.
 pub(crate) fn parse_lazy_data(
     buf: &[u8],
     max_depth: u32,
@@ -356,34 +332,12 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// Decodes the `data` array at the current position when the object's `datatype` and
-    /// `shape` (`members`, parsed so far) came before it, as clients write tensors, leaving the
-    /// position after it. `None`, with the position anywhere, when they did not or the array
-    /// does not decode as they describe.
+    /// The `data` array at the current position, decoded by the reader's [`DataDecoder`] from
+    /// what its object's members parsed so far (`members`) describe, leaving the position after
+    /// it. `None`, with the position anywhere, without a decoder or when it does not decode.
     fn decode_data(&mut self, members: &[(Cow<'a, [u8]>, Value<'a>)]) -> Option<Decoded> {
         let decode = self.data_decoder?;
-        let member = |name: &[u8]| {
-            members
-                .iter()
-                .find(|(k, _)| k.as_ref() == name)
-                .map(|(_, v)| v)
-        };
-        let datatype = DataType::from_protocol(member(b"datatype")?.as_str()?)?;
-        if matches!(datatype, DataType::Fp16 | DataType::Bf16) {
-            return None;
-        }
-        let Value::Array(dims) = member(b"shape")? else {
-            return None;
-        };
-        let count = dims
-            .iter()
-            .try_fold(1u64, |n, d| n.checked_mul(d.as_u64()?))?;
-        let bytes = decode(self, datatype, count, self.max_depth)?;
-        Some(Decoded {
-            datatype,
-            count,
-            bytes: Bytes::from(bytes),
-        })
+        decode(self, members, self.max_depth)
     }
 
     /// Skips a `data` array, checking syntax and nesting (depth counted from the array itself,
