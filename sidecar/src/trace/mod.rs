@@ -26,6 +26,7 @@ mod record;
 pub mod settings;
 pub mod span;
 mod tensor_text;
+mod update;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,8 +36,9 @@ use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
 use parking_lot::Mutex;
 
 pub use export::DEFAULT_SERVICE_NAME;
-pub use settings::{Given, READ_ORDER, Update, View};
+pub use settings::View;
 pub use span::{ContextHeaders, Kind, Scope, Side, Span};
+pub use update::{Given, READ_ORDER, Update};
 
 use crate::error::Result;
 use crate::protocol::Protocol;
