@@ -8,6 +8,8 @@
 //! - a connection with no call in flight for `idle` is asked to go (HTTP/2 GOAWAY; HTTP/1.1
 //!   connections are closed between requests by hyper's header deadline before that).
 //!
+//! A TLS port undoes TLS in each connection's own task, before hyper sees it (`Io::accept`).
+//!
 //! While the pod drains (`Health::draining`, before SIGTERM), a port given the drain signal keeps
 //! accepting and serving, but asks its connections to go: each gets a graceful shutdown (HTTP/2
 //! GOAWAY; the calls already sent are answered, the client opens a new connection for the next
@@ -15,17 +17,20 @@
 //! within `DRAIN_ROUND` too, since the Service may still send a client here for a moment.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::server::graceful::GracefulConnection;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio_rustls::server::TlsStream;
 
 use crate::inflight::Activity;
+use crate::tls::Tls;
 
 /// How often connections accepted while draining are asked to go.
 const DRAIN_ROUND: Duration = Duration::from_millis(500);
@@ -44,21 +49,32 @@ pub struct PortLimits {
     pub idle: Option<Duration>,
 }
 
-/// Serves each connection accepted on `listener` with `serve` (a hyper connection, given the
-/// `Activity` its calls report to) until `stop` completes, then waits for the open ones. `port`
-/// names the port in logs. With `drain`, the connections are asked to go while it is true
-/// (module docs).
-pub async fn serve_until<C>(
+/// How a port serves its connections: the bounds, TLS if it speaks it, and how long a client
+/// has to finish the TLS handshake.
+#[derive(Clone)]
+pub struct PortSetup {
+    pub limits: PortLimits,
+    pub tls: Option<Arc<Tls>>,
+    pub handshake_timeout: Duration,
+}
+
+/// Serves each connection accepted on `listener` with `serve` (a hyper connection on the
+/// connection's bytes, TLS already undone, given the `Activity` its calls report to) until
+/// `stop` completes, then waits for the open ones. `port` names the port in logs. With `drain`,
+/// the connections are asked to go while it is true (module docs).
+pub async fn serve_until<C, S>(
     listener: TcpListener,
     port: &'static str,
-    limits: PortLimits,
+    setup: PortSetup,
     stop: impl Future<Output = ()>,
     mut drain: Option<watch::Receiver<bool>>,
-    mut serve: impl FnMut(TcpStream, Activity) -> C,
+    serve: S,
 ) where
+    S: Fn(Io, Activity) -> C + Clone + Send + 'static,
     C: GracefulConnection + Send + 'static,
     C::Error: Send,
 {
+    let limits = setup.limits;
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     // Each new value asks the connections open at that moment to go.
@@ -94,19 +110,129 @@ pub async fn serve_until<C>(
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refuse_over_cap(tcp, port, limits.max_connections, &refusals);
+            // A TLS client could read an answer only after a handshake, which would cost the
+            // port what the cap is there to save: closed unanswered.
+            if setup.tls.is_none() {
+                refuse_over_cap(tcp, port, limits.max_connections, &refusals);
+            }
             continue;
         };
         // Without TCP_NODELAY, Nagle's algorithm delays the tail of each large response.
         let _ = tcp.set_nodelay(true);
-        let activity = Activity::begin();
-        let connection = serve(tcp, activity.clone());
-        connections.spawn(run(connection, go.subscribe(), activity, limits.idle, slot));
+        let (serve, tls, go) = (serve.clone(), setup.tls.clone(), go.subscribe());
+        let handshake_timeout = setup.handshake_timeout;
+        connections.spawn(async move {
+            let Some(io) = Io::accept(tcp, tls.as_deref(), handshake_timeout, port).await else {
+                return;
+            };
+            let activity = Activity::begin();
+            run(serve(io, activity.clone()), go, activity, limits.idle, slot).await;
+        });
     }
     drop(listener);
     tracing::debug!(port, "port closed; waiting for open connections to finish");
     go.send_modify(|n| *n += 1);
     while connections.join_next().await.is_some() {}
+}
+
+/// A connection's bytes: plain TCP, or TLS over it.
+pub enum Io {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Io {
+    /// The connection, TLS undone where the port speaks it. A client that does not finish its
+    /// handshake within `timeout`, or that is not speaking TLS to a TLS port, is dropped
+    /// (debug-logged: scanners and plaintext clients are common and say nothing to act on).
+    async fn accept(
+        tcp: TcpStream,
+        tls: Option<&Tls>,
+        timeout: Duration,
+        port: &'static str,
+    ) -> Option<Io> {
+        let Some(tls) = tls else {
+            return Some(Io::Plain(tcp));
+        };
+        let peer = tcp.peer_addr().ok();
+        match tokio::time::timeout(timeout, tls.acceptor().accept(tcp)).await {
+            Ok(Ok(stream)) => Some(Io::Tls(Box::new(stream))),
+            Ok(Err(e)) => {
+                tracing::debug!(port, ?peer, error = %e, "TLS handshake failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(port, ?peer, "TLS handshake not finished in time");
+                None
+            }
+        }
+    }
+
+    /// The client's address.
+    pub fn peer_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        match self {
+            Io::Plain(tcp) => tcp.peer_addr(),
+            Io::Tls(tls) => tls.get_ref().0.peer_addr(),
+        }
+    }
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Io::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Io::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
+            Io::Tls(tls) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(tcp) => tcp.is_write_vectored(),
+            Io::Tls(tls) => tls.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Io::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Io::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 /// Serves one connection to its end, asking it to go when `go` changes or when it has been idle

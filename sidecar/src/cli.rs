@@ -95,6 +95,36 @@ pub struct Args {
     /// default only clients in the pod, on loopback, may use it.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub allow_remote_shm: Option<bool>,
+    /// TLS on the gRPC port (Triton's flag; a value is required: `=1`, `=true`, ...).
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    pub grpc_use_ssl: Option<bool>,
+    /// Mutual TLS on the gRPC port. As in Triton, giving it turns TLS on whatever its value.
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    pub grpc_use_ssl_mutual: Option<bool>,
+    /// PEM file of the gRPC port's certificate (used when its TLS is on).
+    #[arg(long, value_name = "FILE")]
+    pub grpc_server_cert: Option<String>,
+    /// PEM file of the gRPC port's private key.
+    #[arg(long, value_name = "FILE")]
+    pub grpc_server_key: Option<String>,
+    /// PEM file of the roots the gRPC clients' certificates chain to (mutual TLS).
+    #[arg(long, value_name = "FILE")]
+    pub grpc_root_cert: Option<String>,
+    /// TLS on the HTTP port (the gRPC flags' counterpart; Triton has no HTTPS of its own).
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    pub http_use_ssl: Option<bool>,
+    /// Mutual TLS on the HTTP port; giving it turns TLS on, as the gRPC flag does.
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    pub http_use_ssl_mutual: Option<bool>,
+    /// PEM file of the HTTP port's certificate.
+    #[arg(long, value_name = "FILE")]
+    pub http_server_cert: Option<String>,
+    /// PEM file of the HTTP port's private key.
+    #[arg(long, value_name = "FILE")]
+    pub http_server_key: Option<String>,
+    /// PEM file of the roots the HTTP clients' certificates chain to (mutual TLS).
+    #[arg(long, value_name = "FILE")]
+    pub http_root_cert: Option<String>,
     /// Whether clients may load and unload models: none (the default, as Triton's), explicit or
     /// poll (Triton's `--model-control-mode`; none and poll refuse load and unload).
     #[arg(long, value_name = "MODE")]
@@ -244,6 +274,24 @@ impl Args {
         if let Some(v) = self.allow_remote_shm {
             s.allow_remote_shm = v;
         }
+        apply_tls(
+            &mut s.grpc_tls,
+            [self.grpc_use_ssl, self.grpc_use_ssl_mutual],
+            [
+                &self.grpc_server_cert,
+                &self.grpc_server_key,
+                &self.grpc_root_cert,
+            ],
+        );
+        apply_tls(
+            &mut s.http_tls,
+            [self.http_use_ssl, self.http_use_ssl_mutual],
+            [
+                &self.http_server_cert,
+                &self.http_server_key,
+                &self.http_root_cert,
+            ],
+        );
         if let Some(v) = self.model_control_mode {
             s.model_control_mode = v;
         }
@@ -286,6 +334,31 @@ impl Args {
 }
 
 /// A boolean as Triton's flags read one: true, on or 1, false, off or 0, in any case.
+/// A port's TLS flags over its configuration: `[use_ssl, use_ssl_mutual]`, then the files
+/// `[cert, key, root]`. As Triton's parser does, the mutual flag turns TLS on whatever its value.
+fn apply_tls(
+    tls: &mut infergate_proto::config::TlsSettings,
+    [use_ssl, mutual]: [Option<bool>; 2],
+    [cert, key, root]: [&Option<String>; 3],
+) {
+    if let Some(on) = use_ssl {
+        tls.use_ssl = on;
+    }
+    if let Some(on) = mutual {
+        tls.use_ssl_mutual = on;
+        tls.use_ssl = true;
+    }
+    for (flag, field) in [
+        (cert, &mut tls.server_cert),
+        (key, &mut tls.server_key),
+        (root, &mut tls.root_cert),
+    ] {
+        if let Some(path) = flag {
+            *field = Some(path.clone());
+        }
+    }
+}
+
 fn triton_bool(value: &str) -> Result<bool, String> {
     match value.to_ascii_lowercase().as_str() {
         "true" | "on" | "1" => Ok(true),

@@ -14,6 +14,7 @@
 //!
 //! - [`accept`]: the accept loop every port shares: connection caps, idle connections, graceful
 //!   shutdown.
+//! - [`tls`]: TLS on a port, its files read again when they change.
 //! - [`inflight`]: the calls in flight on a connection, and the request bytes they hold against
 //!   the process's budget.
 //! - [`http`]: the REST front end: every route, with Triton's status codes, errors and headers.
@@ -84,4 +85,5 @@ pub mod shm;
 pub mod state;
 pub mod telemetry;
 pub mod tensor;
+pub mod tls;
 pub mod trace;

@@ -19,6 +19,7 @@ use crate::core::repository::Repository;
 use crate::restricted::Guard;
 use crate::state::{AppState, SharedState, UpstreamHandle};
 use crate::telemetry::LogControl;
+use crate::tls::{Tls, TlsFiles};
 use crate::trace::Tracing;
 
 /// Addresses the server actually listens on (ports chosen when 0 was asked for).
@@ -65,6 +66,10 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         .and_then(|r| Guard::grpc(&r))
         .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?;
     let peers = sequence_peers(&config.server, &config.limits)?;
+    let http_tls = port_tls(&config.server.http_tls, &["h2", "http/1.1"])
+        .map_err(|e| anyhow::anyhow!("HTTP port TLS: {e}"))?;
+    let grpc_tls = port_tls(&config.server.grpc_tls, &["h2"])
+        .map_err(|e| anyhow::anyhow!("gRPC port TLS: {e}"))?;
     let tracing = config
         .server
         .trace()
@@ -92,6 +97,8 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         state.tracing = Arc::new(tracing);
         state.peers = peers;
         state.allow_remote_shm = config.server.allow_remote_shm;
+        state.http_tls = http_tls;
+        state.grpc_tls = grpc_tls;
     }
     if config.server.allow_remote_shm {
         tracing::warn!(
@@ -131,6 +138,24 @@ fn ipv6_unavailable(e: &std::io::Error) -> bool {
     e.raw_os_error().is_some_and(|code| {
         code == Errno::EAFNOSUPPORT as i32 || code == Errno::EADDRNOTAVAIL as i32
     })
+}
+
+/// A port's TLS, loaded, where its settings turn it on.
+fn port_tls(
+    settings: &infergate_proto::config::TlsSettings,
+    alpn: &[&str],
+) -> Result<Option<Arc<Tls>>, String> {
+    if !settings.enabled() {
+        return Ok(None);
+    }
+    let file = |f: &Option<String>| f.as_ref().map(std::path::PathBuf::from);
+    let files = TlsFiles {
+        cert: file(&settings.server_cert).ok_or("no server certificate")?,
+        key: file(&settings.server_key).ok_or("no server key")?,
+        root: file(&settings.root_cert),
+        mutual: settings.use_ssl_mutual,
+    };
+    Tls::load(files, alpn).map(Some)
 }
 
 /// Binds and starts serving; returns once every listener accepts connections.
@@ -190,8 +215,9 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     let app = crate::http::front(state.clone());
     let stop = signal(rx.clone());
     let limits = state.limits.clone();
+    let tls = state.http_tls.clone();
     tasks.push(tokio::spawn(async move {
-        crate::http::serve::serve(http, app, &limits, stop).await;
+        crate::http::serve::serve(http, app, &limits, tls, stop).await;
     }));
 
     let grpc_services = crate::grpc::Restricted::new(
@@ -205,9 +231,15 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     let drain = state.health.draining();
     let limits = state.limits.clone();
     let budget = state.request_bytes.clone();
+    let tls = state.grpc_tls.clone();
     tasks.push(tokio::spawn(async move {
-        crate::grpc::serve(grpc, grpc_services, &limits, budget, stop, drain).await;
+        crate::grpc::serve(grpc, grpc_services, &limits, budget, tls, stop, drain).await;
     }));
+    // Renewed certificates are picked up while serving.
+    let every = Duration::from_secs(config.server.tls_reload_seconds);
+    for tls in [&state.http_tls, &state.grpc_tls].into_iter().flatten() {
+        background.push(tokio::spawn(tls.clone().watch(every)));
+    }
 
     for (listener, port, router) in [
         (admin, "admin", crate::admin::router(state.clone())),

@@ -49,6 +49,9 @@ pub struct AppState {
     shm_refused: crate::shm::Registry,
     /// Whether shared memory is served to callers off loopback too (`server.allow_remote_shm`).
     pub allow_remote_shm: bool,
+    /// TLS of the HTTP and gRPC ports, where they speak it.
+    pub http_tls: Option<Arc<crate::tls::Tls>>,
+    pub grpc_tls: Option<Arc<crate::tls::Tls>>,
     /// The model container this sidecar fronts, when the backend is `upstream`.
     pub upstream: Option<UpstreamHandle>,
     /// Whether clients may load and unload models.
@@ -248,6 +251,8 @@ impl AppState {
             shm: crate::shm::Registry::new(allow_client_shm, shm_limits, cuda),
             shm_refused: crate::shm::Registry::refusing(REMOTE_SHM),
             allow_remote_shm: false,
+            http_tls: None,
+            grpc_tls: None,
             upstream: None,
             model_control: ModelControlMode::None,
             http_restricted: Guard::default(),

@@ -69,6 +69,15 @@ pub struct ServerSettings {
     /// clients that are not on loopback too. Off by default: only a client in the pod shares its
     /// `/dev/shm` with the sidecar; on, for hosts that share memory otherwise.
     pub allow_remote_shm: bool,
+    /// TLS on the gRPC port, as Triton's `--grpc-use-ssl`, `--grpc-use-ssl-mutual`,
+    /// `--grpc-server-cert`, `--grpc-server-key` and `--grpc-root-cert` set it.
+    #[serde(default, skip_serializing_if = "TlsSettings::is_off")]
+    pub grpc_tls: TlsSettings,
+    /// TLS on the HTTP port: the same settings under `--http-*` (Triton has no HTTPS of its own).
+    #[serde(default, skip_serializing_if = "TlsSettings::is_off")]
+    pub http_tls: TlsSettings,
+    /// How often the TLS files are looked at for a change (a renewed certificate), in seconds.
+    pub tls_reload_seconds: u64,
     /// Whether clients may load and unload models (Triton's `--model-control-mode`).
     pub model_control_mode: ModelControlMode,
     /// Threads that serve requests (the async runtime's workers); 0: one per CPU the process
@@ -153,6 +162,9 @@ impl Default for ServerSettings {
             shutdown_grace_seconds: 30,
             allow_client_shm: false,
             allow_remote_shm: false,
+            grpc_tls: TlsSettings::default(),
+            http_tls: TlsSettings::default(),
+            tls_reload_seconds: 5,
             model_control_mode: ModelControlMode::None,
             worker_threads: 1,
             http_restricted_api: Vec::new(),
@@ -198,6 +210,35 @@ impl std::str::FromStr for ModelControlMode {
             "poll" => Ok(ModelControlMode::Poll),
             other => Err(format!("'{other}': expected none, explicit or poll")),
         }
+    }
+}
+
+/// TLS on one port, with Triton's names: `use_ssl_mutual` implies `use_ssl` and requires client
+/// certificates that chain to `root_cert`; the files count only when TLS is on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSettings {
+    pub use_ssl: bool,
+    pub use_ssl_mutual: bool,
+    /// PEM: the server's certificate (its chain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cert: Option<String>,
+    /// PEM: the server's private key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_key: Option<String>,
+    /// PEM: the roots clients' certificates must chain to (mutual TLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root_cert: Option<String>,
+}
+
+impl TlsSettings {
+    /// Whether the port speaks TLS.
+    pub fn enabled(&self) -> bool {
+        self.use_ssl || self.use_ssl_mutual
+    }
+
+    pub fn is_off(&self) -> bool {
+        *self == TlsSettings::default()
     }
 }
 

@@ -117,6 +117,29 @@ impl SidecarConfig {
                 err(name, format!("port {port} is used twice"));
             }
         }
+        for (name, tls) in [
+            ("server.grpc_tls", &s.grpc_tls),
+            ("server.http_tls", &s.http_tls),
+        ] {
+            if !tls.enabled() {
+                continue;
+            }
+            if tls.server_cert.is_none() || tls.server_key.is_none() {
+                err(name, "use_ssl needs server_cert and server_key".into());
+            }
+            if tls.use_ssl_mutual && tls.root_cert.is_none() {
+                err(
+                    name,
+                    "use_ssl_mutual needs root_cert, the root of the clients' certificates".into(),
+                );
+            }
+        }
+        if s.tls_reload_seconds == 0 || s.tls_reload_seconds > 3600 {
+            err(
+                "server.tls_reload_seconds",
+                "must be between 1 and 3600".into(),
+            );
+        }
         let l = &self.limits;
         if l.max_http_body_bytes < 1024 {
             err("limits.max_http_body_bytes", "must be at least 1024".into());

@@ -23,9 +23,10 @@ use tower::util::MapResponseLayer;
 use tower::{Service, ServiceBuilder};
 
 use super::{DeadlineLayer, IgnoreIdleResets, as_resource_exhausted};
-use crate::accept::PortLimits;
+use crate::accept::{Io, PortLimits, PortSetup};
 use crate::caller::{Caller, WithCaller};
 use crate::inflight::{Budgeted, ByteBudget, Tracked};
+use crate::tls::Tls;
 
 /// Serves `services` (see `dispatch.rs`) on `listener` until `stop` completes, then waits for
 /// open connections. While `drain` is true, connections get GOAWAY (see `crate::accept`).
@@ -34,6 +35,7 @@ pub async fn serve<S>(
     services: S,
     limits: &Limits,
     budget: Arc<ByteBudget>,
+    tls: Option<Arc<Tls>>,
     stop: impl Future<Output = ()>,
     drain: watch::Receiver<bool>,
 ) where
@@ -63,23 +65,20 @@ pub async fn serve<S>(
         .layer(MapResponseLayer::new(as_resource_exhausted))
         .layer(DeadlineLayer)
         .service(services);
-    let port = PortLimits {
-        max_connections: limits.max_connections as usize,
-        idle: Some(limits.idle_timeout()),
-    };
-    crate::accept::serve_until(
-        listener,
-        "gRPC",
-        port,
-        stop,
-        Some(drain),
-        |tcp, activity| {
-            let caller = tcp.peer_addr().ok().map(Caller);
-            let io = TokioIo::new(IgnoreIdleResets::new(tcp));
-            let service = WithCaller::new(service.clone(), caller);
-            let service = Tracked::new(service, activity, budget.clone());
-            builder.serve_connection(io, TowerToHyperService::new(service))
+    let setup = PortSetup {
+        limits: PortLimits {
+            max_connections: limits.max_connections as usize,
+            idle: Some(limits.idle_timeout()),
         },
-    )
-    .await;
+        tls,
+        handshake_timeout: limits.http_header_timeout(),
+    };
+    let serve = move |io: Io, activity| {
+        let caller = io.peer_addr().ok().map(Caller);
+        let io = TokioIo::new(IgnoreIdleResets::new(io));
+        let service = WithCaller::new(service.clone(), caller);
+        let service = Tracked::new(service, activity, budget.clone());
+        builder.serve_connection(io, TowerToHyperService::new(service))
+    };
+    crate::accept::serve_until(listener, "gRPC", setup, stop, Some(drain), serve).await;
 }

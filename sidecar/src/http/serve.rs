@@ -8,6 +8,7 @@
 //! are not closed first (a client could be sending on one at that moment: its call would fail).
 
 use std::future::Future;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::{Either, FutureExt, Map};
@@ -24,19 +25,23 @@ use tokio::net::TcpListener;
 use tower::Service;
 
 use super::Front;
-use crate::accept::PortLimits;
+use crate::accept::{Io, PortLimits, PortSetup};
 use crate::caller::{Caller, WithCaller};
 use crate::inflight::Tracked;
 use crate::state::SharedState;
+use crate::tls::Tls;
 
 /// Serves `app` (see `front.rs`) on `listener` until `stop` completes, then waits for open
-/// connections. A client gets `limits.http_header_timeout_seconds` to send its request headers,
-/// which also closes an HTTP/1.1 connection left idle between requests; HTTP/2 (h2c) connections
-/// get the gRPC port's stream limit and keepalive, and go when idle (`crate::accept`).
+/// connections, over TLS where `tls` is given (ALPN `h2` and `http/1.1`). A client gets
+/// `limits.http_header_timeout_seconds` to finish its TLS handshake and to send its request
+/// headers, which also closes an HTTP/1.1 connection left idle between requests; HTTP/2 (h2c)
+/// connections get the gRPC port's stream limit and keepalive, and go when idle
+/// (`crate::accept`).
 pub async fn serve(
     listener: TcpListener,
     app: Front,
     limits: &Limits,
+    tls: Option<Arc<Tls>>,
     stop: impl Future<Output = ()>,
 ) {
     let mut builder = Builder::new(TokioExecutor::new());
@@ -56,22 +61,26 @@ pub async fn serve(
     let state = app.state();
     let budget = state.request_bytes.clone();
     let app = CloseWhileDraining { state, inner: app };
-    let port = PortLimits {
-        max_connections: limits.max_connections as usize,
-        idle: Some(limits.idle_timeout()),
+    let setup = PortSetup {
+        limits: PortLimits {
+            max_connections: limits.max_connections as usize,
+            idle: Some(limits.idle_timeout()),
+        },
+        tls,
+        handshake_timeout: limits.http_header_timeout(),
     };
-    crate::accept::serve_until(listener, "HTTP", port, stop, None, |tcp, activity| {
-        let caller = tcp.peer_addr().ok().map(Caller);
+    let serve = move |io: Io, activity| {
+        let caller = io.peer_addr().ok().map(Caller);
         let app = CloseWhileDraining {
             state: app.state.clone(),
             inner: app.inner.for_caller(caller),
         };
         let service = Tracked::new(app, activity, budget.clone());
         builder
-            .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service))
+            .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
             .into_owned()
-    })
-    .await;
+    };
+    crate::accept::serve_until(listener, "HTTP", setup, stop, None, serve).await;
 }
 
 /// Serves a port of GET endpoints (metrics, admin) over HTTP/1.1, under the same header deadline
@@ -87,16 +96,20 @@ pub async fn serve_http1(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.http_header_timeout());
-    let bounds = PortLimits {
-        max_connections: limits.max_admin_connections as usize,
-        idle: None,
+    let setup = PortSetup {
+        limits: PortLimits {
+            max_connections: limits.max_admin_connections as usize,
+            idle: None,
+        },
+        tls: None,
+        handshake_timeout: limits.http_header_timeout(),
     };
-    crate::accept::serve_until(listener, port, bounds, stop, None, |tcp, _| {
-        let caller = tcp.peer_addr().ok().map(Caller);
+    let serve = move |io: Io, _| {
+        let caller = io.peer_addr().ok().map(Caller);
         let service = TowerToHyperService::new(WithCaller::new(router.clone(), caller));
-        builder.serve_connection(TokioIo::new(tcp), service)
-    })
-    .await;
+        builder.serve_connection(TokioIo::new(io), service)
+    };
+    crate::accept::serve_until(listener, port, setup, stop, None, serve).await;
 }
 
 /// `Connection: close` on HTTP/1.x answers while the pod drains.
