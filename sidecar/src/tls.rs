@@ -17,6 +17,7 @@ use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use tokio_rustls::TlsAcceptor;
 
 /// What a port's TLS is made of.
@@ -141,6 +142,23 @@ fn build(files: &TlsFiles, alpn: &[Vec<u8>]) -> Result<(ServerConfig, Option<i64
     let not_after = expiry(&certs[0]);
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .map_err(|e| format!("{}: {e}", files.key.display()))?;
+    let key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| format!("{}: {e}", files.key.display()))?;
+    // rustls checks a key against its certificate by parsing the certificate as webpki does,
+    // which refuses X.509 version 1 certificates; OpenSSL's `x509 -req` makes those (Triton's
+    // TLS QA serves one), and clients accept them. So the check is made here on the
+    // certificate's public key itself, whatever its version.
+    let matches = key.public_key().zip(public_key_info(&certs[0]));
+    if !matches.is_some_and(|(key, cert)| key.as_ref() == cert) {
+        return Err(format!(
+            "{} and {}: the key is not the certificate's",
+            files.cert.display(),
+            files.key.display()
+        ));
+    }
+    let certified = CertifiedKey::new(certs, key);
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
@@ -162,27 +180,41 @@ fn build(files: &TlsFiles, alpn: &[Vec<u8>]) -> Result<(ServerConfig, Option<i64
     } else {
         builder.with_no_client_auth()
     };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("{} and {}: {e}", files.cert.display(), files.key.display()))?;
+    let mut config = builder.with_cert_resolver(Arc::new(SingleCertAndKey::from(certified)));
     config.alpn_protocols = alpn.to_vec();
     Ok((config, not_after))
 }
 
-/// The certificate's `notAfter`, in seconds since the epoch (what `/status` reports). Read with a
-/// DER walk of the few fields before it (RFC 5280 §4.1: the TBS certificate's version, serial,
-/// signature algorithm, issuer, then validity); none where the certificate is not that shape.
-fn expiry(cert: &CertificateDer<'_>) -> Option<i64> {
-    let (certificate, _) = der(cert.as_ref(), 0x30)?;
+/// The fields of a certificate read here: its validity's contents and its whole
+/// SubjectPublicKeyInfo. A DER walk of the TBS certificate's first fields (RFC 5280 §4.1:
+/// version, serial, signature algorithm, issuer, validity, subject, key); none where the
+/// certificate is not that shape.
+fn tbs_fields(cert: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (certificate, _) = der(cert, 0x30)?;
     let (tbs, _) = der(certificate, 0x30)?;
     let mut rest = tbs;
     if rest.first() == Some(&0xa0) {
-        rest = der(rest, 0xa0)?.1;
+        rest = der(rest, 0xa0)?.1; // version (absent in version 1)
     }
     rest = der(rest, 0x02)?.1; // serial number
     rest = der(rest, 0x30)?.1; // signature algorithm
     rest = der(rest, 0x30)?.1; // issuer
-    let (validity, _) = der(rest, 0x30)?;
+    let (validity, rest) = der(rest, 0x30)?;
+    let rest = der(rest, 0x30)?.1; // subject
+    let (key, after) = der(rest, 0x30)?;
+    let whole = &rest[..rest.len() - after.len()];
+    debug_assert!(whole.ends_with(key));
+    Some((validity, whole))
+}
+
+/// The certificate's SubjectPublicKeyInfo, DER, whole.
+fn public_key_info<'a>(cert: &'a CertificateDer<'_>) -> Option<&'a [u8]> {
+    tbs_fields(cert.as_ref()).map(|(_, key)| key)
+}
+
+/// The certificate's `notAfter`, in seconds since the epoch (what `/status` reports).
+fn expiry(cert: &CertificateDer<'_>) -> Option<i64> {
+    let (validity, _) = tbs_fields(cert.as_ref())?;
     let not_before_tag = *validity.first()?;
     let (_, after_not_before) = der(validity, not_before_tag)?;
     let tag = *after_not_before.first()?;
@@ -242,6 +274,42 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Test certificates made with openssl (`sidecar/tests/data/tls`): a version-1 server
+    /// certificate for localhost, as `openssl x509 -req` makes it, its key, and another key.
+    fn data(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/tls")
+            .join(name)
+    }
+
+    fn files(key: &str) -> TlsFiles {
+        TlsFiles {
+            cert: data("server-v1.crt"),
+            key: data(key),
+            root: Some(data("ca.crt")),
+            mutual: false,
+        }
+    }
+
+    #[test]
+    fn a_version_1_certificate_is_served_and_its_expiry_read() {
+        let tls = Tls::load(files("server.key"), &["h2"]).unwrap();
+        // notAfter=Nov 28 22:14:32 2036 GMT
+        assert_eq!(tls.not_after(), Some(2_111_523_272));
+        assert!(!tls.is_mutual());
+    }
+
+    #[test]
+    fn a_key_that_is_not_the_certificates_is_refused() {
+        let error = Tls::load(files("other.key"), &["h2"]).unwrap_err();
+        assert!(
+            error.ends_with("the key is not the certificate's"),
+            "{error}"
+        );
+        let missing = Tls::load(files("absent.key"), &["h2"]).unwrap_err();
+        assert!(missing.contains("absent.key"), "{missing}");
+    }
 
     #[test]
     fn dates_count_from_the_epoch() {
