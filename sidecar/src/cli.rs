@@ -95,35 +95,36 @@ pub struct Args {
     /// default only clients in the pod, on loopback, may use it.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub allow_remote_shm: Option<bool>,
-    /// TLS on the gRPC port (Triton's flag; a value is required: `=1`, `=true`, ...).
-    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    /// TLS on the gRPC port (Triton's flag; a value is required: `=1`, `=true`, ...). The TLS
+    /// flags may be given more than once, the last one counting, as getopt reads Triton's.
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool, overrides_with = "grpc_use_ssl")]
     pub grpc_use_ssl: Option<bool>,
     /// Mutual TLS on the gRPC port. As in Triton, giving it turns TLS on whatever its value.
-    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool, overrides_with = "grpc_use_ssl_mutual")]
     pub grpc_use_ssl_mutual: Option<bool>,
     /// PEM file of the gRPC port's certificate (used when its TLS is on).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", overrides_with = "grpc_server_cert")]
     pub grpc_server_cert: Option<String>,
     /// PEM file of the gRPC port's private key.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", overrides_with = "grpc_server_key")]
     pub grpc_server_key: Option<String>,
     /// PEM file of the roots the gRPC clients' certificates chain to (mutual TLS).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", overrides_with = "grpc_root_cert")]
     pub grpc_root_cert: Option<String>,
     /// TLS on the HTTP port (the gRPC flags' counterpart; Triton has no HTTPS of its own).
-    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool, overrides_with = "http_use_ssl")]
     pub http_use_ssl: Option<bool>,
     /// Mutual TLS on the HTTP port; giving it turns TLS on, as the gRPC flag does.
-    #[arg(long, value_name = "BOOL", value_parser = triton_bool)]
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool, overrides_with = "http_use_ssl_mutual")]
     pub http_use_ssl_mutual: Option<bool>,
     /// PEM file of the HTTP port's certificate.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", overrides_with = "http_server_cert")]
     pub http_server_cert: Option<String>,
     /// PEM file of the HTTP port's private key.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", overrides_with = "http_server_key")]
     pub http_server_key: Option<String>,
     /// PEM file of the roots the HTTP clients' certificates chain to (mutual TLS).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", overrides_with = "http_root_cert")]
     pub http_root_cert: Option<String>,
     /// Whether clients may load and unload models: none (the default, as Triton's), explicit or
     /// poll (Triton's `--model-control-mode`; none and poll refuse load and unload).

@@ -135,3 +135,28 @@ fn upstream_settings_keep_their_defaults_without_flags() {
     assert_eq!(up, UpstreamConfig::new("http://127.0.0.1:8000"));
     assert_eq!(up.rest_idle_ms, 1000);
 }
+
+#[test]
+fn tls_flags_read_as_tritons_the_last_one_counting() {
+    // L0_secure_grpc's "both" case: --grpc-use-ssl=1 twice, then the mutual flag.
+    let config = applied(&[
+        "--grpc-use-ssl=1",
+        "--grpc-server-cert",
+        "server.crt",
+        "--grpc-server-key=server.key",
+        "--grpc-root-cert=ca.crt",
+        "--grpc-use-ssl=1",
+        "--grpc-use-ssl-mutual",
+        "true",
+    ]);
+    let tls = &config.server.grpc_tls;
+    assert!(tls.use_ssl && tls.use_ssl_mutual);
+    assert_eq!(tls.server_cert.as_deref(), Some("server.crt"));
+    assert_eq!(tls.root_cert.as_deref(), Some("ca.crt"));
+    // The mutual flag turns TLS on whatever its value, as in Triton.
+    let config = applied(&["--http-use-ssl=0", "--http-use-ssl-mutual=off"]);
+    assert!(config.server.http_tls.use_ssl && !config.server.http_tls.use_ssl_mutual);
+    assert!(!config.server.grpc_tls.enabled());
+    let refused = Args::try_parse_from(["infergate-sidecar", "--grpc-use-ssl=maybe"]);
+    assert!(refused.is_err());
+}
