@@ -14,7 +14,7 @@ use axum::routing::get;
 use serde_json::{Value as J, json};
 
 use crate::backend::upstream::UpstreamInfo;
-use crate::http::json_ok;
+use crate::http::answer::json_ok;
 use crate::shm::cuda::Cuda;
 use crate::state::SharedState;
 use infergate_proto::config::SequenceMode;

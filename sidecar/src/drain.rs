@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::http::json_ok;
+use crate::http::answer::json_ok;
 use crate::state::SharedState;
 
 /// Longest wait one call may ask for, each of `seconds` and `sequences` (the pod's grace period

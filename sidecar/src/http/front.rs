@@ -18,7 +18,8 @@ use futures::future::{BoxFuture, Either};
 use http::{Method, Request};
 use tower::Service;
 
-use super::{inference, is_decimal_version, restricted};
+use super::path_rules::is_decimal_version;
+use super::{inference, restricted};
 use crate::caller::Caller;
 use crate::state::SharedState;
 

@@ -7,7 +7,7 @@ use http::{StatusCode, header};
 
 use infergate_proto::config::Limits;
 
-use super::read_body;
+use super::request_body::read_body;
 use crate::error::{Error, Result};
 use crate::json::{self, JsonError, Number, Value};
 

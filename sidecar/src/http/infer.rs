@@ -9,13 +9,14 @@ use infergate_proto::DataType;
 use super::body::Chunks;
 use super::compression::{self, Encoding};
 use super::params::{parse_request_parameters, tensor_parameters};
+use super::request_body::body_json_error;
 use crate::caller::Caller;
 use crate::core::model::Model;
 use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
 use crate::cxx_number::{self, CxxParseError};
 use crate::error::{Error, Result};
 use crate::front_door::Target;
-use crate::json::{self, JsonError, Value, Writer, data::DataError};
+use crate::json::{self, Value, Writer, data::DataError};
 use crate::shm::Registry;
 use crate::state::AppState;
 use crate::tensor::shape::element_count;
@@ -87,15 +88,6 @@ pub fn decode(
 struct JsonLimits {
     max_depth: u32,
     max_input_bytes: u64,
-}
-
-/// A request body that is not JSON: syntax errors are INTERNAL in Triton (500); nesting beyond
-/// the sidecar's limit is the client's error (400).
-pub(crate) fn body_json_error(e: JsonError) -> Error {
-    match e {
-        JsonError::TooDeep { .. } => Error::invalid_arg(e.request_message()),
-        JsonError::Syntax { .. } => Error::internal(e.request_message()),
-    }
 }
 
 /// A TritonJson accessor failure: JSON type errors are INTERNAL (HTTP 500) in Triton.

@@ -10,8 +10,10 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, header};
 
+use super::answer::error_response;
 use super::compression::{self, Encoding};
-use super::{error_response, infer, json_too_large, raw_input_too_large, read_body};
+use super::infer;
+use super::request_body::{json_too_large, raw_input_too_large, read_body};
 use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::front_door::{self, Call, Origin, Target};

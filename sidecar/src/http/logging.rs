@@ -5,7 +5,8 @@ use axum::extract::State;
 use axum::response::Response;
 use serde_json::{Value as J, json};
 
-use super::{infer, json_ok, read_body};
+use super::answer::json_ok;
+use super::request_body::{body_json_error, read_body};
 use crate::error::Result;
 use crate::json::{self, Value};
 use crate::log_update::{self, LogValue};
@@ -31,7 +32,7 @@ pub(super) async fn logging_post(State(st): State<SharedState>, body: Body) -> R
     let doc = if raw.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
-        json::parse(&raw, 16).map_err(infer::body_json_error)?
+        json::parse(&raw, 16).map_err(body_json_error)?
     };
     let mut settings = st.log.get();
     let result = log_update::update(&mut settings, Protocol::Http, |key| {

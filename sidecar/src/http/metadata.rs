@@ -7,7 +7,7 @@ use http::StatusCode;
 use serde_json::{Value as J, json};
 
 use super::handlers::empty;
-use super::{error_response, json_error, json_ok};
+use super::answer::{error_response, json_error, json_ok};
 use crate::core::model::Model;
 use crate::error::Result;
 use crate::state::SharedState;

@@ -6,7 +6,7 @@ use axum::response::Response;
 use serde_json::Value as J;
 
 use super::handlers::{control_body, control_json, empty_json_ok, string_text};
-use super::{error_response, json_ok};
+use super::answer::{error_response, json_ok};
 use crate::core::repository::Repository;
 use crate::error::{Error, Result};
 use crate::json::Value;

@@ -8,7 +8,7 @@ use axum::response::Response;
 use http::{HeaderMap, StatusCode};
 use infergate_proto::config::RestrictedCategory;
 
-use super::json_error;
+use super::answer::json_error;
 use crate::restricted::Guard;
 
 /// The refusal of a request to `path` with `headers`, if the guard refuses it.

@@ -6,9 +6,9 @@ use axum::Router;
 use axum::routing::{get, post};
 use http::StatusCode;
 
+use super::answer::json_error;
 use super::{
-    generate, inference, json_error, logging, metadata, repository, shared_memory, statistics,
-    trace_setting,
+    generate, inference, logging, metadata, repository, shared_memory, statistics, trace_setting,
 };
 use crate::state::SharedState;
 

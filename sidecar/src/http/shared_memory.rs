@@ -7,7 +7,7 @@ use axum::response::Response;
 use serde_json::{Value as J, json};
 
 use super::handlers::{control_body, control_json, empty_json_ok, string_text, unsigned};
-use super::{error_response, json_ok};
+use super::answer::{error_response, json_ok};
 use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::json::Value;

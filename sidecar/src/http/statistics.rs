@@ -5,7 +5,7 @@ use axum::response::Response;
 use http::StatusCode;
 use serde_json::{Value as J, json};
 
-use super::{json_error, json_ok};
+use super::answer::{json_error, json_ok};
 use crate::core::model::Model;
 use crate::core::stats::{Duration2, Snapshot};
 use crate::state::SharedState;

@@ -7,7 +7,8 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use serde_json::{Map, Value as J};
 
-use super::{infer, json_ok, read_body};
+use super::answer::json_ok;
+use super::request_body::{body_json_error, read_body};
 use crate::error::Result;
 use crate::json::{self, Value};
 use crate::protocol::Protocol;
@@ -47,7 +48,7 @@ async fn post(st: &SharedState, model: Option<&str>, body: Body) -> Result<View>
     }
     let raw = read_body(body, MAX_BODY_BYTES, None, &st.limits).await?;
     // An empty body is a syntax error here, as in Triton ("The document is empty.").
-    let doc = json::parse(&raw, 16).map_err(infer::body_json_error)?;
+    let doc = json::parse(&raw, 16).map_err(body_json_error)?;
     let update = update_of(&doc);
     st.tracing.update(model, &update, Protocol::Http)
 }

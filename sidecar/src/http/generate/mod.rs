@@ -23,8 +23,9 @@ use futures::StreamExt;
 use http::{HeaderMap, StatusCode, header};
 use tokio::sync::mpsc;
 
+use super::answer::{error_body, error_response};
 use super::inference::{OFFLOAD_BYTES, off_worker};
-use super::{error_body, error_response, json_too_large, read_body};
+use super::request_body::{json_too_large, read_body};
 use crate::core::request::InferResponse;
 use crate::error::{Error, Result};
 use crate::front_door::{self, Call, DecoupledResponse, Origin, Target};

@@ -28,7 +28,8 @@ const NESTED: &str = "parameters";
 
 /// Decodes `body`, a generate request to `model` (`version` as the path gave it).
 pub fn decode(model: &Model, version: &str, body: &[u8], limits: Limits) -> Result<InferRequest> {
-    let doc = json::parse(body, limits.max_depth).map_err(crate::http::infer::body_json_error)?;
+    let doc =
+        json::parse(body, limits.max_depth).map_err(crate::http::request_body::body_json_error)?;
     let mut converter = Converter {
         model,
         limits,
@@ -169,7 +170,7 @@ impl Converter<'_> {
             DataError::TooFew => {
                 Error::internal("Failed to parse 'data' field: shape does not match true shape")
             }
-            DataError::Json(e) => crate::http::infer::body_json_error(e),
+            DataError::Json(e) => crate::http::request_body::body_json_error(e),
         })?;
         self.add(InputTensor::inline(
             name.to_string(),

@@ -1,0 +1,109 @@
+//! Reading a request body: within the size limit, the stall timeout and the deadline, against
+//! the process's budget of request bytes in flight; and the errors of a body too large or not
+//! JSON, in Triton's words.
+
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+
+use infergate_proto::config::Limits;
+
+use crate::error::{Error, Result};
+use crate::json::JsonError;
+
+/// A body of `length` bytes, all JSON, over the input limit: current Triton's words (its JSON
+/// reader's check).
+pub(super) fn json_too_large(length: u64, limit: u64) -> Error {
+    Error::invalid_arg(format!(
+        "request JSON size of {length} bytes exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
+    ))
+}
+
+/// A body of `length` bytes that is one raw input, over the input limit: current Triton's words.
+pub(super) fn raw_input_too_large(length: u64, limit: u64) -> Error {
+    Error::invalid_arg(format!(
+        "Raw input has a byte_size ({length} bytes) that exceeds the maximum allowed value of {limit} bytes. Use --http-max-input-size to increase the limit."
+    ))
+}
+
+/// A request body that is not JSON: syntax errors are INTERNAL in Triton (500); nesting beyond
+/// the sidecar's limit is the client's error (400).
+pub(crate) fn body_json_error(e: JsonError) -> Error {
+    match e {
+        JsonError::TooDeep { .. } => Error::invalid_arg(e.request_message()),
+        JsonError::Syntax { .. } => Error::internal(e.request_message()),
+    }
+}
+
+/// Reads a request body, refusing more than `limit` bytes before buffering them, one that goes
+/// `limits.http_body_timeout_seconds` without sending a byte, and one still arriving after
+/// `limits.http_body_deadline_seconds`. Bytes past the process's budget of request bytes in
+/// flight are refused with 503 `server is busy` (`crate::inflight`).
+pub async fn read_body(
+    body: Body,
+    limit: u64,
+    content_length: Option<u64>,
+    limits: &Limits,
+) -> Result<Bytes> {
+    let too_large = || {
+        Error::invalid_arg(format!(
+            "request body size exceeds the maximum allowed input size of {limit} bytes"
+        ))
+    };
+    if content_length.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let stall = limits.http_body_timeout();
+    let deadline = limits.http_body_deadline();
+    let mut body = body;
+    let stalled = || {
+        Error::invalid_arg(format!(
+            "timed out reading the request body: no data for {} s",
+            stall.as_secs()
+        ))
+    };
+    let late = || {
+        Error::invalid_arg(format!(
+            "timed out reading the request body: not complete after {} s",
+            deadline.as_secs()
+        ))
+    };
+    let give_up_at = tokio::time::Instant::now() + deadline;
+    // The frames as they come, joined once at the end: the buffer is never sized from the
+    // declared length (a client could declare much and send little), and no byte is copied
+    // twice. Most bodies arrive as one frame, kept without a copy.
+    let mut frames: Vec<Bytes> = Vec::new();
+    let mut len = 0u64;
+    loop {
+        let next = tokio::time::timeout_at(give_up_at, tokio::time::timeout(stall, body.frame()));
+        let Some(frame) = next.await.map_err(|_| late())?.map_err(|_| stalled())? else {
+            break;
+        };
+        let frame = frame.map_err(|e| {
+            if crate::inflight::is_busy(&e) {
+                Error::unavailable(crate::inflight::BUSY)
+            } else {
+                Error::invalid_arg(format!("failed to read the request body: {e}"))
+            }
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        len += data.len() as u64;
+        if len > limit {
+            return Err(too_large());
+        }
+        if !data.is_empty() {
+            frames.push(data);
+        }
+    }
+    Ok(match frames.len() {
+        0 => Bytes::new(),
+        1 => frames.swap_remove(0),
+        _ => {
+            let mut joined = BytesMut::with_capacity(len as usize);
+            frames.iter().for_each(|f| joined.extend_from_slice(f));
+            joined.freeze()
+        }
+    })
+}
