@@ -19,7 +19,7 @@ use http::{Method, Request};
 use tower::Service;
 
 use super::path_rules::is_decimal_version;
-use super::{inference, restricted};
+use super::{infer, restricted};
 use crate::caller::Caller;
 use crate::state::SharedState;
 
@@ -113,7 +113,7 @@ where
                 Either::Left(Box::pin(async move {
                     let body = Body::new(body);
                     let headers = parts.headers;
-                    Ok(inference::run_infer(state, caller, model, version, headers, body).await)
+                    Ok(infer::run_infer(state, caller, model, version, headers, body).await)
                 }))
             }
             None => {

@@ -6,8 +6,8 @@ use axum::response::Response;
 use http::StatusCode;
 use serde_json::{Value as J, json};
 
-use super::handlers::empty;
 use super::answer::{error_response, json_error, json_ok};
+use super::handlers::empty;
 use crate::core::model::Model;
 use crate::error::Result;
 use crate::state::SharedState;

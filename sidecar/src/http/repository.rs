@@ -5,8 +5,8 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use serde_json::Value as J;
 
-use super::handlers::{control_body, control_json, empty_json_ok, string_text};
 use super::answer::{error_response, json_ok};
+use super::handlers::{control_body, control_json, empty_json_ok, string_text};
 use crate::core::repository::Repository;
 use crate::error::{Error, Result};
 use crate::json::Value;

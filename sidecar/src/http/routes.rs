@@ -1,6 +1,6 @@
 //! The REST route table: every path and method to its handler, one module per endpoint family
 //! (inference, metadata and health, statistics, repository, shared memory, trace settings,
-//! logging, generate). Inference calls reach `inference::run_infer` before this table (`front.rs`).
+//! logging, generate). Inference calls reach `infer::run_infer` before this table (`front.rs`).
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -8,7 +8,7 @@ use http::StatusCode;
 
 use super::answer::json_error;
 use super::{
-    generate, inference, logging, metadata, repository, shared_memory, statistics, trace_setting,
+    generate, infer, logging, metadata, repository, shared_memory, statistics, trace_setting,
 };
 use crate::state::SharedState;
 
@@ -38,10 +38,10 @@ pub fn router() -> Router<SharedState> {
             "/v2/models/{model}/versions/{version}/stats",
             get(statistics::model_stats_v),
         )
-        .route("/v2/models/{model}/infer", post(inference::infer_latest))
+        .route("/v2/models/{model}/infer", post(infer::infer_latest))
         .route(
             "/v2/models/{model}/versions/{version}/infer",
-            post(inference::infer_v),
+            post(infer::infer_v),
         )
         .route("/v2/models/{model}/generate", post(generate::generate))
         .route(

@@ -6,8 +6,8 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use serde_json::{Value as J, json};
 
-use super::handlers::{control_body, control_json, empty_json_ok, string_text, unsigned};
 use super::answer::{error_response, json_ok};
+use super::handlers::{control_body, control_json, empty_json_ok, string_text, unsigned};
 use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::json::Value;

@@ -24,7 +24,7 @@ use http::{HeaderMap, StatusCode, header};
 use tokio::sync::mpsc;
 
 use super::answer::{error_body, error_response};
-use super::inference::{OFFLOAD_BYTES, off_worker};
+use super::infer::{OFFLOAD_BYTES, off_worker};
 use super::request_body::{json_too_large, read_body};
 use crate::core::request::InferResponse;
 use crate::error::{Error, Result};

@@ -1,6 +1,8 @@
-//! `POST /v2/models/{m}[/versions/{v}]/infer`: the body
-//! read, decoded, inferred (here or on the peer that holds its sequence), encoded; traced when
-//! sampled. The codec itself is `infer.rs`.
+//! `POST /v2/models/{m}[/versions/{v}]/infer`: the body read, decoded ([`decode`]), inferred
+//! (here or on the peer that holds its sequence), encoded ([`encode`]); traced when sampled.
+
+mod decode;
+mod encode;
 
 use std::time::Instant;
 
@@ -12,7 +14,6 @@ use http::{HeaderMap, header};
 
 use super::answer::error_response;
 use super::compression::{self, Encoding};
-use super::infer;
 use super::request_body::{json_too_large, raw_input_too_large, read_body};
 use crate::caller::Caller;
 use crate::error::{Error, Result};
@@ -87,26 +88,27 @@ pub(super) async fn run_infer(
         } else {
             compression::inflate(&raw, limit)?
         };
-        let (request, target) = if infer::json_bytes(&headers, body.len()) >= OFFLOAD_BYTES {
+        let (request, target) = if decode::json_bytes(&headers, body.len()) >= OFFLOAD_BYTES {
             let (st, headers) = (st.clone(), headers.clone());
             off_worker(move || {
-                let request = infer::decode(&st, caller, &target, &model, &version, &headers, body);
+                let request =
+                    decode::request(&st, caller, &target, &model, &version, &headers, body);
                 request.map(|request| (request, target))
             })
             .await?
         } else {
-            let request = infer::decode(&st, caller, &target, &model, &version, &headers, body)?;
+            let request = decode::request(&st, caller, &target, &model, &version, &headers, body)?;
             (request, target)
         };
         call.note_id(&request.id);
         let response = front_door::infer(&st, &call, target, request, Origin::Client).await?;
         call.event("INFER_RESPONSE_COMPLETE", Instant::now());
         let accept_encoding = header(header::ACCEPT_ENCODING);
-        if infer::heavy_to_encode(&response, accept_encoding, OFFLOAD_BYTES) {
+        if encode::heavy_to_encode(&response, accept_encoding, OFFLOAD_BYTES) {
             let accept_encoding = accept_encoding.map(str::to_owned);
-            off_worker(move || infer::encode(&response, accept_encoding.as_deref())).await
+            off_worker(move || encode::response(&response, accept_encoding.as_deref())).await
         } else {
-            infer::encode(&response, accept_encoding)
+            encode::response(&response, accept_encoding)
         }
     }
     .await;

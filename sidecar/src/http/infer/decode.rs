@@ -1,22 +1,20 @@
-//! `POST /v2/models/{m}[/versions/{v}]/infer`: the JSON request with binary tensor data
-//! (`Inference-Header-Content-Length`), raw single-input requests, compression, and the
-//! response in JSON or JSON plus binary chunks.
+//! The infer request's body into a protocol-independent `InferRequest`: the JSON request, with
+//! binary tensor data after it (`Inference-Header-Content-Length`), tensors in JSON `data` or in
+//! shared memory, and raw single-input requests.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::HeaderMap;
 use infergate_proto::DataType;
 
-use super::body::Chunks;
-use super::compression::{self, Encoding};
-use super::params::{parse_request_parameters, tensor_parameters};
-use super::request_body::body_json_error;
 use crate::caller::Caller;
 use crate::core::model::Model;
-use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
+use crate::core::request::{InferRequest, InputTensor, RequestedOutput};
 use crate::cxx_number::{self, CxxParseError};
 use crate::error::{Error, Result};
 use crate::front_door::Target;
-use crate::json::{self, Value, Writer, data::DataError};
+use crate::http::params::{parse_request_parameters, tensor_parameters};
+use crate::http::request_body::body_json_error;
+use crate::json::{self, Value, data::DataError};
 use crate::shm::Registry;
 use crate::state::AppState;
 use crate::tensor::shape::element_count;
@@ -24,7 +22,7 @@ use crate::tensor::shape::element_count;
 use infergate_proto::wire::HEADER_LENGTH;
 
 /// Decodes a request body into a protocol-independent request.
-pub fn decode(
+pub fn request(
     state: &AppState,
     caller: Option<Caller>,
     target: &Target,
@@ -433,7 +431,7 @@ fn raw_input(model: &Model, body: Bytes) -> Result<InputTensor> {
 }
 
 /// Bytes of JSON in a request body of `body_len` bytes: all of it, or what its
-/// `Inference-Header-Content-Length` says (checked by [`decode`]).
+/// `Inference-Header-Content-Length` says (checked by [`request`]).
 pub fn json_bytes(headers: &HeaderMap, body_len: usize) -> usize {
     match headers.get(HEADER_LENGTH) {
         None => body_len,
@@ -445,114 +443,11 @@ pub fn json_bytes(headers: &HeaderMap, body_len: usize) -> usize {
     }
 }
 
-/// Whether [`encode`] has much to do for `response`: at least `threshold` bytes of tensors
-/// written as JSON, or compressed.
-pub fn heavy_to_encode(
-    response: &InferResponse,
-    accept_encoding: Option<&str>,
-    threshold: usize,
-) -> bool {
-    let compressing = compression::response_encoding(accept_encoding) != Encoding::Identity;
-    let bytes: usize = response
-        .outputs
-        .iter()
-        .zip(&response.requested)
-        .filter(|(_, requested)| requested.shm.is_none() && (compressing || !requested.binary))
-        .map(|(tensor, _)| tensor.data.len())
-        .sum();
-    bytes >= threshold
-}
-
-/// Encodes a response: JSON, then the binary chunks of binary outputs in output order.
-pub fn encode(
-    response: &InferResponse,
-    accept_encoding: Option<&str>,
-) -> Result<http::Response<axum::body::Body>> {
-    let mut w = Writer::with_capacity(256);
-    let mut chunks: Vec<Bytes> = Vec::with_capacity(response.outputs.len() + 1);
-    w.byte(b'{');
-    if !response.id.is_empty() {
-        w.key("id").string(response.id.as_bytes()).byte(b',');
-    }
-    w.key("model_name")
-        .string(response.model_name.as_bytes())
-        .byte(b',');
-    w.key("model_version")
-        .string(response.model_version.as_bytes())
-        .byte(b',');
-    if !response.parameters.is_empty() {
-        w.key("parameters");
-        super::params::write_parameters(&mut w, &response.parameters)?;
-        w.byte(b',');
-    }
-    w.key("outputs").byte(b'[');
-    for (i, (tensor, requested)) in response.outputs.iter().zip(&response.requested).enumerate() {
-        if i > 0 {
-            w.byte(b',');
-        }
-        w.byte(b'{')
-            .key("name")
-            .string(tensor.name.as_bytes())
-            .byte(b',');
-        w.key("datatype")
-            .string(tensor.datatype.as_protocol().as_bytes())
-            .byte(b',');
-        w.key("shape").i64_array(&tensor.shape);
-        if requested.shm.is_some() {
-            // The bytes are in the client's region; the entry names the tensor only.
-        } else if requested.binary {
-            w.byte(b',');
-            w.key("parameters")
-                .byte(b'{')
-                .key("binary_data_size")
-                .u64(tensor.data.len() as u64)
-                .byte(b'}');
-            chunks.push(tensor.data.clone());
-        } else {
-            w.byte(b',');
-            if matches!(tensor.datatype, DataType::Fp16 | DataType::Bf16) {
-                return Err(Error::invalid_arg(format!(
-                    "sending {} data via JSON is not supported. Please use the binary data format for output",
-                    tensor.datatype
-                )));
-            }
-            w.key("data");
-            json::data::encode(&mut w, tensor.datatype, &tensor.data);
-        }
-        w.byte(b'}');
-    }
-    w.byte(b']').byte(b'}');
-    let header_len = w.buf.len();
-    let has_binary = chunks.iter().any(|c| !c.is_empty());
-    chunks.insert(0, Bytes::from(w.into_bytes()));
-
-    let mut builder = http::Response::builder().status(StatusCode::OK);
-    if has_binary {
-        builder = builder
-            .header(header::CONTENT_TYPE, "application/octet-stream")
-            .header(HEADER_LENGTH, HeaderValue::from(header_len));
-    } else {
-        builder = builder.header(header::CONTENT_TYPE, "application/json");
-    }
-    let encoding = compression::response_encoding(accept_encoding);
-    let body = match (encoding, compression::compress(encoding, &chunks)) {
-        (Encoding::Identity, _) | (_, None) => axum::body::Body::new(Chunks::new(chunks)),
-        (enc, Some(packed)) => {
-            if let Some(v) = enc.header_value() {
-                builder = builder.header(header::CONTENT_ENCODING, v);
-            }
-            axum::body::Body::from(packed)
-        }
-    };
-    builder
-        .body(body)
-        .map_err(|e| Error::internal(e.to_string()))
-}
-
 #[cfg(test)]
 mod tests {
+    use http::HeaderValue;
+
     use super::*;
-    use crate::tensor::Tensor;
 
     #[test]
     fn the_json_part_of_a_body_is_all_of_it_or_what_the_header_says() {
@@ -565,31 +460,5 @@ mod tests {
         assert_eq!(json_bytes(&headers, 1000), 1000);
         headers.insert(HEADER_LENGTH, HeaderValue::from_static("x"));
         assert_eq!(json_bytes(&headers, 1000), 0);
-    }
-
-    #[test]
-    fn only_json_or_compressed_outputs_are_heavy_to_encode() {
-        let output = |binary: bool| RequestedOutput {
-            binary,
-            ..RequestedOutput::named("OUTPUT0")
-        };
-        let mut response = InferResponse {
-            model_name: "m".into(),
-            model_version: "1".into(),
-            id: String::new(),
-            parameters: Default::default(),
-            outputs: vec![Tensor::new(
-                "OUTPUT0",
-                DataType::Fp32,
-                vec![256],
-                Bytes::from(vec![0u8; 1024]),
-            )],
-            requested: vec![output(false)],
-        };
-        assert!(heavy_to_encode(&response, None, 1024));
-        assert!(!heavy_to_encode(&response, None, 1025));
-        response.requested = vec![output(true)];
-        assert!(!heavy_to_encode(&response, None, 1024));
-        assert!(heavy_to_encode(&response, Some("gzip"), 1024));
     }
 }
