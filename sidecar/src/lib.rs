@@ -45,6 +45,8 @@
 //!   is how Triton reads numeric headers, parameters and settings.
 //! - [`json`]: the JSON dialect Triton's HTTP front end speaks, with rapidjson's number text.
 //! - [`tensor`]: tensors as a datatype, a shape and reference-counted little-endian bytes.
+//! - [`grpc_message`]: the gRPC messages' typed fields read into the core's forms, for the gRPC
+//!   front end and the upstream backend.
 //! - [`shm`]: client shared memory (system and CUDA) and the staging pool; the `unsafe` code it
 //!   needs lives in the `infergate-shm` crate.
 //! - [`protocol`]: REST or gRPC, where Triton's two front ends differ.
@@ -68,6 +70,7 @@ pub mod drain;
 pub mod error;
 pub mod front_door;
 pub mod grpc;
+pub mod grpc_message;
 pub mod health;
 pub mod host_metrics;
 pub mod http;

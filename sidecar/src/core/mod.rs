@@ -4,7 +4,6 @@
 
 pub mod classify;
 pub mod cxx_sort;
-pub mod grpc_message;
 pub mod input_order;
 pub mod model;
 pub mod params;

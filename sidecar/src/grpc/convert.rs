@@ -6,10 +6,10 @@ use infergate_proto::inference::infer_parameter::ParameterChoice;
 use infergate_proto::inference::model_infer_response::InferOutputTensor;
 use infergate_proto::inference::{InferParameter, ModelInferRequest, ModelInferResponse};
 
-pub use crate::core::grpc_message::{bool_parameter, typed_contents};
 use crate::core::params::{ParamValue, Parameters};
 use crate::core::request::{InferRequest, InferResponse, InputTensor, RequestedOutput};
 use crate::error::{Error, Result};
+pub use crate::grpc_message::{bool_parameter, typed_contents};
 use crate::shm::Registry;
 use std::collections::HashMap;
 

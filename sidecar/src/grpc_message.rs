@@ -1,6 +1,8 @@
 //! Reading the gRPC messages' typed fields into the core's forms: the typed `contents` of a tensor
-//! and the bool parameters of a message. Here, below both, because the gRPC front end reads
-//! clients' requests with them and the upstream backend reads the model server's answers.
+//! and the bool parameters of a message. Here, on the shared floor below both, because the gRPC
+//! front end reads clients' requests with them and the upstream backend reads the model server's
+//! answers; not in the core, which knows no protocol, nor in the contracts crate, since it
+//! answers with the sidecar's errors and tensor bytes.
 
 use std::collections::HashMap;
 
