@@ -32,6 +32,7 @@ import collections
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -958,6 +959,77 @@ def l0_simple_go_client(c: Ctx, rows):
             check=counted_line("Checking Inference Outputs"))
 
 
+def secure_grpc_certs(out: Path) -> None:
+    """The certificates L0_secure_grpc's test.sh makes, with its commands: a CA, a server and a
+    client certificate for CN=localhost (X.509 version 1: `x509 -req` without extensions), and
+    client2.key/client2.crt, corrupted copies of the client's."""
+    steps = [
+        "genrsa -passout pass:1234 -des3 -out ca.key 4096",
+        "req -passin pass:1234 -new -x509 -days 365 -key ca.key -out ca.crt "
+        "-subj '/C=SP/ST=Spain/L=Valdepenias/O=Test/OU=Test/CN=Root CA'",
+        "genrsa -passout pass:1234 -des3 -out server.key 4096",
+        "req -passin pass:1234 -new -key server.key -out server.csr "
+        "-subj /C=SP/ST=Spain/L=Valdepenias/O=Test/OU=Server/CN=localhost",
+        "x509 -req -passin pass:1234 -days 365 -in server.csr -CA ca.crt -CAkey ca.key "
+        "-set_serial 01 -out server.crt",
+        "rsa -passin pass:1234 -in server.key -out server.key",
+        "genrsa -passout pass:1234 -des3 -out client.key 4096",
+        "req -passin pass:1234 -new -key client.key -out client.csr "
+        "-subj /C=SP/ST=Spain/L=Valdepenias/O=Test/OU=Client/CN=localhost",
+        "x509 -passin pass:1234 -req -days 365 -in client.csr -CA ca.crt -CAkey ca.key "
+        "-set_serial 01 -out client.crt",
+        "rsa -passin pass:1234 -in client.key -out client.key",
+    ]
+    for step in steps:
+        subprocess.run(["openssl", *shlex.split(step)], cwd=out, check=True, capture_output=True)
+    for name in ("client.key", "client.crt"):
+        text = (out / name).read_text()
+        # test.sh's sed "s/\b\(.\)/\u\1/g": the first letter of every word upper-cased.
+        corrupted = re.sub(r"\b(\w)", lambda m: m.group(1).upper(), text)
+        (out / name.replace("client", "client2")).write_text(corrupted)
+
+
+def l0_secure_grpc(c: Ctx, rows):
+    """L0_secure_grpc's test.sh: its certificates, its three server cases (server TLS, mutual
+    TLS, both flags), the Python example clients with `--ssl` (test.sh's C++ client is not
+    built here), and its expected failures: a client without TLS, and one with a corrupted key
+    and certificate. Both servers take Triton's flags as they are."""
+    certs = c.out / "certs"
+    certs.mkdir()
+    secure_grpc_certs(certs)
+    base = ["--grpc-use-ssl=1", f"--grpc-server-cert={certs / 'server.crt'}",
+            f"--grpc-server-key={certs / 'server.key'}", f"--grpc-root-cert={certs / 'ca.crt'}"]
+    cases = {"server": ["--grpc-use-ssl=1"], "mutual": ["--grpc-use-ssl-mutual=1"],
+             "both": ["--grpc-use-ssl=1", "--grpc-use-ssl-mutual=1"]}
+    clients = ["simple_grpc_infer_client.py", "simple_grpc_aio_infer_client.py"]
+
+    def ssl_args(prefix):
+        return ["-v", "--ssl", "--root-certificates", str(certs / "ca.crt"),
+                "--private-key", str(certs / f"{prefix}.key"),
+                "--certificate-chain", str(certs / f"{prefix}.crt")]
+
+    def must_fail(rc, text):
+        return rc != 0, f"rc={rc}: the client was served"
+
+    row = "L0_secure_grpc test.sh (Python clients)"
+    for case, flags in cases.items():
+        try:
+            with Server(c.target, c.out, ["simple"], both_args=base + flags):
+                for name in clients:
+                    rows[row] += [(f"{case}: {label}", st, msg) for label, st, msg in
+                                  c.script(name, ssl_args("client"))]
+                if case != "both":
+                    for name in clients:
+                        rows[row] += [(f"{case}: {label} (must fail)", st, msg)
+                                      for label, st, msg in c.script(name, ["-v"], check=must_fail)]
+                        rows[row] += [(f"{case}: {label} (must fail)", st, msg)
+                                      for label, st, msg in c.script(name, ssl_args("client2"),
+                                                                     check=must_fail)]
+        except RuntimeError as e:
+            rows[row].append((f"{case}: server start", "fail", str(e)[:300]))
+    rows[row] += skipped("simple_grpc_infer_client (C++)", "the C++ examples are not built here")
+
+
 def l0_simple_nodejs_client(c: Ctx, rows):
     """client.js (grpc_generated/javascript: @grpc/grpc-js with the protos loaded at run time)."""
     js = lang_clients() / "javascript"
@@ -1005,6 +1077,7 @@ MODULES = {
     "L0_decoupled": l0_decoupled,
     "L0_trace": l0_trace,
     "L0_logging": l0_logging,
+    "L0_secure_grpc": l0_secure_grpc,
     "L0_simple_go_client": l0_simple_go_client,
     "L0_simple_nodejs_client": l0_simple_nodejs_client,
     "L0_client_java": l0_client_java,

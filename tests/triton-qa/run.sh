@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run Triton's own QA test modules (L0_http, L0_shared_memory, L0_grpc, L0_client_timeout,
-# L0_decoupled, L0_trace, L0_logging: Python parts; L0_simple_go_client,
+# L0_decoupled, L0_trace, L0_logging, L0_secure_grpc: Python parts; L0_simple_go_client,
 # L0_simple_nodejs_client, L0_client_java: Triton's example clients in other languages) against the sidecar with its built-in models and against a real
 # Triton 2.51 serving the same catalog (tests/upstream/make_triton_repo.py, python backend),
 # one server at a time on localhost:8000/8001 (the addresses the tests hard-code), and print
@@ -64,7 +64,7 @@ ref_of() { # GIT_DIR: BRANCH as the clone names it
   done
   log "$g has no $BRANCH"; exit 1
 }
-if [ ! -d "$QA_ROOT/qa/clients" ] || [ ! -d "$QA_ROOT/qa/L0_logging" ]; then
+if [ ! -d "$QA_ROOT/qa/clients" ] || [ ! -d "$QA_ROOT/qa/L0_secure_grpc" ]; then
   SERVER_GIT="$(git_dir server "${TRITON_SERVER_GIT:-}")"
   CLIENT_GIT="$(git_dir client "${TRITON_CLIENT_GIT:-}")"
   rm -rf "$QA_ROOT.tmp" && mkdir -p "$QA_ROOT.tmp/qa/clients"
@@ -72,7 +72,7 @@ if [ ! -d "$QA_ROOT/qa/clients" ] || [ ! -d "$QA_ROOT/qa/L0_logging" ]; then
   cref="$(ref_of "$CLIENT_GIT")"
   git --git-dir="$SERVER_GIT" archive "$sref" qa/common qa/python_models/execute_delayed_model \
     qa/L0_http qa/L0_shared_memory qa/L0_grpc qa/L0_client_timeout qa/L0_decoupled qa/L0_trace \
-    qa/L0_logging |
+    qa/L0_logging qa/L0_secure_grpc |
     tar -x -C "$QA_ROOT.tmp"
   git --git-dir="$CLIENT_GIT" archive "$cref" src/python/examples | tar -x -C "$QA_ROOT.tmp"
   mv "$QA_ROOT.tmp"/src/python/examples/*.py "$QA_ROOT.tmp/qa/clients/"

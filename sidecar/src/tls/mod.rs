@@ -16,9 +16,13 @@ use parking_lot::{Mutex, RwLock};
 use rustls::ServerConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use tokio_rustls::TlsAcceptor;
+
+mod client_auth;
+mod x509;
+
+use client_auth::ClientCertificates;
 
 /// What a port's TLS is made of.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,7 +143,7 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 fn build(files: &TlsFiles, alpn: &[Vec<u8>]) -> Result<(ServerConfig, Option<i64>), String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs = read_certs(&files.cert)?;
-    let not_after = expiry(&certs[0]);
+    let not_after = x509::not_after(&certs[0]);
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .map_err(|e| format!("{}: {e}", files.key.display()))?;
     let key = provider
@@ -150,8 +154,8 @@ fn build(files: &TlsFiles, alpn: &[Vec<u8>]) -> Result<(ServerConfig, Option<i64
     // which refuses X.509 version 1 certificates; OpenSSL's `x509 -req` makes those (Triton's
     // TLS QA serves one), and clients accept them. So the check is made here on the
     // certificate's public key itself, whatever its version.
-    let matches = key.public_key().zip(public_key_info(&certs[0]));
-    if !matches.is_some_and(|(key, cert)| key.as_ref() == cert) {
+    let matches = key.public_key().zip(x509::public_key_info(&certs[0]));
+    if matches.is_none_or(|(key, cert)| key.as_ref() != cert) {
         return Err(format!(
             "{} and {}: the key is not the certificate's",
             files.cert.display(),
@@ -167,16 +171,10 @@ fn build(files: &TlsFiles, alpn: &[Vec<u8>]) -> Result<(ServerConfig, Option<i64
             .root
             .as_ref()
             .ok_or("mutual TLS needs the root certificate of the clients' certificates")?;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in read_certs(root)? {
-            roots
-                .add(cert)
-                .map_err(|e| format!("{}: {e}", root.display()))?;
-        }
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-            .build()
+        let root_certs = read_certs(root)?;
+        let verifier = ClientCertificates::new(&root_certs, provider)
             .map_err(|e| format!("{}: {e}", root.display()))?;
-        builder.with_client_cert_verifier(verifier)
+        builder.with_client_cert_verifier(Arc::new(verifier))
     } else {
         builder.with_no_client_auth()
     };
@@ -185,98 +183,14 @@ fn build(files: &TlsFiles, alpn: &[Vec<u8>]) -> Result<(ServerConfig, Option<i64
     Ok((config, not_after))
 }
 
-/// The fields of a certificate read here: its validity's contents and its whole
-/// SubjectPublicKeyInfo. A DER walk of the TBS certificate's first fields (RFC 5280 §4.1:
-/// version, serial, signature algorithm, issuer, validity, subject, key); none where the
-/// certificate is not that shape.
-fn tbs_fields(cert: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (certificate, _) = der(cert, 0x30)?;
-    let (tbs, _) = der(certificate, 0x30)?;
-    let mut rest = tbs;
-    if rest.first() == Some(&0xa0) {
-        rest = der(rest, 0xa0)?.1; // version (absent in version 1)
-    }
-    rest = der(rest, 0x02)?.1; // serial number
-    rest = der(rest, 0x30)?.1; // signature algorithm
-    rest = der(rest, 0x30)?.1; // issuer
-    let (validity, rest) = der(rest, 0x30)?;
-    let rest = der(rest, 0x30)?.1; // subject
-    let (key, after) = der(rest, 0x30)?;
-    let whole = &rest[..rest.len() - after.len()];
-    debug_assert!(whole.ends_with(key));
-    Some((validity, whole))
-}
-
-/// The certificate's SubjectPublicKeyInfo, DER, whole.
-fn public_key_info<'a>(cert: &'a CertificateDer<'_>) -> Option<&'a [u8]> {
-    tbs_fields(cert.as_ref()).map(|(_, key)| key)
-}
-
-/// The certificate's `notAfter`, in seconds since the epoch (what `/status` reports).
-fn expiry(cert: &CertificateDer<'_>) -> Option<i64> {
-    let (validity, _) = tbs_fields(cert.as_ref())?;
-    let not_before_tag = *validity.first()?;
-    let (_, after_not_before) = der(validity, not_before_tag)?;
-    let tag = *after_not_before.first()?;
-    let (time, _) = der(after_not_before, tag)?;
-    let text = std::str::from_utf8(time).ok()?;
-    let digits = text.strip_suffix('Z')?;
-    let (year, rest) = match tag {
-        0x17 => {
-            let yy: i64 = digits.get(..2)?.parse().ok()?;
-            (
-                if yy >= 50 { 1900 + yy } else { 2000 + yy },
-                digits.get(2..)?,
-            )
-        }
-        0x18 => (digits.get(..4)?.parse().ok()?, digits.get(4..)?),
-        _ => return None,
-    };
-    let field = |at: usize| -> Option<i64> { rest.get(at..at + 2)?.parse().ok() };
-    let (month, day, hour, minute, second) =
-        (field(0)?, field(2)?, field(4)?, field(6)?, field(8)?);
-    Some(days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second)
-}
-
-/// One DER element with tag `tag` at the start of `input`: its contents, and what follows it.
-fn der(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    let (&first, rest) = input.split_first()?;
-    if first != tag {
-        return None;
-    }
-    let (&len, rest) = rest.split_first()?;
-    let (len, rest) = if len < 0x80 {
-        (usize::from(len), rest)
-    } else {
-        let count = usize::from(len & 0x7f);
-        if count == 0 || count > 4 || rest.len() < count {
-            return None;
-        }
-        let len = rest[..count]
-            .iter()
-            .fold(0usize, |n, &b| (n << 8) | usize::from(b));
-        (len, &rest[count..])
-    };
-    (rest.len() >= len).then(|| rest.split_at(len))
-}
-
-/// Days from 1970-01-01 to a date of the proleptic Gregorian calendar (H. Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_index = (month + 9) % 12;
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146097 + day_of_era - 719468
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Test certificates made with openssl (`sidecar/tests/data/tls`): a version-1 server
-    /// certificate for localhost, as `openssl x509 -req` makes it, its key, and another key.
+    /// Test certificates made with openssl (`sidecar/tests/data/tls`), of version 1 as
+    /// `openssl x509 -req` makes them: a server certificate for localhost and its key, a client
+    /// certificate, both signed by `ca.crt`; a client certificate signed by another CA of the
+    /// same name; another key.
     fn data(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data/tls")
@@ -295,9 +209,38 @@ mod tests {
     #[test]
     fn a_version_1_certificate_is_served_and_its_expiry_read() {
         let tls = Tls::load(files("server.key"), &["h2"]).unwrap();
-        // notAfter=Nov 28 22:14:32 2036 GMT
-        assert_eq!(tls.not_after(), Some(2_111_523_272));
+        // notAfter=Nov 28 22:24:11 2036 GMT
+        assert_eq!(tls.not_after(), Some(2_111_523_851));
         assert!(!tls.is_mutual());
+    }
+
+    #[test]
+    fn version_1_client_certificates_are_accepted_only_when_a_roots_key_signed_them() {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let roots = read_certs(&data("ca.crt")).unwrap();
+        let verifier = ClientCertificates::new(&roots, provider).unwrap();
+        use rustls::server::danger::ClientCertVerifier;
+        let now = rustls::pki_types::UnixTime::now();
+        let client = read_certs(&data("client-v1.crt")).unwrap();
+        assert!(verifier.verify_client_cert(&client[0], &[], now).is_ok());
+        // Same issuer name, another CA's signature.
+        let stranger = read_certs(&data("stranger-v1.crt")).unwrap();
+        let refused = verifier.verify_client_cert(&stranger[0], &[], now);
+        assert_eq!(
+            refused.err(),
+            Some(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::BadSignature
+            ))
+        );
+        // Past its validity.
+        let later =
+            rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(2_111_523_851 + 86_400));
+        assert_eq!(
+            verifier.verify_client_cert(&client[0], &[], later).err(),
+            Some(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::Expired
+            ))
+        );
     }
 
     #[test]
@@ -309,25 +252,5 @@ mod tests {
         );
         let missing = Tls::load(files("absent.key"), &["h2"]).unwrap_err();
         assert!(missing.contains("absent.key"), "{missing}");
-    }
-
-    #[test]
-    fn dates_count_from_the_epoch() {
-        assert_eq!(days_from_civil(1970, 1, 1), 0);
-        assert_eq!(days_from_civil(2000, 3, 1), 11017);
-        assert_eq!(days_from_civil(2026, 12, 1), 20788);
-    }
-
-    #[test]
-    fn der_elements_of_short_and_long_lengths() {
-        assert_eq!(der(&[0x02, 1, 7, 9], 0x02), Some((&[7u8][..], &[9u8][..])));
-        let mut long = vec![0x30, 0x81, 200];
-        long.extend(std::iter::repeat_n(1u8, 200));
-        assert_eq!(
-            der(&long, 0x30).map(|(c, r)| (c.len(), r.len())),
-            Some((200, 0))
-        );
-        assert_eq!(der(&[0x30, 5, 1], 0x30), None);
-        assert_eq!(der(&[0x31, 0], 0x30), None);
     }
 }
