@@ -9,7 +9,7 @@ use http_body_util::BodyExt;
 use infergate_proto::config::SidecarConfig;
 use infergate_sidecar::server;
 use infergate_sidecar::state::SharedState;
-use infergate_sidecar::telemetry::LogControl;
+use infergate_sidecar::log::LogControl;
 use tower::ServiceExt;
 
 /// The region every request may name; seeds use it for inputs and outputs in shared memory.

@@ -130,7 +130,7 @@ impl Call {
 
     /// Notes the request's id for the line of a failure, where that line is written.
     pub fn note_id(&mut self, id: &str) {
-        if self.logs_failure && crate::log_line::infer_failures_logged() {
+        if self.logs_failure && crate::log::line::infer_failures_logged() {
             self.id.clear();
             self.id.push_str(id);
         }
@@ -145,7 +145,7 @@ impl Call {
         if let Some(e) = failure
             && self.logs_failure
         {
-            crate::log_line::log_infer_failure(&self.id, e);
+            crate::log::line::log_infer_failure(&self.id, e);
             self.logs_failure = false;
         }
     }

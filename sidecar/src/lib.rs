@@ -7,8 +7,8 @@
 //! - [`server`]: builds the state, binds the four ports, serves until SIGTERM or SIGINT, drains.
 //! - [`allocator`]: glibc's malloc thresholds raised, by starting the binary once more with them.
 //! - [`open_files`]: the open-file limit, raised to the hard limit at start.
-//! - [`telemetry`]: logging (Triton's layouts, text or JSON; stderr or a file), changeable at run time.
-//! - [`log_line`]: log lines in Triton's two layouts, which its `log_format` setting names.
+//! - [`log`]: logging (Triton's layouts, text or JSON; stderr or a file), changeable at run time
+//!   over REST and gRPC as Triton changes it; its lines in Triton's two layouts.
 //!
 //! The ports:
 //!
@@ -25,7 +25,6 @@
 //! - [`host_metrics`]: the CPU and memory gauges Triton exports beside its inference metrics.
 //! - [`trace`]: the trace extension: its settings, and OpenTelemetry spans of sampled requests
 //!   exported over OTLP.
-//! - [`log_update`]: changing the log settings over REST and gRPC, as Triton does.
 //! - [`restricted`]: the APIs and protocols restricted to requests with a header, as Triton's
 //!   `--http-restricted-api` and `--grpc-restricted-protocol` set them.
 //!
@@ -76,8 +75,7 @@ pub mod host_metrics;
 pub mod http;
 pub mod inflight;
 pub mod json;
-pub mod log_line;
-pub mod log_update;
+pub mod log;
 pub mod metrics;
 pub mod open_files;
 pub mod peers;
@@ -86,7 +84,6 @@ pub mod restricted;
 pub mod server;
 pub mod shm;
 pub mod state;
-pub mod telemetry;
 pub mod tensor;
 pub mod tls;
 pub mod trace;

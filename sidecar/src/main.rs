@@ -9,7 +9,7 @@ use clap::Parser;
 use infergate_proto::config::{SidecarConfig, yaml};
 use infergate_sidecar::backend::builtin::Catalog;
 use infergate_sidecar::cli::Args;
-use infergate_sidecar::{allocator, open_files, server, telemetry};
+use infergate_sidecar::{allocator, log, open_files, server};
 
 fn load_config(args: &Args) -> Result<SidecarConfig, Vec<String>> {
     let mut config = match &args.config {
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let log = telemetry::init(&config.server);
+        let log = log::init(&config.server);
         match &malloc_tuning {
             allocator::Tuning::Failed(reason) => tracing::warn!(
                 %reason,

@@ -16,9 +16,9 @@ use tokio::sync::watch;
 use crate::backend::builtin::Catalog;
 use crate::backend::upstream::{Upstream, UpstreamLoader, run_discovery};
 use crate::core::repository::Repository;
+use crate::log::LogControl;
 use crate::restricted::Guard;
 use crate::state::{AppState, SharedState, UpstreamHandle};
-use crate::telemetry::LogControl;
 use crate::tls::{Tls, TlsFiles};
 use crate::trace::Tracing;
 
@@ -334,7 +334,7 @@ impl Running {
             "exit_timeout".to_string(),
             config.server.shutdown_grace_seconds.to_string(),
         ]);
-        let table = crate::log_line::table(&["Option", "Value"], &rows);
+        let table = crate::log::line::table(&["Option", "Value"], &rows);
         tracing::info!(table = %table, "options");
     }
 }

@@ -9,8 +9,8 @@ use crate::backend::upstream::UpstreamInfo;
 use crate::caller::Caller;
 use crate::core::repository::Repository;
 use crate::health::Health;
+use crate::log::LogControl;
 use crate::restricted::Guard;
-use crate::telemetry::LogControl;
 
 /// The extensions this server implements, in Triton's order.
 pub const EXTENSIONS: &[&str] = &[

@@ -249,7 +249,7 @@ impl Repository {
             Err(e) => {
                 let error = Error::internal(format!("failed to load '{name}', {}", e.message));
                 // The message may quote the load's configuration, the client's text.
-                tracing::error!("{}", crate::log_line::printable(&error.message));
+                tracing::error!("{}", crate::log::line::printable(&error.message));
                 return Err(error);
             }
         };
@@ -322,7 +322,7 @@ impl Repository {
                 Some(vec![entry.name, version, status])
             })
             .collect();
-        let table = crate::log_line::table(&["Model", "Version", "Status"], &rows);
+        let table = crate::log::line::table(&["Model", "Version", "Status"], &rows);
         tracing::info!(table = %table, "models");
     }
 }

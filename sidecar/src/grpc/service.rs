@@ -24,7 +24,7 @@ use crate::core::repository::Repository;
 use crate::core::stats::Duration2;
 use crate::error::Error;
 use crate::front_door::{self, Call, Origin, Target};
-use crate::log_update::{self, LogValue};
+use crate::log::update::{self, LogValue};
 use crate::peers;
 use crate::protocol::Protocol;
 use crate::state::SharedState;
@@ -506,7 +506,7 @@ impl GrpcInferenceService for Inference {
         let mut given = request.into_inner().settings;
         if !given.is_empty() {
             let mut settings = self.state.log.get();
-            let result = log_update::update(&mut settings, Protocol::Grpc, |key| {
+            let result = update::update(&mut settings, Protocol::Grpc, |key| {
                 given.remove(key).map(|value| match value.parameter_choice {
                     Some(In::BoolParam(b)) => LogValue::Bool(b),
                     Some(In::Uint32Param(u)) => LogValue::Uint(u.into()),

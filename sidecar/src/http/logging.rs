@@ -9,10 +9,10 @@ use super::answer::json_ok;
 use super::request_body::{body_json_error, read_body};
 use crate::error::Result;
 use crate::json::{self, Value};
-use crate::log_update::{self, LogValue};
+use crate::log::LogSettings;
+use crate::log::update::{self, LogValue};
 use crate::protocol::Protocol;
 use crate::state::SharedState;
-use crate::telemetry::LogSettings;
 
 fn logging_json(s: &LogSettings) -> J {
     json!({
@@ -35,7 +35,7 @@ pub(super) async fn logging_post(State(st): State<SharedState>, body: Body) -> R
         json::parse(&raw, 16).map_err(body_json_error)?
     };
     let mut settings = st.log.get();
-    let result = log_update::update(&mut settings, Protocol::Http, |key| {
+    let result = update::update(&mut settings, Protocol::Http, |key| {
         doc.get(key).map(|v| match v {
             Value::Null => LogValue::Null,
             Value::Bool(b) => LogValue::Bool(*b),

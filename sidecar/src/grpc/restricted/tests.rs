@@ -23,8 +23,8 @@ async fn refused_calls_never_reach_the_service() {
 
     let mut config = infergate_proto::config::SidecarConfig::default();
     config.server.grpc_restricted_protocol = vec!["inference,health:key=value".into()];
-    let state = crate::server::build_state(&config, crate::telemetry::LogControl::detached("info"))
-        .unwrap();
+    let state =
+        crate::server::build_state(&config, crate::log::LogControl::detached("info")).unwrap();
     let reached = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = reached.clone();
     let inner = tower::service_fn(move |_: Request<()>| {

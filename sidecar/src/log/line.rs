@@ -345,7 +345,7 @@ mod tests {
         let pid = std::process::id();
         let got = lines(Layout::Default, true);
         assert_eq!(got.len(), 5);
-        let prefix = format!("I1129 04:03:20.123456 {pid} log_line.rs:");
+        let prefix = format!("I1129 04:03:20.123456 {pid} line.rs:");
         assert!(got[0].starts_with(&prefix), "{}", got[0]);
         assert!(
             got[0].ends_with(r#"] "serving \"simple\" port=8000 name=a b""#),
@@ -363,7 +363,7 @@ mod tests {
     fn tritons_iso8601_layout_and_unescaped_messages() {
         let pid = std::process::id();
         let got = lines(Layout::Iso8601, false);
-        let prefix = format!("2026-11-29T04:03:20Z I {pid} log_line.rs:");
+        let prefix = format!("2026-11-29T04:03:20Z I {pid} line.rs:");
         assert!(got[0].starts_with(&prefix), "{}", got[0]);
         assert!(got[0].ends_with(r#"] serving "simple" port=8000 name=a b"#));
         assert!(got[2].contains("] broken\nline"));

@@ -5,9 +5,9 @@
 //! differ in their error codes and texts: REST's come from Triton's JSON helper (INTERNAL), gRPC's
 //! are its own (INVALID_ARGUMENT).
 
+use super::subscriber::LogSettings;
 use crate::error::{Error, Result};
 use crate::protocol::Protocol;
-use crate::telemetry::LogSettings;
 
 /// One setting's value as the request gave it.
 pub enum LogValue {

@@ -1,6 +1,7 @@
-//! Logging: lines in Triton's layouts, tracing's text or JSON, on stderr or appended to a file,
-//! with severity switches, a level (and, for text, a layout) that `/v2/logging` and the gRPC
-//! `LogSettings` RPC change at run time. Request payloads are never logged.
+//! The subscriber every log line goes through: installed at start from the server's settings
+//! ([`init`]), with severity switches, a level (and, for text, a layout) that `/v2/logging` and
+//! the gRPC `LogSettings` RPC change at run time through [`LogControl`]; and Triton's settings as
+//! `/v2/logging` reports them ([`LogSettings`]). Request payloads are never logged.
 
 use std::fmt;
 use std::fs::OpenOptions;
@@ -22,7 +23,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::reload;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::log_line::{self, Layout};
+use super::line::{self, Layout};
 
 /// Triton's log settings, as `/v2/logging` reports them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,7 +126,7 @@ where
             TRITON_ISO8601 => Layout::Iso8601,
             _ => return self.text.format_event(ctx, writer, event),
         };
-        log_line::write(&mut writer, layout, self.escape, SystemTime::now(), event)?;
+        line::write(&mut writer, layout, self.escape, SystemTime::now(), event)?;
         fmt::Write::write_char(&mut writer, '\n')
     }
 }
@@ -273,7 +274,7 @@ pub fn init(server: &ServerSettings) -> LogControl {
                     .with_writer(writer)
                     .event_format(Lines {
                         style: style.clone(),
-                        escape: log_line::escape_from_env(),
+                        escape: line::escape_from_env(),
                         text: Format::default(),
                     })
                     .with_filter(gate),
