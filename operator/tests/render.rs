@@ -945,6 +945,13 @@ fn sidecar_routing_gives_a_headless_service_and_only_endpointslice_access() {
         config.server.sequence_peers_service.as_deref(),
         Some("seq-peers")
     );
+    // Only the slices of the InferenceService's own Service are read.
+    assert_eq!(
+        config.server.sequence_peers_labels.as_deref(),
+        Some(
+            "app.kubernetes.io/instance=seq,app.kubernetes.io/managed-by=infergate-operator,app.kubernetes.io/name=infergate"
+        )
+    );
     config.validate(&[]).unwrap();
     let sidecar = all_containers(pod(&children))
         .into_iter()

@@ -172,8 +172,9 @@ fn sequence_peers(
         server.sequence_peers.as_slice(),
     ) {
         (Some(service), _) => {
-            let target = Target::from_setting(service, server.grpc_port)
+            let mut target = Target::from_setting(service, server.grpc_port)
                 .map_err(|e| anyhow::anyhow!("--sequence-peers-service: {e}"))?;
+            target.labels = server.sequence_peers_labels.clone();
             let members = Members::discovered(&target.me, max_message_bytes)
                 .map_err(|e| anyhow::anyhow!("--sequence-peers-service: {e}"))?;
             crate::peers::Peers::new(members, Some(target))

@@ -6,8 +6,9 @@ them as peers are listed and removed, and sequences sent round-robin over them a
 There is no kubelet here, so the "pods" are sidecars on this host's address, each on ports of
 its own, listed by EndpointSlices this test writes as the EndpointSlice controller would (one
 slice per sidecar, since a slice has one port per name; the API server refuses loopback
-addresses in slices), with the controller's labels: sidecars read only those. A slice with the
-Service's name written by anybody else is not read."""
+addresses in slices), with the labels the EndpointSlice controller copies from the operator's
+Service (the sidecars read only slices with them); a slice with the Service's name but not its
+labels is not read."""
 
 from __future__ import annotations
 
@@ -30,13 +31,20 @@ def host_address() -> str:
     return out.split()[3].split("/")[0]
 
 
+# The labels the operator's peers Service carries, and so (the EndpointSlice controller copies
+# them) its slices: the sidecars read only slices with them (server.sequence_peers_labels).
+SERVICE_LABELS = {"app.kubernetes.io/name": "infergate", "app.kubernetes.io/instance": NAME,
+                  "app.kubernetes.io/managed-by": "infergate-operator"}
+
+
 def slice_doc(namespace: str, index: int, address: str, grpc_port: int,
-              managed_by: str = "endpointslice-controller.k8s.io") -> dict:
+              labels: dict = SERVICE_LABELS) -> dict:
     return {
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": f"{NAME}-peers-test-{index}", "namespace": namespace,
                      "labels": {"kubernetes.io/service-name": f"{NAME}-peers",
-                                "endpointslice.kubernetes.io/managed-by": managed_by}},
+                                "endpointslice.kubernetes.io/managed-by": "cluster-test",
+                                **labels}},
         "addressType": "IPv4",
         "ports": [{"name": "grpc", "port": grpc_port, "protocol": "TCP"}],
         "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
@@ -134,6 +142,10 @@ def test_sidecars_follow_the_endpointslices_with_the_pods_token(cluster, operato
                             "--duration=1h").stdout.strip()
     kubeconfig = cluster.token_kubeconfig(workdir / f"{ns}-pods.kubeconfig", token)
     address = host_address()
+    # What the operator renders into the sidecars' configuration for these slices.
+    config = workdir / f"{ns}-sidecar.yaml"
+    config.write_text(json.dumps({"server": {"sequence_peers_labels": ",".join(
+        f"{k}={v}" for k, v in sorted(SERVICE_LABELS.items()))}}))
     sidecars = {}
     try:
         for i in (1, 2, 3):
@@ -142,7 +154,7 @@ def test_sidecars_follow_the_endpointslices_with_the_pods_token(cluster, operato
                 str(_env_path("INFERGATE_SIDECAR_BIN")), "--host", address,
                 "--http-port", str(http_port), "--grpc-port", str(grpc),
                 "--metrics-port", "0", "--admin-port", str(admin),
-                "--sequence-peers-service", f"{NAME}-peers",
+                "--sequence-peers-service", f"{NAME}-peers", "--config", str(config),
             ], workdir / f"{ns}-sidecar-{i}.log",
                 env={**os.environ, "KUBECONFIG": str(kubeconfig), "POD_IP": address,
                      "POD_NAMESPACE": ns})
@@ -175,7 +187,7 @@ def test_sidecars_follow_the_endpointslices_with_the_pods_token(cluster, operato
         # Two listed: they find each other. A slice with the Service's name that the
         # EndpointSlice controller did not make (a pod of anybody's could be its endpoint) lists
         # the third, and is not read.
-        rogue = slice_doc(ns, 9, address, sidecars[3]["grpc"], managed_by="someone-else")
+        rogue = slice_doc(ns, 9, address, sidecars[3]["grpc"], labels={})
         cluster.kubectl("apply", "-f", "-", input=json.dumps(rogue))
         list_peers(cluster, ns, address, listed(1, 2), [3])
         all_see([1, 2])

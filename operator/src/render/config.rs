@@ -56,6 +56,15 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
     if spec.extensions.sequence.routed_by_sidecars() {
         // In the pod's namespace ($POD_NAMESPACE).
         server.sequence_peers_service = Some(super::peers_name(isvc));
+        // The peers Service's labels, which its EndpointSlices carry too.
+        let labels = super::labels(isvc);
+        server.sequence_peers_labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        );
     }
 
     let rest_only = spec.upstream.protocol == UpstreamProtocol::Rest;

@@ -116,6 +116,12 @@ pub struct ServerSettings {
     /// namespace defaults to `$POD_NAMESPACE`, then the pod's service-account namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequence_peers_service: Option<String>,
+    /// Labels (`key=value,...`) the Service's EndpointSlices must carry to be read, besides its
+    /// name: the EndpointSlice controller copies the Service's labels onto them, so the
+    /// operator names the InferenceService's here and a slice anybody else writes for the
+    /// Service's name is not read (hygiene: whoever may write slices can copy labels too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence_peers_labels: Option<String>,
 }
 
 impl ServerSettings {
@@ -173,6 +179,7 @@ impl Default for ServerSettings {
             sequence_peers: Vec::new(),
             sequence_self: None,
             sequence_peers_service: None,
+            sequence_peers_labels: None,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! list them. The sidecar watches the slices (`list` and `watch` on `endpointslices` in its own
 //! namespace is all it needs) and replaces the membership each time they change.
 //!
-//! Only the slices the EndpointSlice controller made for the Service are read (`slice_selector`).
+//! Only the slices with the Service's name and the labels configured are read (`slice_selector`).
 //! Every pod the slices name is a peer, ready or not: readiness comes from the sidecars' own
 //! probes, which see a peer start and drain sooner than the slices do, and a pod that is
 //! draining must still be asked for the sequences it holds. A pod leaves the list when it leaves
@@ -22,10 +22,6 @@ use super::membership::Members;
 
 /// The label the EndpointSlice controller puts on every slice of a Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// The label naming who made a slice, and the EndpointSlice controller's value: only slices
-/// Kubernetes made for the Service's pods are read, not ones anybody else wrote for its name.
-const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
-const ENDPOINTSLICE_CONTROLLER: &str = "endpointslice-controller.k8s.io";
 /// The slices' port that peers are reached at; where no port has this name, the first.
 const PORT_NAME: &str = "grpc";
 /// Where a pod finds its namespace when `$POD_NAMESPACE` is not set.
@@ -37,6 +33,8 @@ pub struct Target {
     pub namespace: String,
     pub service: String,
     pub me: String,
+    /// Labels the Service's slices must carry to be read (`server.sequence_peers_labels`).
+    pub labels: Option<String>,
 }
 
 impl Target {
@@ -72,6 +70,7 @@ impl Target {
             namespace,
             service,
             me: std::net::SocketAddr::new(ip, grpc_port).to_string(),
+            labels: None,
         })
     }
 }
@@ -101,7 +100,8 @@ pub async fn watch(members: Arc<Members>, target: Target) {
         }
     };
     let api = Api::<EndpointSlice>::namespaced(client, &target.namespace);
-    let config = watcher::Config::default().labels(&slice_selector(&target.service));
+    let config = watcher::Config::default()
+        .labels(&slice_selector(&target.service, target.labels.as_deref()));
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
     let mut slices = Slices::default();
     let mut listing = None::<Slices>;
@@ -130,11 +130,15 @@ pub async fn watch(members: Arc<Members>, target: Target) {
     }
 }
 
-/// The label selector of the slices read: the Service's, made by the EndpointSlice controller.
-/// Hygiene, not a defence: whoever may write slices can copy the labels. The defence is peers'
-/// mutual TLS (docs/hardening.md).
-fn slice_selector(service: &str) -> String {
-    format!("{SERVICE_NAME_LABEL}={service},{MANAGED_BY_LABEL}={ENDPOINTSLICE_CONTROLLER}")
+/// The label selector of the slices read: the Service's name, and the labels the configuration
+/// names (`server.sequence_peers_labels`; the operator names the InferenceService's, which the
+/// EndpointSlice controller copies from the Service onto its slices). Hygiene, not a defence:
+/// whoever may write slices can copy the labels.
+fn slice_selector(service: &str, labels: Option<&str>) -> String {
+    match labels.filter(|l| !l.is_empty()) {
+        Some(labels) => format!("{SERVICE_NAME_LABEL}={service},{labels}"),
+        None => format!("{SERVICE_NAME_LABEL}={service}"),
+    }
 }
 
 /// The peers' addresses by slice name.
@@ -194,10 +198,14 @@ mod tests {
     }
 
     #[test]
-    fn only_the_services_slices_made_by_the_endpointslice_controller_are_read() {
+    fn only_the_slices_with_the_services_name_and_the_labels_named_are_read() {
         assert_eq!(
-            slice_selector("seq-peers"),
-            "kubernetes.io/service-name=seq-peers,endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io"
+            slice_selector("seq-peers", Some("app.kubernetes.io/instance=seq")),
+            "kubernetes.io/service-name=seq-peers,app.kubernetes.io/instance=seq"
+        );
+        assert_eq!(
+            slice_selector("seq-peers", None),
+            "kubernetes.io/service-name=seq-peers"
         );
     }
 
@@ -262,6 +270,7 @@ mod tests {
                 namespace: "models".into(),
                 service: "seq-peers".into(),
                 me: "10.1.2.3:8001".into(),
+                labels: None,
             }
         );
         let target = Target::parse("seq-peers", Some("fd00::7".into()), pod("team"), 8001).unwrap();
