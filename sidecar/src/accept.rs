@@ -58,6 +58,21 @@ pub struct PortSetup {
     pub handshake_timeout: Duration,
 }
 
+impl PortSetup {
+    /// A client port's (HTTP, gRPC): `limits.max_connections`, `limits.idle_timeout_seconds`,
+    /// and the header deadline for the handshake.
+    pub fn client(limits: &infergate_proto::config::Limits, tls: Option<Arc<Tls>>) -> Self {
+        PortSetup {
+            limits: PortLimits {
+                max_connections: limits.max_connections as usize,
+                idle: Some(limits.idle_timeout()),
+            },
+            tls,
+            handshake_timeout: limits.http_header_timeout(),
+        }
+    }
+}
+
 /// Serves each connection accepted on `listener` with `serve` (a hyper connection on the
 /// connection's bytes, TLS already undone, given the `Activity` its calls report to) until
 /// `stop` completes, then waits for the open ones. `port` names the port in logs. With `drain`,

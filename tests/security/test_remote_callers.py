@@ -171,14 +171,20 @@ def local_region():
     return key, shm.create_shared_memory_region("local", key, 64)
 
 
+def register_locally(sidecar, key):
+    """Registers the region as `local` over loopback; the sidecar's local REST address."""
+    local = f"http://127.0.0.1:{sidecar.http}"
+    r = requests.post(f"{local}/v2/systemsharedmemory/region/local/register",
+                      json={"key": key, "offset": 0, "byte_size": 64}, timeout=10)
+    assert r.status_code == 200, r.text
+    return local
+
+
 def test_shared_memory_is_refused_to_a_caller_outside_the_pod(tmp_path, namespace):
     sidecar = Sidecar(tmp_path, [])
     key, handle = local_region()
     try:
-        local = f"http://127.0.0.1:{sidecar.http}"
-        r = requests.post(f"{local}/v2/systemsharedmemory/region/local/register",
-                          json={"key": key, "offset": 0, "byte_size": 64}, timeout=10)
-        assert r.status_code == 200, r.text
+        local = register_locally(sidecar, key)
 
         got = remote_calls(namespace, sidecar)
 
@@ -204,10 +210,7 @@ def test_allow_remote_shm_serves_other_hosts(tmp_path, namespace):
     sidecar = Sidecar(tmp_path, ["--allow-remote-shm"])
     key, handle = local_region()
     try:
-        local = f"http://127.0.0.1:{sidecar.http}"
-        r = requests.post(f"{local}/v2/systemsharedmemory/region/local/register",
-                          json={"key": key, "offset": 0, "byte_size": 64}, timeout=10)
-        assert r.status_code == 200, r.text
+        local = register_locally(sidecar, key)
         got = remote_calls(namespace, sidecar)
         assert got["status"] == [200, None], got["status"]
         assert got["status_one"][0] == 200, got["status_one"]

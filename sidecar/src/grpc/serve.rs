@@ -23,7 +23,7 @@ use tower::util::MapResponseLayer;
 use tower::{Service, ServiceBuilder};
 
 use super::{DeadlineLayer, IgnoreIdleResets, as_resource_exhausted};
-use crate::accept::{Io, PortLimits, PortSetup};
+use crate::accept::{Io, PortSetup};
 use crate::caller::{Caller, WithCaller};
 use crate::inflight::{Budgeted, ByteBudget, Tracked};
 use crate::tls::Tls;
@@ -65,14 +65,7 @@ pub async fn serve<S>(
         .layer(MapResponseLayer::new(as_resource_exhausted))
         .layer(DeadlineLayer)
         .service(services);
-    let setup = PortSetup {
-        limits: PortLimits {
-            max_connections: limits.max_connections as usize,
-            idle: Some(limits.idle_timeout()),
-        },
-        tls,
-        handshake_timeout: limits.http_header_timeout(),
-    };
+    let setup = PortSetup::client(limits, tls);
     let serve = move |io: Io, activity| {
         let caller = io.peer_addr().ok().map(Caller);
         let io = TokioIo::new(IgnoreIdleResets::new(io));

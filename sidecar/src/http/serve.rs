@@ -61,14 +61,7 @@ pub async fn serve(
     let state = app.state();
     let budget = state.request_bytes.clone();
     let app = CloseWhileDraining { state, inner: app };
-    let setup = PortSetup {
-        limits: PortLimits {
-            max_connections: limits.max_connections as usize,
-            idle: Some(limits.idle_timeout()),
-        },
-        tls,
-        handshake_timeout: limits.http_header_timeout(),
-    };
+    let setup = PortSetup::client(limits, tls);
     let serve = move |io: Io, activity| {
         let caller = io.peer_addr().ok().map(Caller);
         let app = CloseWhileDraining {
