@@ -233,8 +233,9 @@ mod tests {
             ))
         );
         // Past its validity.
-        let later =
-            rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(2_111_523_851 + 86_400));
+        let later = rustls::pki_types::UnixTime::since_unix_epoch(Duration::from_secs(
+            2_111_523_851 + 86_400,
+        ));
         assert_eq!(
             verifier.verify_client_cert(&client[0], &[], later).err(),
             Some(rustls::Error::InvalidCertificate(
