@@ -118,7 +118,17 @@ pub fn report(st: &SharedState) -> J {
         "shm": dev_shm(st),
         "gpu": gpu(st.shm.cuda()),
         "sequence_peers": sequence_peers(st),
+        "tls": {"http": tls(st.http_tls.as_deref()), "grpc": tls(st.grpc_tls.as_deref())},
     })
+}
+
+/// A client port's TLS: on or not, mutual or not, and when the certificate it serves expires
+/// (seconds since the epoch), as read from the certificate loaded last.
+fn tls(tls: Option<&crate::tls::Tls>) -> J {
+    match tls {
+        None => json!({"enabled": false}),
+        Some(t) => json!({"enabled": true, "mutual": t.is_mutual(), "not_after": t.not_after()}),
+    }
 }
 
 /// The replicas sequences are routed across, with the state this sidecar last saw each in.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -29,7 +30,7 @@ from tritonclient.utils import InferenceServerException
 
 import certs
 import conftest
-from support import find_perf_analyzer, own_sidecars
+from support import find_perf_analyzer, own_sidecars, raw_request
 
 pytestmark = [
     own_sidecars,
@@ -153,6 +154,16 @@ def test_grpc_over_tls_with_tritonclient(pki, tmp_path):
         # ALPN: h2, as gRPC clients require.
         _, protocol = handshake(port, tls_client(pki, alpn=["h2"]))
         assert protocol == "h2"
+        # The admin status tells the operator what each port serves, and until when.
+        admin = next(
+            conftest.connectable(m.group(1)) for m in
+            (re.search(r'"admin_addr":"([^"]+)"', line) for line in server.log_lines) if m)
+        tls = json.loads(raw_request(admin, "GET", "/status").body)["tls"]
+        expiry = subprocess.run(["openssl", "x509", "-noout", "-enddate", "-in",
+                                 str(pki["server"].cert)], capture_output=True, text=True)
+        not_after = ssl.cert_time_to_seconds(expiry.stdout.strip().split("=", 1)[1])
+        assert tls == {"http": {"enabled": False},
+                       "grpc": {"enabled": True, "mutual": False, "not_after": not_after}}, tls
         # A plaintext client gets nothing.
         plain = grpcclient.InferenceServerClient(f"localhost:{port}")
         with pytest.raises(InferenceServerException):
