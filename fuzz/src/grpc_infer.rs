@@ -21,13 +21,14 @@ pub fn run(data: &[u8]) {
     framed.push(0); // not compressed
     framed.extend_from_slice(&length.to_be_bytes());
     framed.extend_from_slice(data);
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method("POST")
         .uri("/inference.GRPCInferenceService/ModelInfer")
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .body(Full::new(Bytes::from(framed)))
         .unwrap_or_else(|e| panic!("request: {e}"));
+    request.extensions_mut().insert(harness::local_caller());
     let service = infergate_sidecar::grpc::inference_service(harness::sidecar().clone());
     let (status, body) = harness::runtime().block_on(async move {
         let response = service

@@ -7,9 +7,10 @@ use axum::body::{Body, Bytes};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
 use infergate_proto::config::SidecarConfig;
+use infergate_sidecar::caller::Caller;
+use infergate_sidecar::log::LogControl;
 use infergate_sidecar::server;
 use infergate_sidecar::state::SharedState;
-use infergate_sidecar::log::LogControl;
 use tower::ServiceExt;
 
 /// The region every request may name; seeds use it for inputs and outputs in shared memory.
@@ -73,8 +74,14 @@ pub fn post(data: &[u8], uri: impl FnOnce(&str) -> String) -> Option<Request<Bod
     builder.body(Body::from(body)).ok()
 }
 
-/// The real REST router's whole answer to `request`.
-pub fn answer(request: Request<Body>) -> (StatusCode, HeaderMap, Bytes) {
+/// A caller in the pod, as the ports give one to each request: shared memory is served to it.
+pub fn local_caller() -> Caller {
+    Caller(std::net::SocketAddr::from(([127, 0, 0, 1], 40000)))
+}
+
+/// The real REST router's whole answer to `request`, from a caller in the pod.
+pub fn answer(mut request: Request<Body>) -> (StatusCode, HeaderMap, Bytes) {
+    request.extensions_mut().insert(local_caller());
     let router = infergate_sidecar::http::router(sidecar().clone());
     runtime().block_on(async move {
         let response = match router.oneshot(request).await {
