@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use axum::body::{Body, Bytes};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
-use infergate_proto::config::SidecarConfig;
+use infergate_config::SidecarConfig;
 use infergate_sidecar::caller::Caller;
 use infergate_sidecar::log::LogControl;
 use infergate_sidecar::server;

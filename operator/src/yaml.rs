@@ -1,5 +1,5 @@
 //! The only place the operator reads or writes YAML, so the YAML library can be swapped in one
-//! module. (The sidecar's configuration goes through `infergate_proto::config::yaml`.)
+//! module. (The sidecar's configuration goes through `infergate_config::yaml`.)
 
 use serde::{Deserialize, Serialize};
 

@@ -39,9 +39,9 @@ fn http_path(probe: &Option<Probe>) -> (&str, &IntOrString) {
     (get.path.as_deref().unwrap(), &get.port)
 }
 
-fn sidecar_config(children: &Children) -> infergate_proto::config::SidecarConfig {
+fn sidecar_config(children: &Children) -> infergate_config::SidecarConfig {
     let text = &children.config_map.data.as_ref().unwrap()["config.yaml"];
-    let config = infergate_proto::config::yaml::from_str(text).unwrap();
+    let config = infergate_config::yaml::from_str(text).unwrap();
     config.validate(&[]).unwrap();
     config
 }
@@ -194,7 +194,7 @@ fn cpu_defaults() {
     // No workerThreads: the sidecar's own default.
     assert_eq!(config.server.worker_threads, 1);
     match &config.backend {
-        infergate_proto::config::BackendConfig::Upstream(up) => {
+        infergate_config::BackendConfig::Upstream(up) => {
             assert_eq!(up.url, "grpc://127.0.0.1:9001");
             // No REST port named: every call over gRPC.
             assert_eq!(up.rest_url, None);
@@ -346,7 +346,7 @@ fn system_shared_memory() {
     assert!(config.server.allow_client_shm);
     // A quarter of the shared /dev/shm (2Gi), capped at 256 MiB, for the staging pool.
     match &config.backend {
-        infergate_proto::config::BackendConfig::Upstream(up) => {
+        infergate_config::BackendConfig::Upstream(up) => {
             assert_eq!(up.staging_shm_bytes, 256 << 20)
         }
         other => panic!("not an upstream backend: {other:?}"),
@@ -413,7 +413,7 @@ fn sequences_with_client_ip_routing() {
     );
     assert!(children.pdb.is_some());
     match sidecar_config(&children).backend {
-        infergate_proto::config::BackendConfig::Upstream(up) => {
+        infergate_config::BackendConfig::Upstream(up) => {
             assert_eq!(up.models.len(), 1);
             assert_eq!(up.models[0].name, "simple_sequence");
             assert_eq!(up.models[0].max_batch_size, Some(8));
@@ -463,7 +463,7 @@ fn classification_labels_from_a_config_map() {
     // Only the sidecar needs the labels.
     assert!(mounts(container(pod, "model")).is_empty());
     match sidecar_config(&children).backend {
-        infergate_proto::config::BackendConfig::Upstream(up) => {
+        infergate_config::BackendConfig::Upstream(up) => {
             assert_eq!(
                 up.models[0].labels["fc6_1"],
                 "/etc/infergate/labels/densenet_onnx/densenet_labels.txt"
@@ -603,7 +603,7 @@ fn a_rest_port_sends_small_calls_over_rest() {
     );
     let children = build(&isvc);
     match &sidecar_config(&children).backend {
-        infergate_proto::config::BackendConfig::Upstream(up) => {
+        infergate_config::BackendConfig::Upstream(up) => {
             assert_eq!(up.url, "grpc://127.0.0.1:9001");
             assert_eq!(up.rest_url.as_deref(), Some("http://127.0.0.1:9000"));
         }
@@ -797,7 +797,7 @@ fn a_rest_only_upstream_is_reached_and_probed_over_rest() {
     let children = build(&isvc);
     let config = sidecar_config(&children);
     match &config.backend {
-        infergate_proto::config::BackendConfig::Upstream(u) => {
+        infergate_config::BackendConfig::Upstream(u) => {
             assert_eq!(u.url, "http://127.0.0.1:8080");
             assert_eq!(u.rest_url, None);
         }
@@ -826,7 +826,7 @@ fn a_rest_only_upstream_is_reached_and_probed_over_rest() {
         &format!("{MINIMAL}  upstream:\n    restPort: 9000\n"),
     );
     match &sidecar_config(&build(&both)).backend {
-        infergate_proto::config::BackendConfig::Upstream(u) => {
+        infergate_config::BackendConfig::Upstream(u) => {
             assert_eq!(u.url, "grpc://127.0.0.1:9001");
             assert_eq!(u.rest_url.as_deref(), Some("http://127.0.0.1:9000"));
         }

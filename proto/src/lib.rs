@@ -2,7 +2,6 @@
 //! (field numbers identical to Triton's), tensor datatypes, the model-configuration JSON form, and
 //! the sidecar configuration schema. No I/O lives here.
 
-pub mod config;
 pub mod datatype;
 pub mod model_config;
 pub mod wire;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::Instant;
 
-use infergate_proto::config::TraceConfig;
+use infergate_config::TraceConfig;
 use infergate_sidecar::protocol::Protocol;
 use infergate_sidecar::trace::{Kind, Tracing};
 

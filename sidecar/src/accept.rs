@@ -61,7 +61,7 @@ pub struct PortSetup {
 impl PortSetup {
     /// A client port's (HTTP, gRPC): `limits.max_connections`, `limits.idle_timeout_seconds`,
     /// and the header deadline for the handshake.
-    pub fn client(limits: &infergate_proto::config::Limits, tls: Option<Arc<Tls>>) -> Self {
+    pub fn client(limits: &infergate_config::Limits, tls: Option<Arc<Tls>>) -> Self {
         PortSetup {
             limits: PortLimits {
                 max_connections: limits.max_connections as usize,

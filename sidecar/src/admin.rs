@@ -17,7 +17,7 @@ use crate::backend::upstream::UpstreamInfo;
 use crate::http::answer::json_ok;
 use crate::shm::cuda::Cuda;
 use crate::state::SharedState;
-use infergate_proto::config::SequenceMode;
+use infergate_config::SequenceMode;
 
 pub fn router(state: SharedState) -> Router {
     Router::new()

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use infergate_proto::config::{BackendConfig, ModelControlMode, SidecarConfig, UpstreamConfig};
+use infergate_config::{BackendConfig, ModelControlMode, SidecarConfig, UpstreamConfig};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -338,7 +338,7 @@ impl Args {
 /// A port's TLS flags over its configuration: `[use_ssl, use_ssl_mutual]`, then the files
 /// `[cert, key, root]`. As Triton's parser does, the mutual flag turns TLS on whatever its value.
 fn apply_tls(
-    tls: &mut infergate_proto::config::TlsSettings,
+    tls: &mut infergate_config::TlsSettings,
     [use_ssl, mutual]: [Option<bool>; 2],
     [cert, key, root]: [&Option<String>; 3],
 ) {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use infergate_proto::config::{SidecarConfig, yaml};
+use infergate_config::{SidecarConfig, yaml};
 use infergate_sidecar::backend::builtin::Catalog;
 use infergate_sidecar::cli::Args;
 use infergate_sidecar::{allocator, log, open_files, server};

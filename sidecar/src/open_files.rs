@@ -24,7 +24,7 @@ pub fn raise() -> nix::Result<Raised> {
 }
 
 /// Descriptors the ports may hold at once with their caps: two client ports, two small ones.
-pub fn needed_by_ports(limits: &infergate_proto::config::Limits) -> u64 {
+pub fn needed_by_ports(limits: &infergate_config::Limits) -> u64 {
     2 * u64::from(limits.max_connections) + 2 * u64::from(limits.max_admin_connections)
 }
 

@@ -4,7 +4,7 @@
 //! a request belongs to is the port's business (`http/restricted.rs`, `grpc/restricted.rs`).
 
 use http::{HeaderMap, HeaderName};
-use infergate_proto::config::{RestrictedCategory, Restrictions};
+use infergate_config::{RestrictedCategory, Restrictions};
 
 /// The restrictions of a port, with the refusal each one answers.
 #[derive(Debug, Default)]
@@ -84,7 +84,7 @@ pub fn same_secret(given: &[u8], expected: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use infergate_proto::config::RestrictedOption;
+    use infergate_config::RestrictedOption;
 
     fn guard(settings: &[&str], option: RestrictedOption) -> Guard {
         let settings: Vec<String> = settings.iter().map(|s| s.to_string()).collect();

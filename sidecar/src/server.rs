@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use infergate_proto::config::{
-    BackendConfig, Limits, ModelControlMode, ServerSettings, SidecarConfig,
-};
+use infergate_config::{BackendConfig, Limits, ModelControlMode, ServerSettings, SidecarConfig};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
@@ -142,7 +140,7 @@ fn ipv6_unavailable(e: &std::io::Error) -> bool {
 
 /// A port's TLS, loaded, where its settings turn it on.
 fn port_tls(
-    settings: &infergate_proto::config::TlsSettings,
+    settings: &infergate_config::TlsSettings,
     alpn: &[&str],
 ) -> Result<Option<Arc<Tls>>, String> {
     if !settings.enabled() {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use infergate_proto::config::{Limits, ModelControlMode};
+use infergate_config::{Limits, ModelControlMode};
 
 use crate::backend::upstream::UpstreamInfo;
 use crate::caller::Caller;
@@ -98,7 +98,7 @@ impl AppState {
 pub struct UpstreamHandle {
     pub upstream: Arc<crate::backend::upstream::Upstream>,
     pub loader: Arc<crate::backend::upstream::UpstreamLoader>,
-    pub config: infergate_proto::config::UpstreamConfig,
+    pub config: infergate_config::UpstreamConfig,
     /// What discovery and probing learned, for the admin status.
     pub info: Arc<parking_lot::RwLock<UpstreamInfo>>,
 }

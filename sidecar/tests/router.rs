@@ -5,7 +5,7 @@
 use axum::body::Body;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use infergate_proto::config::SidecarConfig;
+use infergate_config::SidecarConfig;
 use infergate_sidecar::log::LogControl;
 use infergate_sidecar::{http as rest, server};
 use tower::ServiceExt;

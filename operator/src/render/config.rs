@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use infergate_proto::config::{BackendConfig, SidecarConfig, UpstreamConfig, UpstreamModel};
+use infergate_config::{BackendConfig, SidecarConfig, UpstreamConfig, UpstreamModel};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;

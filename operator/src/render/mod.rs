@@ -289,12 +289,11 @@ pub fn build_children(
             .collect::<Vec<_>>()
             .join("; "),
     })?;
-    let config_text = infergate_proto::config::yaml::to_string(&config).map_err(|message| {
-        RenderError::Config {
+    let config_text =
+        infergate_config::yaml::to_string(&config).map_err(|message| RenderError::Config {
             name: name.clone(),
             message,
-        }
-    })?;
+        })?;
     let config_map = config::config_map(isvc, &owner, &config_text);
     let deployment =
         deployment::deployment(isvc, settings, &owner, &config_hash(config_text.as_bytes()));

@@ -57,7 +57,7 @@ fn tritons_deprecated_trace_flags_stand_for_trace_config_settings() {
             "rate=9",
         ]
     );
-    let trace = infergate_proto::config::TraceConfig::parse(&config.server.trace_config).unwrap();
+    let trace = infergate_config::TraceConfig::parse(&config.server.trace_config).unwrap();
     assert_eq!((trace.rate, trace.count, trace.log_frequency), (9, 7, 3));
     assert_eq!(trace.file.as_deref(), Some("/tmp/old.json"));
     assert_eq!(trace.levels.len(), 2);

@@ -9,7 +9,7 @@ use std::task::{Context, Poll};
 
 use futures::future::{Either, Ready, ready};
 use http::{Request, Response};
-use infergate_proto::config::RestrictedCategory;
+use infergate_config::RestrictedCategory;
 use tonic::body::Body;
 use tower::Service;
 

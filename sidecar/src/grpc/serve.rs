@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use infergate_proto::config::Limits;
+use infergate_config::Limits;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::body::Body;

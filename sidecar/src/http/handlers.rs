@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{StatusCode, header};
 
-use infergate_proto::config::Limits;
+use infergate_config::Limits;
 
 use super::request_body::read_body;
 use crate::error::{Error, Result};

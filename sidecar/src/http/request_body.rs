@@ -6,7 +6,7 @@ use axum::body::Body;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 
-use infergate_proto::config::Limits;
+use infergate_config::Limits;
 
 use crate::error::{Error, Result};
 use crate::json::JsonError;

@@ -6,7 +6,7 @@
 
 use axum::response::Response;
 use http::{HeaderMap, StatusCode};
-use infergate_proto::config::RestrictedCategory;
+use infergate_config::RestrictedCategory;
 
 use super::answer::json_error;
 use crate::restricted::Guard;

@@ -20,7 +20,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
-use infergate_proto::config::Limits;
+use infergate_config::Limits;
 use tokio::net::TcpListener;
 use tower::Service;
 

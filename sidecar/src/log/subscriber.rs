@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::SystemTime;
 
-use infergate_proto::config::ServerSettings;
+use infergate_config::ServerSettings;
 use parking_lot::Mutex;
 use tracing::subscriber::Interest;
 use tracing::{Event, Level, Metadata, Subscriber};

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use infergate_proto::config::TraceConfig;
+use infergate_config::TraceConfig;
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};

@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
+use infergate_config::{TraceConfig, TraceLevel, TraceMode};
 use parking_lot::Mutex;
 
 pub use export::DEFAULT_SERVICE_NAME;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Instant;
 
-use infergate_proto::config::TraceLevel;
+use infergate_config::TraceLevel;
 use parking_lot::Mutex;
 
 use super::file::Collector;

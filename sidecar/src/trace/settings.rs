@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use infergate_proto::config::{TraceConfig, TraceLevel, TraceMode};
+use infergate_config::{TraceConfig, TraceLevel, TraceMode};
 
 use super::file::{Collector, TraceFile};
 

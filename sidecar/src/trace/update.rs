@@ -3,7 +3,7 @@
 //! to the server's setting (or the start's); all or nothing. A change starts a new generation of
 //! the settings it touches (see `settings`).
 
-use infergate_proto::config::{TraceLevel, TraceMode};
+use infergate_config::{TraceLevel, TraceMode};
 
 use super::settings::{Overrides, Resolved, Retired, Settings};
 use crate::cxx_number::{self, CxxParseError};

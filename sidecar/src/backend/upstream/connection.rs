@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use infergate_proto::config::UpstreamConfig;
+use infergate_config::UpstreamConfig;
 use infergate_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use infergate_proto::inference::{ModelInferRequest, ModelInferResponse};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use infergate_config::{SequenceMode, UpstreamConfig, UpstreamModel as ModelSettings};
 use infergate_proto::DataType;
-use infergate_proto::config::{SequenceMode, UpstreamConfig, UpstreamModel as ModelSettings};
 use infergate_proto::inference::model_config::SchedulingChoice;
 use infergate_proto::inference::{
     ModelConfig, ModelConfigRequest, ModelInput, ModelMetadataRequest, ModelOutput,
@@ -63,7 +63,7 @@ pub struct UpstreamInfo {
     pub extensions: Vec<String>,
     pub models: Vec<String>,
     /// Sequence models and who runs their sequences.
-    pub sequences: Vec<(String, infergate_proto::config::SequenceMode)>,
+    pub sequences: Vec<(String, infergate_config::SequenceMode)>,
 }
 
 /// Discovers the upstream's models (retrying until it answers), installs them, then keeps the

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use infergate_proto::config::UpstreamConfig;
+use infergate_config::UpstreamConfig;
 use infergate_proto::inference::{
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
     SystemSharedMemoryUnregisterRequest,

@@ -21,7 +21,7 @@ fn every_rpc_has_triton_s_protocol() {
 async fn refused_calls_never_reach_the_service() {
     use tower::ServiceExt;
 
-    let mut config = infergate_proto::config::SidecarConfig::default();
+    let mut config = infergate_config::SidecarConfig::default();
     config.server.grpc_restricted_protocol = vec!["inference,health:key=value".into()];
     let state =
         crate::server::build_state(&config, crate::log::LogControl::detached("info")).unwrap();

@@ -1,7 +1,7 @@
 //! Tests of the trace settings: what they answer, and which requests they sample. The helpers
 //! serve `update`'s tests too.
 
-use infergate_proto::config::{TraceConfig, TraceLevel};
+use infergate_config::{TraceConfig, TraceLevel};
 
 use super::{Settings, View};
 use crate::protocol::Protocol;

@@ -1,6 +1,6 @@
 //! Tests of a change to the trace settings: what it changes, and Triton's refusals.
 
-use infergate_proto::config::TraceConfig;
+use infergate_config::TraceConfig;
 
 use crate::protocol::Protocol;
 use crate::trace::settings::Settings;

@@ -58,7 +58,7 @@ fn hosts_are_ip_addresses_of_either_family_bracketed_or_not() {
 }
 
 /// The paths of the errors in a configuration with this upstream, `None` when it is valid.
-fn upstream_errors(up: crate::config::UpstreamConfig) -> Option<Vec<String>> {
+fn upstream_errors(up: crate::UpstreamConfig) -> Option<Vec<String>> {
     let cfg = SidecarConfig {
         backend: BackendConfig::Upstream(up),
         ..Default::default()
@@ -71,7 +71,7 @@ fn upstream_errors(up: crate::config::UpstreamConfig) -> Option<Vec<String>> {
 #[test]
 fn a_rest_address_goes_beside_a_grpc_upstream_only() {
     let with = |url: &str, rest_url: &str| {
-        let mut up = crate::config::UpstreamConfig::new(url);
+        let mut up = crate::UpstreamConfig::new(url);
         up.rest_url = Some(rest_url.into());
         upstream_errors(up)
     };
@@ -89,7 +89,7 @@ fn a_rest_address_goes_beside_a_grpc_upstream_only() {
 #[test]
 fn an_idle_limit_for_rest_connections_is_at_most_an_hour() {
     let with = |ms: u64| {
-        let mut up = crate::config::UpstreamConfig::new("http://127.0.0.1:8000");
+        let mut up = crate::UpstreamConfig::new("http://127.0.0.1:8000");
         up.rest_idle_ms = ms;
         upstream_errors(up)
     };

@@ -18,7 +18,7 @@ pub fn to_string(config: &SidecarConfig) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::BackendConfig;
+    use crate::BackendConfig;
 
     #[test]
     fn empty_document_is_default() {
@@ -44,7 +44,7 @@ mod tests {
             panic!("not an upstream backend");
         };
         let model = &up.models[0];
-        assert_eq!(model.sequence, Some(crate::config::SequenceMode::Sidecar));
+        assert_eq!(model.sequence, Some(crate::SequenceMode::Sidecar));
         let overlay = model.config.as_ref().unwrap();
         assert_eq!(overlay["max_batch_size"], 8);
         assert_eq!(
