@@ -75,8 +75,19 @@ pub async fn read_body(
     let mut frames: Vec<Bytes> = Vec::new();
     let mut len = 0u64;
     loop {
-        let next = tokio::time::timeout_at(give_up_at, tokio::time::timeout(stall, body.frame()));
-        let Some(frame) = next.await.map_err(|_| late())?.map_err(|_| stalled())? else {
+        // One timer a frame: the nearer of the stall's end and the whole body's deadline.
+        let stall_ends = tokio::time::Instant::now() + stall;
+        let until = stall_ends.min(give_up_at);
+        let Some(frame) = tokio::time::timeout_at(until, body.frame())
+            .await
+            .map_err(|_| {
+                if until == give_up_at {
+                    late()
+                } else {
+                    stalled()
+                }
+            })?
+        else {
             break;
         };
         let frame = frame.map_err(|e| {

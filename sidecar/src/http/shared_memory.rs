@@ -135,9 +135,7 @@ pub(super) async fn cuda_shm_register(
 ) -> Result<Response> {
     let caller = caller.map(|Extension(c)| c);
     // Who the caller is comes first, as Triton's restricted APIs look at that first.
-    if !st.allow_remote_shm && !crate::caller::is_local(caller) {
-        return Err(Error::restricted(crate::state::REMOTE_SHM));
-    }
+    st.shm_for(caller).check_caller()?;
     if !st.serves_cuda() {
         return Err(crate::shm::registry::gpus_not_supported(&name));
     }

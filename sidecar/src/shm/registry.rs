@@ -243,7 +243,8 @@ impl Registry {
         }
     }
 
-    fn gate(&self) -> Result<()> {
+    /// The refusal of a caller shared memory is not served to, if this registry is its.
+    pub fn check_caller(&self) -> Result<()> {
         match self.refusal {
             Some(refusal) => Err(Error::restricted(refusal)),
             None => Ok(()),
@@ -253,7 +254,7 @@ impl Registry {
     /// Whether a registration may go on: the caller's refusal, then Triton's answer when client
     /// shared memory is off.
     pub fn check_open(&self) -> Result<()> {
-        self.gate()?;
+        self.check_caller()?;
         if !self.allowed {
             return Err(Error::unsupported(DISABLED));
         }
@@ -385,7 +386,7 @@ impl Registry {
         byte_size: u64,
         forward: bool,
     ) -> Result<Arc<Region>> {
-        self.gate()?;
+        self.check_caller()?;
         let driver = match &self.cuda {
             Cuda::Usable(driver) => Some(driver),
             Cuda::Unavailable(_) if forward => None,
@@ -490,7 +491,7 @@ impl Registry {
         missing: impl Fn(&str) -> String,
         other_kind: impl Fn(&str) -> String,
     ) -> Result<Vec<S>> {
-        self.gate()?;
+        self.check_caller()?;
         let regions = self.table.lock();
         match name {
             None => Ok(regions
@@ -510,7 +511,7 @@ impl Registry {
     /// it through [`Registry::target`]; a bare hold ending after the region was unregistered
     /// lets it go only at the next look at the table.
     pub fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<Arc<Region>> {
-        self.gate()?;
+        self.check_caller()?;
         let region = self.table.lock().get(name).map(|r| r.region.clone());
         let region = region.ok_or_else(|| {
             Error::not_found(format!("Unable to find shared memory region: '{name}'"))

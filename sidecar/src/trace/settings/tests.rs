@@ -13,6 +13,21 @@ pub(in crate::trace) fn otel() -> Settings {
     Settings::new(config)
 }
 
+/// Settings that trace every request of every model (level TIMESTAMPS, rate 1).
+pub(in crate::trace) fn tracing_every_request() -> Settings {
+    let mut s = otel();
+    s.update(
+        None,
+        &set(&[
+            ("trace_level", Some(&["TIMESTAMPS"])),
+            ("trace_rate", Some(&["1"])),
+        ]),
+        Protocol::Http,
+    )
+    .unwrap();
+    s
+}
+
 pub(in crate::trace) fn set(pairs: &[(&str, Option<&[&str]>)]) -> Update {
     pairs
         .iter()
@@ -98,16 +113,7 @@ fn samples_one_in_rate_while_the_count_lasts() {
 
 #[test]
 fn level_off_for_one_model_only() {
-    let mut s = otel();
-    s.update(
-        None,
-        &set(&[
-            ("trace_level", Some(&["TIMESTAMPS"])),
-            ("trace_rate", Some(&["1"])),
-        ]),
-        Protocol::Http,
-    )
-    .unwrap();
+    let mut s = tracing_every_request();
     s.update(
         Some("quiet"),
         &set(&[("trace_level", Some(&["OFF"]))]),

@@ -4,7 +4,7 @@ use infergate_config::TraceConfig;
 
 use crate::protocol::Protocol;
 use crate::trace::settings::Settings;
-use crate::trace::settings::tests::{otel, set, value};
+use crate::trace::settings::tests::{otel, set, tracing_every_request, value};
 
 #[test]
 fn tritons_default_view_and_its_refusal_to_trace_without_a_file() {
@@ -44,16 +44,7 @@ fn tritons_default_view_and_its_refusal_to_trace_without_a_file() {
 
 #[test]
 fn a_models_settings_override_the_servers_until_cleared() {
-    let mut s = otel();
-    s.update(
-        None,
-        &set(&[
-            ("trace_level", Some(&["TIMESTAMPS"])),
-            ("trace_rate", Some(&["1"])),
-        ]),
-        Protocol::Http,
-    )
-    .unwrap();
+    let mut s = tracing_every_request();
     s.update(
         Some("simple"),
         &set(&[("trace_rate", Some(&["3"]))]),
