@@ -37,16 +37,9 @@ fail() { # message [log file to show]: exit status 4
   exit
 }
 
-free_ports() { # count: that many free loopback ports, chosen by the kernel (bound together so they differ)
-  "$LIB_PY" - "$1" <<'PY'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(*(s.getsockname()[1] for s in socks))
-for s in socks:
-    s.close()
-PY
+free_ports() { # count: that many free ports, from below the kernel's ephemeral range (tests/tools/ports.py says why)
+  PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/../tools" && pwd)" "$LIB_PY" -c \
+    'import sys; from ports import free_ports; print(*free_ports(int(sys.argv[1])))' "$1"
 }
 
 # wait_ready URL PID SECONDS: 0 when URL answers 200, 2 when PID exited, 1 on timeout.
