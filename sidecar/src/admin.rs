@@ -112,6 +112,10 @@ pub fn report(st: &SharedState) -> J {
                 "server": {"name": u.name, "version": u.version},
                 "extensions": u.extensions,
                 "models": u.models,
+                // Who forms each model's dynamic batches: its server, the sidecar, or nobody.
+                "batching": u.batching.iter().map(|(model, by)| {
+                    json!({"model": model, "by": by.as_str()})
+                }).collect::<Vec<_>>(),
             }),
         },
         "extensions": extensions,

@@ -2,6 +2,8 @@
 //! and responses, validation against the model configuration, statistics, and the pipeline that
 //! ties them together. The HTTP and gRPC front ends translate their wire forms into these types.
 
+pub mod batch;
+pub mod batcher;
 pub mod classify;
 pub mod cxx_sort;
 pub mod input_order;

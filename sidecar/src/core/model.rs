@@ -105,7 +105,11 @@ pub struct Model {
     pub platform: String,
     /// The sequence scheduler of a model whose config declares `sequence_batching`.
     pub sequencer: Option<Arc<super::sequence::Scheduler>>,
-    /// The queue of a model whose config declares `dynamic_batching` (the schedule policy).
+    /// The dynamic batcher of a model whose config declares `dynamic_batching`, unless it is
+    /// decoupled.
+    pub batcher: Option<Arc<super::batcher::Batcher>>,
+    /// The queue of a decoupled model whose config declares `dynamic_batching` (the schedule
+    /// policy, without batching).
     pub queue: Option<Arc<super::schedule::Queue>>,
     /// Set when the repository lets this load go (unloaded, or replaced by another load): a
     /// request holding it, whose model has not been asked for yet, looks its model up again
@@ -156,8 +160,19 @@ impl Model {
             .map(|o| spec(&o.name, o.data_type, &o.dims, false))
             .collect::<Result<Vec<_>>>()?;
         let sequencer = super::sequence::Scheduler::for_model(&config)?;
-        let queue =
-            super::schedule::Queue::for_model(&config, super::schedule::instance_count(&config))?;
+        let instances = super::schedule::instance_count(&config);
+        let decoupled = config
+            .model_transaction_policy
+            .as_ref()
+            .is_some_and(|p| p.decoupled);
+        let (batcher, queue) = if decoupled {
+            (None, super::schedule::Queue::for_model(&config, instances)?)
+        } else {
+            (
+                super::batcher::Batcher::for_model(&config, instances)?,
+                None,
+            )
+        };
         let platform = if config.platform.is_empty() {
             config.backend.clone()
         } else {
@@ -175,6 +190,7 @@ impl Model {
             earlier: EarlierLoads::default(),
             platform,
             sequencer,
+            batcher,
             queue,
             config,
             retired: std::sync::atomic::AtomicBool::new(false),

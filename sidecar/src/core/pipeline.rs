@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 use infergate_proto::DataType;
 use tokio::sync::mpsc;
 
+use super::batcher::{Batcher, Failed, Job, Traced};
 use super::classify::classify;
 use super::model::{Execution, Model};
 use super::params::Parameters;
 use super::request::{InferRequest, InferResponse, RequestedOutput};
-use super::schedule::{Permit, Refused};
+use super::schedule::{Permit, Place, Refused};
 use super::sequence::{Admission, SequenceParams};
 use super::stats::Timings;
 use super::traced::{self, ModelSpans};
@@ -34,6 +35,9 @@ struct Prepared {
     _admission: Option<Admission>,
     /// One of the model's instances, for a model with a queue.
     _instance: Option<Permit>,
+    /// Where the request waits in its model's batcher, and the parameters its batch sends the
+    /// model (the scheduling controls taken out), for a model with a batcher.
+    batching: Option<(Place, Parameters)>,
     /// The clients' regions the inputs were read from: in use until the request ends, as in
     /// Triton (unregistering one meanwhile waits for it).
     _input_regions_read: Vec<ShmTarget>,
@@ -106,19 +110,26 @@ impl Prepared {
     }
 
     /// Counts the request a success: `compute_start` when the model started, `infer_end` when
-    /// it had produced everything, now when the answer was ready.
-    fn succeed(&self, compute_start: Instant, infer_end: Instant) {
+    /// it had produced everything, now when the answer was ready; and, when it ran alone
+    /// (`own_execution`), the model's execution too.
+    fn succeed(&self, compute_start: Instant, infer_end: Instant, own_execution: bool) {
         let done = Instant::now();
-        self.model.stats.record_success(
-            self.validated.batch_size,
-            Timings {
-                total: done - self.received,
-                queue: self.queued - self.received + self.waited,
-                compute_input: (compute_start - self.queued).saturating_sub(self.waited),
-                compute_infer: infer_end - compute_start,
-                compute_output: done - infer_end,
-            },
-        );
+        let timings = Timings {
+            total: done - self.received,
+            queue: self.queued - self.received + self.waited,
+            compute_input: (compute_start - self.queued).saturating_sub(self.waited),
+            compute_infer: infer_end - compute_start,
+            compute_output: done - infer_end,
+        };
+        if own_execution {
+            self.model
+                .stats
+                .record_success(self.validated.batch_size, timings);
+        } else {
+            self.model
+                .stats
+                .record_request(self.validated.batch_size, timings);
+        }
     }
 
     fn fail(&self, rejected: bool) {
@@ -136,6 +147,9 @@ pub async fn infer(model: Arc<Model>, request: InferRequest) -> Result<InferResp
     }
     let _pending = model.stats.enter();
     let prepared = prepare(model.clone(), request, received).await?;
+    if let Some(batcher) = model.batcher.clone() {
+        return infer_batched(model.clone(), &batcher, prepared).await;
+    }
     let compute_start = Instant::now();
     let spans = prepared.spans(compute_start);
     let execution = prepared.execution(spans.as_ref().map(ModelSpans::compute));
@@ -150,7 +164,97 @@ pub async fn infer(model: Arc<Model>, request: InferRequest) -> Result<InferResp
         }
     };
     let infer_end = Instant::now();
-    let outputs = match select_outputs(&model, &prepared.validated.outputs, produced, Missing::Fail)
+    answer(
+        &model,
+        prepared,
+        produced,
+        compute_start,
+        infer_end,
+        spans,
+        true,
+    )
+}
+
+/// A request to a model with a dynamic batcher: it waits in the batcher's queue, runs in a batch
+/// (alone or joined with others), and is answered from its share of the batch's outputs.
+async fn infer_batched(
+    model: Arc<Model>,
+    batcher: &Arc<Batcher>,
+    mut prepared: Prepared,
+) -> Result<InferResponse> {
+    let Some((place, parameters)) = prepared.batching.take() else {
+        return Err(Error::internal(
+            "a request to a batching model was not placed",
+        ));
+    };
+    let traced = prepared.trace.clone().map(|scope| Traced {
+        scope,
+        id: prepared.id.clone(),
+        received: prepared.received,
+        queued: prepared.queued,
+    });
+    let job = Job {
+        inputs: prepared.validated.inputs.clone(),
+        input_regions: prepared.validated.input_regions.clone(),
+        outputs: prepared.output_names.clone(),
+        output_shm: prepared.output_shm.clone(),
+        classification: prepared.output_classification.clone(),
+        batch_size: prepared.validated.batch_size,
+        parameters,
+        traced,
+    };
+    let submitted = Instant::now();
+    let answer_rx = batcher
+        .submit(&model, place, job, &request_prefix(&prepared.id))
+        // Refused before it was queued: Triton counts it nowhere.
+        .map_err(Error::from)?;
+    let ran = match answer_rx.await {
+        Ok(Ok(ran)) => ran,
+        Ok(Err(Failed::Refused(refused))) => {
+            prepared.fail(true);
+            return Err(refused.into());
+        }
+        Ok(Err(Failed::Model {
+            error,
+            infer_end,
+            spans,
+        })) => {
+            prepared.fail(false);
+            if let Some(spans) = spans {
+                spans.finish(infer_end, &[], Some(&error));
+            }
+            return Err(error.from_model());
+        }
+        Err(_) => {
+            prepared.fail(false);
+            return Err(Refused::Lost.into());
+        }
+    };
+    prepared.waited = ran.compute_start.saturating_duration_since(submitted);
+    answer(
+        &model,
+        prepared,
+        ran.outputs,
+        ran.compute_start,
+        ran.infer_end,
+        ran.spans,
+        false,
+    )
+}
+
+/// The answer of a request whose model produced `produced`: the requested outputs selected,
+/// classified and written where asked, the request counted (with its execution, when it ran
+/// alone, `own_execution`: a batcher counts its executions itself) and its spans ended.
+fn answer(
+    model: &Model,
+    prepared: Prepared,
+    produced: Vec<Tensor>,
+    compute_start: Instant,
+    infer_end: Instant,
+    spans: Option<ModelSpans>,
+    own_execution: bool,
+) -> Result<InferResponse> {
+    let outputs = match select_outputs(model, &prepared.validated.outputs, produced, Missing::Fail)
     {
         Ok(outputs) => outputs,
         Err((e, rejected)) => {
@@ -161,7 +265,7 @@ pub async fn infer(model: Arc<Model>, request: InferRequest) -> Result<InferResp
             return Err(e.from_model());
         }
     };
-    prepared.succeed(compute_start, infer_end);
+    prepared.succeed(compute_start, infer_end, own_execution);
     if let Some(spans) = spans {
         spans.finish(Some(infer_end), &outputs, None);
     }
@@ -246,7 +350,7 @@ pub async fn infer_decoupled(
                 let _ = sender.send(Err(e.from_model())).await;
             }
             (Ok(()), None) => {
-                prepared.succeed(compute_start, infer_end);
+                prepared.succeed(compute_start, infer_end, true);
                 if let Some(spans) = spans {
                     spans.finish(Some(infer_end), &[], None);
                 }
@@ -255,6 +359,9 @@ pub async fn infer_decoupled(
     });
     Ok(receiver)
 }
+
+/// The parameters that are scheduling controls (the schedule policy's `priority` and `timeout`).
+const SCHEDULING_CONTROLS: [&str; 2] = ["priority", "timeout"];
 
 /// Responses of one decoupled request buffered between the model and the client's stream.
 const DECOUPLED_BUFFER: usize = 16;
@@ -270,6 +377,17 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
         .queue
         .as_ref()
         .map(|queue| (queue.clone(), queue.place(request.schedule_parameters())));
+    let batching = model.batcher.as_ref().map(|batcher| {
+        let place = batcher.place(request.schedule_parameters());
+        // The batcher applies the scheduling controls; requests that differ only in them may
+        // share a batch, which sends the model one set of parameters.
+        let mut sent = request.parameters.clone();
+        if request.schedule_parameters().is_some() {
+            sent.0
+                .retain(|(key, _)| !SCHEDULING_CONTROLS.contains(&key.as_str()));
+        }
+        (place, sent)
+    });
     let rejected = |e: Error| {
         model.stats.record_failure(received.elapsed(), true);
         e
@@ -287,7 +405,8 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
         .iter()
         .filter_map(|i| i.shm.clone())
         .collect();
-    if !model.backend.takes_client_regions() {
+    // A batch joins its requests' bytes, so a batching model's inputs are read here too.
+    if !model.backend.takes_client_regions() || model.batcher.is_some() {
         for input in &mut request.inputs {
             input.read_region().map_err(rejected)?;
         }
@@ -337,6 +456,7 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
         output_classification,
         _admission: admission,
         _instance: instance,
+        batching,
         _input_regions_read: input_regions_read,
         received,
         queued,

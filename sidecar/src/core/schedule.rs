@@ -1,7 +1,8 @@
-//! The schedule_policy extension for models the sidecar runs itself: a model whose configuration
-//! declares `dynamic_batching` runs at most as many requests at once as it has instances; the
-//! others wait in priority queues under Triton's queue policies (its `PriorityQueue` in
-//! `scheduler_utils.cc`):
+//! The schedule_policy extension: a dynamic batcher's priority levels and queue policies
+//! ([`Policies`], which the batcher of `core/batcher.rs` applies), and the queue of a decoupled
+//! model whose configuration declares `dynamic_batching` ([`Queue`]): it runs at most as many
+//! requests at once as it has instances, one by one; the others wait. The rules are Triton's
+//! (its `PriorityQueue` in `scheduler_utils.cc`):
 //!
 //! - a request's `priority` parameter picks its level: 1 is the highest; 0, none, or a level past
 //!   `priority_levels` means `default_priority_level`;
@@ -13,9 +14,6 @@
 //!   a request's `timeout` parameter replaces it only when shorter (Triton's rule, so a policy
 //!   without a default timeout ignores the parameter);
 //! - a freed instance takes the oldest request of the highest level that has one.
-//!
-//! Requests are run one by one: they are not merged into batches, so `preferred_batch_size` and
-//! `max_queue_delay_microseconds` have no effect here.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -63,12 +61,12 @@ impl From<Refused> for Error {
 type Admitted = std::result::Result<Permit, Refused>;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Policy {
-    delay_on_timeout: bool,
+pub(super) struct Policy {
+    pub(super) delay_on_timeout: bool,
     default_timeout: Duration,
     allow_override: bool,
     /// 0: no bound.
-    max_queue_size: usize,
+    pub(super) max_queue_size: usize,
 }
 
 impl From<&ModelQueuePolicy> for Policy {
@@ -84,7 +82,7 @@ impl From<&ModelQueuePolicy> for Policy {
 
 impl Policy {
     /// When a request that starts waiting at `now` times out, if it does.
-    fn deadline(&self, now: Instant, requested: Duration) -> Option<Instant> {
+    pub(super) fn deadline(&self, now: Instant, requested: Duration) -> Option<Instant> {
         let mut timeout = self.default_timeout;
         if self.allow_override && !requested.is_zero() && requested < timeout {
             timeout = requested;
@@ -131,17 +129,67 @@ struct State {
 /// Where a request waits in a queue.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Place {
-    level: u64,
+    pub(super) level: u64,
     /// The request's own timeout (zero: none).
-    timeout: Duration,
+    pub(super) timeout: Duration,
 }
 
-pub struct Queue {
-    instances: usize,
+/// A dynamic batcher's priority levels and the queue policy of each: where a request waits and
+/// under which rules. Shared by the queue below and by the batcher (`core/batcher.rs`).
+#[derive(Debug)]
+pub struct Policies {
     priority_levels: u64,
     default_level: u64,
     default_policy: Policy,
     policies: HashMap<u64, Policy>,
+}
+
+impl Policies {
+    /// The levels and policies of `batching`; a configuration Triton refuses is refused in its
+    /// words.
+    pub fn new(model: &str, batching: &ModelDynamicBatching) -> Result<Self> {
+        check(model, batching)?;
+        Ok(Policies {
+            priority_levels: batching.priority_levels,
+            default_level: batching.default_priority_level,
+            default_policy: Policy::from(&batching.default_queue_policy.unwrap_or_default()),
+            // Without priority levels Triton has one queue, under the default policy alone.
+            policies: batching
+                .priority_queue_policy
+                .iter()
+                .filter(|_| batching.priority_levels > 0)
+                .map(|(level, policy)| (*level, Policy::from(policy)))
+                .collect(),
+        })
+    }
+
+    /// Where a request waits: the level its `priority` parameter puts it in, and the `timeout`
+    /// it asks for. `None` (parameters that are not scheduling controls): the default level.
+    pub fn place(&self, parameters: Option<&Parameters>) -> Place {
+        let number = |key: &str| parameters.map_or(0, |p| p.unsigned(key));
+        let asked = number("priority");
+        let level = if asked == 0 || asked > self.priority_levels {
+            self.default_level
+        } else {
+            asked
+        };
+        Place {
+            level,
+            timeout: Duration::from_micros(number("timeout")),
+        }
+    }
+
+    pub(super) fn policy(&self, level: u64) -> Policy {
+        self.policies
+            .get(&level)
+            .copied()
+            .unwrap_or(self.default_policy)
+    }
+}
+
+pub struct Queue {
+    instances: usize,
+    policies: Policies,
     state: Mutex<State>,
 }
 
@@ -170,45 +218,20 @@ impl Queue {
         let Some(SchedulingChoice::DynamicBatching(batching)) = &config.scheduling_choice else {
             return Ok(None);
         };
-        check(&config.name, batching)?;
-        let default_policy = Policy::from(&batching.default_queue_policy.unwrap_or_default());
         Ok(Some(Arc::new(Queue {
             instances: instances.max(1),
-            priority_levels: batching.priority_levels,
-            default_level: batching.default_priority_level,
-            default_policy,
-            // Without priority levels Triton has one queue, under the default policy alone.
-            policies: batching
-                .priority_queue_policy
-                .iter()
-                .filter(|_| batching.priority_levels > 0)
-                .map(|(level, policy)| (*level, Policy::from(policy)))
-                .collect(),
+            policies: Policies::new(&config.name, batching)?,
             state: Mutex::default(),
         })))
     }
 
-    /// Where a request waits: the level its `priority` parameter puts it in, and the `timeout`
-    /// it asks for. `None` (parameters that are not scheduling controls): the default level.
+    /// Where a request waits (see [`Policies::place`]).
     pub fn place(&self, parameters: Option<&Parameters>) -> Place {
-        let number = |key: &str| parameters.map_or(0, |p| p.unsigned(key));
-        let asked = number("priority");
-        let level = if asked == 0 || asked > self.priority_levels {
-            self.default_level
-        } else {
-            asked
-        };
-        Place {
-            level,
-            timeout: Duration::from_micros(number("timeout")),
-        }
+        self.policies.place(parameters)
     }
 
     fn policy(&self, level: u64) -> Policy {
-        self.policies
-            .get(&level)
-            .copied()
-            .unwrap_or(self.default_policy)
+        self.policies.policy(level)
     }
 
     /// Waits for an instance: at once when one is free and no one is waiting, else in the

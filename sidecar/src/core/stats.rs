@@ -174,20 +174,45 @@ impl ModelStats {
         self.pending.load(Ordering::Relaxed)
     }
 
+    /// One request that ran alone: a successful request and an execution of its batch size.
     pub fn record_success(&self, batch_size: u64, t: Timings) {
+        self.record_request(batch_size, t);
+        self.record_execution(
+            batch_size,
+            t.compute_input,
+            t.compute_infer,
+            t.compute_output,
+        );
+    }
+
+    /// One successful request of `batch_size` rows, as Triton counts each request of a batch:
+    /// its rows in `inference_count`, its durations in the inference statistics.
+    pub fn record_request(&self, batch_size: u64, t: Timings) {
         let mut s = self.inner.lock();
         s.last_inference_ms = now_ms();
         s.inference_count += batch_size;
-        s.execution_count += 1;
         s.success.add(t.total);
         s.queue.add(t.queue);
         s.compute_input.add(t.compute_input);
         s.compute_infer.add(t.compute_infer);
         s.compute_output.add(t.compute_output);
+    }
+
+    /// One execution of the model on a batch of `batch_size` rows (one request or several
+    /// joined): `execution_count` and the batch statistics of that size.
+    pub fn record_execution(
+        &self,
+        batch_size: u64,
+        compute_input: Duration,
+        compute_infer: Duration,
+        compute_output: Duration,
+    ) {
+        let mut s = self.inner.lock();
+        s.execution_count += 1;
         let b = s.batches.entry(batch_size).or_default();
-        b.compute_input.add(t.compute_input);
-        b.compute_infer.add(t.compute_infer);
-        b.compute_output.add(t.compute_output);
+        b.compute_input.add(compute_input);
+        b.compute_infer.add(compute_infer);
+        b.compute_output.add(compute_output);
     }
 
     pub fn record_failure(&self, elapsed: Duration, rejected: bool) {

@@ -64,6 +64,29 @@ pub struct UpstreamInfo {
     pub models: Vec<String>,
     /// Sequence models and who runs their sequences.
     pub sequences: Vec<(String, infergate_config::SequenceMode)>,
+    /// Each model, and who batches its requests.
+    pub batching: Vec<(String, BatchedBy)>,
+}
+
+/// Who forms a model's dynamic batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchedBy {
+    /// The model server, under its own configuration's `dynamic_batching`.
+    Upstream,
+    /// The sidecar, under `dynamic_batching` set in `backend.models[].config`.
+    Sidecar,
+    /// Nobody: requests are sent one by one.
+    None,
+}
+
+impl BatchedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BatchedBy::Upstream => "upstream",
+            BatchedBy::Sidecar => "sidecar",
+            BatchedBy::None => "none",
+        }
+    }
 }
 
 /// Discovers the upstream's models (retrying until it answers), installs them, then keeps the
@@ -79,7 +102,11 @@ pub async fn run_discovery(
     let interval = Duration::from_secs(config.probe_interval_seconds.max(1));
     loop {
         match discover(&upstream, &config).await {
-            Ok(Discovered { models, sequences }) => {
+            Ok(Discovered {
+                models,
+                sequences,
+                batching,
+            }) => {
                 let names: Vec<String> = models.iter().map(|m| m.name.clone()).collect();
                 tracing::info!(upstream = %upstream.url, models = ?names, "upstream models discovered");
                 record_identity(&upstream, &info).await;
@@ -87,6 +114,7 @@ pub async fn run_discovery(
                     let mut info = info.write();
                     info.models = names.clone();
                     info.sequences = sequences;
+                    info.batching = batching;
                 }
                 *loader.names.write() = names;
                 repository.install(models);
@@ -167,10 +195,11 @@ fn is_ready_state(state: &str) -> bool {
     state.is_empty() || name.eq_ignore_ascii_case("READY")
 }
 
-/// The upstream's models, and who runs the sequences of those that have them.
+/// The upstream's models, who runs the sequences of those that have them, and who batches each.
 struct Discovered {
     models: Vec<Model>,
     sequences: Vec<(String, SequenceMode)>,
+    batching: Vec<(String, BatchedBy)>,
 }
 
 async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<Discovered> {
@@ -203,6 +232,7 @@ async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<D
     };
     let mut models = Vec::with_capacity(settings.len());
     let mut sequences = Vec::new();
+    let mut batching = Vec::new();
     for s in settings {
         let metadata = client
             .model_metadata(ModelMetadataRequest {
@@ -226,6 +256,7 @@ async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<D
         };
         let upstream_batches_sequences =
             upstream_config.as_ref().is_some_and(has_sequence_batching);
+        let upstream_batches = upstream_config.as_ref().is_some_and(has_dynamic_batching);
         let mut model_config = match upstream_config {
             Some(c) => c,
             None => synthesize(&s, &metadata.inputs, &metadata.outputs)?,
@@ -265,16 +296,34 @@ async fn discover(upstream: &Arc<Upstream>, config: &UpstreamConfig) -> Result<D
         if sequence_mode != Some(SequenceMode::Sidecar) {
             model.sequencer = None;
         }
-        // The model server queues the requests it is sent under its own configuration's
-        // policies (`priority` and `timeout` go with each request); a second queue here would
-        // hold back the batches it forms.
+        // A model server with a dynamic batcher of its own for the model batches and queues the
+        // requests it is sent under its configuration's policies (`priority` and `timeout` go
+        // with each request); a second queue here would hold back the batches it forms. For any
+        // other, `dynamic_batching` set in `backend.models[].config` is the sidecar's batcher.
+        if upstream_batches {
+            model.batcher = None;
+        }
         model.queue = None;
+        batching.push((
+            s.name.clone(),
+            if upstream_batches {
+                BatchedBy::Upstream
+            } else if model.batcher.is_some() {
+                BatchedBy::Sidecar
+            } else {
+                BatchedBy::None
+            },
+        ));
         if !metadata.platform.is_empty() {
             model.platform = metadata.platform;
         }
         models.push(model);
     }
-    Ok(Discovered { models, sequences })
+    Ok(Discovered {
+        models,
+        sequences,
+        batching,
+    })
 }
 
 /// Who runs a model's sequences: none for a model without `sequence_batching`; else the
@@ -292,6 +341,13 @@ fn sequence_mode(
             SequenceMode::Sidecar
         })
     })
+}
+
+fn has_dynamic_batching(config: &ModelConfig) -> bool {
+    matches!(
+        config.scheduling_choice,
+        Some(SchedulingChoice::DynamicBatching(_))
+    )
 }
 
 fn has_sequence_batching(config: &ModelConfig) -> bool {

@@ -1,0 +1,574 @@
+//! Triton's dynamic batcher (`dynamic_batch_scheduler.cc`), for a model whose configuration has
+//! `dynamic_batching` and that the sidecar runs or forwards to a model server without a batcher
+//! of its own: requests that arrive close together run as one, along the batch dimension.
+//!
+//! Requests wait in the priority levels and under the queue policies of the schedule policy
+//! (`core/schedule.rs`'s [`Policies`]). Whenever one of the model's instances is free, a batch is
+//! formed from the head of the queue, highest level first, as Triton forms it (`GetDynamicBatch`):
+//!
+//! - requests join in queue order while they agree with the first on every input's datatype and
+//!   non-batch dimensions, the parameters the model is sent, and the classifications its server
+//!   is asked for ([`Signature`]); the first that does not, or that would take the batch past
+//!   `max_batch_size`, ends the batch, which is sent at once;
+//! - a batch that reaches a `preferred_batch_size` is sent at once (the largest preferred size
+//!   reached, when the next request would pass every preferred size);
+//! - otherwise the batch waits for more requests until its oldest request has waited
+//!   `max_queue_delay_microseconds`, and is then sent as it is; with no delay it is sent at once.
+//!
+//! A batch runs in a task of its own, so a client that goes away cannot cancel the others'
+//! work: its request leaves the queue if it is still waiting, and its share of the answer is
+//! dropped if not. One request is run as it came (its shared-memory regions handed on, its own
+//! trace), several are joined into one request (`core/batch.rs`) whose answer is split back.
+//! An error of the model fails every request of the batch with that error, as in Triton. With
+//! `preserve_ordering`, answers are given in the order their requests were taken.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use infergate_proto::inference::ModelConfig;
+use infergate_proto::inference::model_config::SchedulingChoice;
+use parking_lot::Mutex;
+use tokio::sync::{Notify, oneshot};
+// The runtime's clock, so that delays and timeouts follow it (and tests can pause it).
+use tokio::time::Instant;
+
+use super::batch::{Signature, join_inputs, split_outputs};
+use super::model::{Execution, Model};
+use super::params::Parameters;
+use super::schedule::{Place, Policies, Refused};
+use super::traced::{self, ModelSpans};
+use crate::error::{Error, Result};
+use crate::shm::registry::ShmTarget;
+use crate::tensor::Tensor;
+
+/// One request as the batcher takes it: everything its execution needs, owned, since it runs in
+/// the batch's task.
+pub(super) struct Job {
+    /// Validated inputs, full shapes (batch dimension first).
+    pub inputs: Vec<Tensor>,
+    /// Per input, the client's region that still holds it (see `Execution::input_regions`).
+    pub input_regions: Vec<Option<ShmTarget>>,
+    /// The outputs to produce, with their regions and the classifications the model server is
+    /// asked for (see `Execution`).
+    pub outputs: Vec<String>,
+    pub output_shm: Vec<Option<ShmTarget>>,
+    pub classification: Vec<u32>,
+    /// The request's rows (1 for a model without batching).
+    pub batch_size: u64,
+    /// The parameters the model is sent (the scheduling controls taken out).
+    pub parameters: Parameters,
+    pub traced: Option<Traced>,
+}
+
+/// What a traced request's model spans need.
+pub(super) struct Traced {
+    pub scope: crate::trace::Scope,
+    pub id: String,
+    pub received: std::time::Instant,
+    pub queued: std::time::Instant,
+}
+
+/// A request's share of its batch's answer.
+pub(super) struct Ran {
+    /// The outputs produced for its rows (every output the batch asked for; the request picks
+    /// its own).
+    pub outputs: Vec<Tensor>,
+    /// When its batch started, and when the model had produced the batch's outputs.
+    pub compute_start: std::time::Instant,
+    pub infer_end: std::time::Instant,
+    /// Its model spans, when traced, for the request to finish.
+    pub spans: Option<ModelSpans>,
+}
+
+/// Why a request got no answer from its batch.
+pub(super) enum Failed {
+    /// The queue refused it (it waited past its timeout).
+    Refused(Refused),
+    /// Its batch failed: the model's error, when the model had finished (if it had), and its
+    /// spans.
+    Model {
+        error: Error,
+        infer_end: Option<std::time::Instant>,
+        spans: Option<Box<ModelSpans>>,
+    },
+}
+
+pub(super) type Reply = std::result::Result<Ran, Failed>;
+
+struct Entry {
+    job: Job,
+    signature: Signature,
+    /// Its rows as the batch sizes count them: at least one.
+    rows: u64,
+    enqueued: Instant,
+    deadline: Option<Instant>,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// One priority level's requests: those in arrival order, then those delayed by a timeout.
+#[derive(Default)]
+struct Level {
+    waiting: VecDeque<Entry>,
+    delayed: VecDeque<Entry>,
+}
+
+impl Level {
+    fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.waiting.iter().chain(self.delayed.iter())
+    }
+
+    fn pop(&mut self) -> Option<Entry> {
+        self.waiting
+            .pop_front()
+            .or_else(|| self.delayed.pop_front())
+    }
+}
+
+#[derive(Default)]
+struct State {
+    levels: BTreeMap<u64, Level>,
+    /// Batches running (at most one per instance).
+    running: usize,
+    /// Whether the driver task runs: it does whenever a request waits.
+    driving: bool,
+    /// The number the next batch gets, and the next whose answers are given (`preserve_ordering`).
+    next_batch: u64,
+    next_delivery: u64,
+    /// Answers of batches that finished before an earlier one (`preserve_ordering`).
+    held: BTreeMap<u64, Vec<(oneshot::Sender<Reply>, Reply)>>,
+}
+
+/// What the driver does next.
+enum Step {
+    /// Nobody waits: the driver ends.
+    Idle,
+    /// Run these requests as one batch (the batch's number).
+    Run(Vec<Entry>, u64),
+    /// Wait for a request, a free instance, or this moment.
+    Wait(Option<Instant>),
+}
+
+/// How the head of the queue is batched now.
+#[derive(Debug, PartialEq)]
+enum Formed {
+    /// Send the first this many requests.
+    Send(usize),
+    /// Wait until then for more.
+    Wait(Instant),
+}
+
+pub struct Batcher {
+    instances: usize,
+    max_batch_size: u64,
+    preferred: BTreeSet<u64>,
+    /// The largest preferred size, or `max_batch_size` without any.
+    max_preferred: u64,
+    delay: Duration,
+    preserve_ordering: bool,
+    policies: Policies,
+    state: Mutex<State>,
+    /// Rings the driver: a request arrived, or a batch finished.
+    wake: Notify,
+}
+
+impl Batcher {
+    /// The batcher of a model whose configuration has `dynamic_batching`, `None` for any other;
+    /// a configuration Triton refuses is refused in its words.
+    pub fn for_model(config: &ModelConfig, instances: usize) -> Result<Option<Arc<Self>>> {
+        let Some(SchedulingChoice::DynamicBatching(batching)) = &config.scheduling_choice else {
+            return Ok(None);
+        };
+        let policies = Policies::new(&config.name, batching)?;
+        // A model without batching runs one request at a time through the same queue.
+        let max_batch_size = u64::try_from(config.max_batch_size.max(1)).unwrap_or(1);
+        // Triton's `ValidateModelConfig`.
+        for &size in &batching.preferred_batch_size {
+            if size <= 0 {
+                return Err(Error::invalid_arg(format!(
+                    "dynamic batching preferred size must be positive for {}",
+                    config.name
+                )));
+            }
+            if size > config.max_batch_size {
+                return Err(Error::invalid_arg(format!(
+                    "dynamic batching preferred size must be <= max batch size for {}",
+                    config.name
+                )));
+            }
+        }
+        let preferred: BTreeSet<u64> = batching
+            .preferred_batch_size
+            .iter()
+            .filter_map(|&n| u64::try_from(n).ok())
+            .collect();
+        let max_preferred = preferred.last().copied().unwrap_or(max_batch_size);
+        Ok(Some(Arc::new(Batcher {
+            instances: instances.max(1),
+            max_batch_size,
+            preferred,
+            max_preferred,
+            delay: Duration::from_micros(batching.max_queue_delay_microseconds),
+            preserve_ordering: batching.preserve_ordering,
+            policies,
+            state: Mutex::default(),
+            wake: Notify::new(),
+        })))
+    }
+
+    /// Where a request waits (see [`Policies::place`]).
+    pub fn place(&self, parameters: Option<&Parameters>) -> Place {
+        self.policies.place(parameters)
+    }
+
+    /// Queues `job` for `model`; the receiver gets its answer. A full level refuses it at once
+    /// (`request_prefix` begins Triton's error).
+    pub(super) fn submit(
+        self: &Arc<Self>,
+        model: &Arc<Model>,
+        place: Place,
+        job: Job,
+        request_prefix: &str,
+    ) -> std::result::Result<oneshot::Receiver<Reply>, Refused> {
+        let policy = self.policies.policy(place.level);
+        let now = Instant::now();
+        let (reply, answer) = oneshot::channel();
+        let entry = Entry {
+            signature: Signature::new(
+                &job.inputs,
+                &job.parameters,
+                &job.outputs,
+                &job.classification,
+            ),
+            rows: job.batch_size.max(1),
+            enqueued: now,
+            deadline: policy.deadline(now, place.timeout),
+            reply,
+            job,
+        };
+        let mut state = self.state.lock();
+        let level = state.levels.entry(place.level).or_default();
+        let waiting = level.entries().filter(|e| !e.reply.is_closed()).count();
+        if policy.max_queue_size != 0 && waiting >= policy.max_queue_size {
+            return Err(Refused::QueueFull(request_prefix.to_string()));
+        }
+        level.waiting.push_back(entry);
+        if state.driving {
+            drop(state);
+            self.wake.notify_one();
+        } else {
+            state.driving = true;
+            drop(state);
+            tokio::spawn(self.clone().drive(model.clone()));
+        }
+        Ok(answer)
+    }
+
+    /// Forms and starts batches while requests wait.
+    async fn drive(self: Arc<Self>, model: Arc<Model>) {
+        loop {
+            match self.next_step() {
+                Step::Idle => return,
+                Step::Run(entries, number) => {
+                    tokio::spawn(self.clone().run(model.clone(), entries, number));
+                }
+                Step::Wait(None) => self.wake.notified().await,
+                Step::Wait(Some(until)) => {
+                    tokio::select! {
+                        () = self.wake.notified() => {}
+                        () = tokio::time::sleep_until(until) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_step(&self) -> Step {
+        let mut state = self.state.lock();
+        let now = Instant::now();
+        self.expire(&mut state, now);
+        if state.levels.values().all(|l| l.entries().next().is_none()) {
+            state.driving = false;
+            return Step::Idle;
+        }
+        let closest_timeout = state
+            .levels
+            .values()
+            .flat_map(|l| l.waiting.iter())
+            .filter_map(|e| e.deadline)
+            .min();
+        if state.running >= self.instances {
+            return Step::Wait(closest_timeout);
+        }
+        let entries = state.levels.values().flat_map(Level::entries);
+        match self.form(entries, now) {
+            Formed::Send(count) => {
+                let mut batch = Vec::with_capacity(count);
+                for level in state.levels.values_mut() {
+                    while batch.len() < count {
+                        match level.pop() {
+                            Some(entry) => batch.push(entry),
+                            None => break,
+                        }
+                    }
+                }
+                state.levels.retain(|_, l| l.entries().next().is_some());
+                state.running += 1;
+                let number = state.next_batch;
+                state.next_batch += 1;
+                Step::Run(batch, number)
+            }
+            Formed::Wait(until) => {
+                Step::Wait(Some(closest_timeout.map_or(until, |t| t.min(until))))
+            }
+        }
+    }
+
+    /// Takes out the requests whose clients went away, and those past their timeout: refused,
+    /// or put behind their level's timely requests under a `DELAY` policy.
+    fn expire(&self, state: &mut State, now: Instant) {
+        for (&number, level) in state.levels.iter_mut() {
+            let delay = self.policies.policy(number).delay_on_timeout;
+            let mut kept = VecDeque::with_capacity(level.waiting.len());
+            for mut entry in level.waiting.drain(..) {
+                if entry.reply.is_closed() {
+                    continue;
+                }
+                match entry.deadline {
+                    Some(deadline) if deadline <= now => {
+                        if delay {
+                            entry.deadline = None;
+                            level.delayed.push_back(entry);
+                        } else {
+                            let _ = entry.reply.send(Err(Failed::Refused(Refused::TimedOut)));
+                        }
+                    }
+                    _ => kept.push_back(entry),
+                }
+            }
+            level.waiting = kept;
+            level.delayed.retain(|e| !e.reply.is_closed());
+        }
+        state.levels.retain(|_, l| l.entries().next().is_some());
+    }
+
+    /// Triton's `GetDynamicBatch`: how many of the waiting requests (in queue order) to send
+    /// now, or until when to wait for more.
+    fn form<'a>(&self, entries: impl Iterator<Item = &'a Entry>, now: Instant) -> Formed {
+        let mut first: Option<&Signature> = None;
+        let mut rows = 0u64;
+        let mut count = 0usize;
+        let mut oldest: Option<Instant> = None;
+        // The last preferred size reached: (requests, rows).
+        let mut preferred: Option<(usize, u64)> = None;
+        let mut send_now = false;
+        for entry in entries {
+            match first {
+                None => first = Some(&entry.signature),
+                Some(signature) => {
+                    if rows + entry.rows > self.max_preferred && preferred.is_none() {
+                        preferred = Some((count, rows));
+                    }
+                    if rows + entry.rows > self.max_batch_size || *signature != entry.signature {
+                        send_now = true;
+                        break;
+                    }
+                }
+            }
+            rows += entry.rows;
+            count += 1;
+            oldest = Some(oldest.map_or(entry.enqueued, |o| o.min(entry.enqueued)));
+            if self.preferred.contains(&rows) {
+                preferred = Some((count, rows));
+            }
+        }
+        let Some(oldest) = oldest else {
+            return Formed::Send(0);
+        };
+        let delay_exceeded = !self.delay.is_zero() && now >= oldest + self.delay;
+        if let Some((requests, _)) = preferred
+            && !delay_exceeded
+            && requests > 0
+        {
+            return Formed::Send(requests);
+        }
+        if send_now || rows >= self.max_preferred || delay_exceeded || self.delay.is_zero() {
+            return Formed::Send(count);
+        }
+        Formed::Wait(oldest + self.delay)
+    }
+
+    /// Runs one batch and gives each request its answer.
+    async fn run(self: Arc<Self>, model: Arc<Model>, entries: Vec<Entry>, number: u64) {
+        let compute_start = std::time::Instant::now();
+        let mut spans: Vec<Option<ModelSpans>> = entries
+            .iter()
+            .map(|entry| {
+                let traced = entry.job.traced.as_ref()?;
+                let request = traced::Request {
+                    id: &traced.id,
+                    inputs: &entry.job.inputs,
+                    input_regions: &entry.job.input_regions,
+                };
+                Some(ModelSpans::start(
+                    &traced.scope,
+                    &model,
+                    request,
+                    traced.received,
+                    traced.queued,
+                    compute_start,
+                ))
+            })
+            .collect();
+        let trace = spans.iter().flatten().next().map(ModelSpans::compute);
+        let jobs: Vec<&Job> = entries.iter().map(|e| &e.job).collect();
+        let outcome = execute(&model, &jobs, trace, compute_start).await;
+        let mut replies = Vec::with_capacity(entries.len());
+        match outcome {
+            Ok(Executed { outputs, infer_end }) => {
+                for ((entry, outputs), spans) in entries.into_iter().zip(outputs).zip(&mut spans) {
+                    let ran = Ran {
+                        outputs,
+                        compute_start,
+                        infer_end,
+                        spans: spans.take(),
+                    };
+                    replies.push((entry.reply, Ok(ran)));
+                }
+            }
+            Err((error, infer_end)) => {
+                for (entry, spans) in entries.into_iter().zip(&mut spans) {
+                    let failed = Failed::Model {
+                        error: error.clone(),
+                        infer_end,
+                        spans: spans.take().map(Box::new),
+                    };
+                    replies.push((entry.reply, Err(failed)));
+                }
+            }
+        }
+        let mut state = self.state.lock();
+        state.running = state.running.saturating_sub(1);
+        if self.preserve_ordering {
+            state.held.insert(number, replies);
+            while let Some(ready) = {
+                let next = state.next_delivery;
+                state.held.remove(&next)
+            } {
+                state.next_delivery += 1;
+                deliver(ready);
+            }
+        } else {
+            deliver(replies);
+        }
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    /// Requests waiting, and batches running.
+    #[cfg(test)]
+    fn counts(&self) -> (usize, usize) {
+        let state = self.state.lock();
+        let waiting = state.levels.values().map(|l| l.entries().count()).sum();
+        (waiting, state.running)
+    }
+}
+
+fn deliver(replies: Vec<(oneshot::Sender<Reply>, Reply)>) {
+    for (to, reply) in replies {
+        // A client that went away drops its share.
+        let _ = to.send(reply);
+    }
+}
+
+/// A batch's outputs per request, and when the model had produced them.
+struct Executed {
+    outputs: Vec<Vec<Tensor>>,
+    infer_end: std::time::Instant,
+}
+
+/// Runs `jobs` as one request: the one job as it came, or several joined. Records the
+/// execution in the model's statistics (the requests record themselves).
+async fn execute(
+    model: &Model,
+    jobs: &[&Job],
+    trace: Option<&crate::trace::Scope>,
+    compute_start: std::time::Instant,
+) -> std::result::Result<Executed, (Error, Option<std::time::Instant>)> {
+    let rows: u64 = jobs.iter().map(|j| j.batch_size).sum();
+    if let [job] = jobs {
+        let execution = Execution {
+            model,
+            inputs: &job.inputs,
+            input_regions: &job.input_regions,
+            outputs: &job.outputs,
+            batch_size: job.batch_size,
+            parameters: &job.parameters,
+            output_shm: &job.output_shm,
+            classification: &job.classification,
+            trace,
+        };
+        let produced = model
+            .backend
+            .execute(execution)
+            .await
+            .map_err(|e| (e, None))?;
+        let infer_end = std::time::Instant::now();
+        model.stats.record_execution(
+            rows,
+            Duration::ZERO,
+            infer_end - compute_start,
+            Duration::ZERO,
+        );
+        return Ok(Executed {
+            outputs: vec![produced],
+            infer_end,
+        });
+    }
+    let parts: Vec<&[Tensor]> = jobs.iter().map(|j| j.inputs.as_slice()).collect();
+    let inputs = join_inputs(&parts).map_err(|e| (e, None))?;
+    let input_end = std::time::Instant::now();
+    // Every output any of them asked for, each with the one classification they agree on.
+    let mut outputs: Vec<String> = Vec::new();
+    let mut classification: Vec<u32> = Vec::new();
+    for job in jobs {
+        for (name, &k) in job.outputs.iter().zip(&job.classification) {
+            if !outputs.contains(name) {
+                outputs.push(name.clone());
+                classification.push(k);
+            }
+        }
+    }
+    let execution = Execution {
+        model,
+        inputs: &inputs,
+        input_regions: &[],
+        outputs: &outputs,
+        batch_size: rows,
+        parameters: &jobs[0].parameters,
+        output_shm: &[],
+        classification: &classification,
+        trace,
+    };
+    let produced = model
+        .backend
+        .execute(execution)
+        .await
+        .map_err(|e| (e, None))?;
+    let infer_end = std::time::Instant::now();
+    let per_job: Vec<u64> = jobs.iter().map(|j| j.batch_size).collect();
+    let split = split_outputs(produced, &per_job).map_err(|e| (e, Some(infer_end)))?;
+    model.stats.record_execution(
+        rows,
+        input_end - compute_start,
+        infer_end - input_end,
+        infer_end.elapsed(),
+    );
+    Ok(Executed {
+        outputs: split,
+        infer_end,
+    })
+}
+
+#[cfg(test)]
+mod tests;
