@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use infergate_operator::admission;
 use infergate_operator::crd::{
-    CudaSharedMemory, Extensions, InferenceService, InferenceServiceSpec, LabelFiles,
-    ModelContainer, ModelSettings, PodOverrides, Sequence, SequenceRouting, SidecarMode,
-    SidecarSpec, SystemSharedMemory, Upstream,
+    CudaSharedMemory, DynamicBatching, Extensions, InferenceService, InferenceServiceSpec,
+    LabelFiles, ModelContainer, ModelSettings, PodOverrides, Sequence, SequenceRouting,
+    SidecarMode, SidecarSpec, SystemSharedMemory, Upstream,
 };
 use infergate_operator::render::{self, CONFIG_HASH_ANNOTATION, OperatorSettings};
 use infergate_operator::validate::is_dns1035_label;
@@ -146,6 +146,10 @@ fn build_isvc(k: &Knobs) -> InferenceService {
                 labels: labels.then(|| LabelFiles {
                     config_map: format!("{name}-labels").replace(['_', '.'], "-"),
                     outputs: BTreeMap::from([("OUT".to_string(), "labels.txt".to_string())]),
+                }),
+                dynamic_batching: (!labels).then(|| DynamicBatching {
+                    preferred_batch_size: vec![4],
+                    ..DynamicBatching::default()
                 }),
             })
             .collect(),

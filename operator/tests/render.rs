@@ -437,6 +437,34 @@ fn sequences_with_client_ip_routing() {
 }
 
 #[test]
+fn dynamic_batching_reaches_the_sidecar_as_the_models_configuration() {
+    let isvc = with_spec(
+        "batched",
+        &format!(
+            "{MINIMAL}  models:\n    - name: scorer\n      maxBatchSize: 16\n      dynamicBatching: {{preferredBatchSize: [8, 16], maxQueueDelayMicroseconds: 2000}}\n    - {{name: plain}}\n"
+        ),
+    );
+    match sidecar_config(&build(&isvc)).backend {
+        infergate_config::BackendConfig::Upstream(up) => {
+            assert_eq!(up.models[0].max_batch_size, Some(16));
+            assert_eq!(
+                up.models[0].config,
+                Some(serde_json::json!({"dynamic_batching": {
+                    "preferred_batch_size": [8, 16],
+                    "max_queue_delay_microseconds": 2000,
+                    "preserve_ordering": false,
+                }}))
+            );
+            assert_eq!(
+                up.models[1].config, None,
+                "no batching asked, none rendered"
+            );
+        }
+        other => panic!("backend {other:?}"),
+    }
+}
+
+#[test]
 fn classification_labels_from_a_config_map() {
     let isvc = with_spec(
         "dense",

@@ -48,7 +48,7 @@ pub use autoscaling::{AutoscalingEngine, AutoscalingMetric, AutoscalingSpec, Mon
 pub use extensions::{CudaSharedMemory, Extensions, Sequence, SequenceRouting, SystemSharedMemory};
 pub use generate::{crd, crd_json, crd_yaml, openapi_schema};
 pub use model::{ModelContainer, ModelProbes, PullPolicy};
-pub use models::{LabelFiles, ModelSettings};
+pub use models::{DynamicBatching, LabelFiles, ModelSettings};
 pub use network::NetworkPolicySpec;
 pub use pod::PodOverrides;
 pub use rollout::{RolloutSpec, RolloutStrategy, is_rollout_limit, is_zero};

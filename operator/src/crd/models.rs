@@ -23,6 +23,43 @@ pub struct ModelSettings {
     /// Label files for the classification extension, from a ConfigMap in the same namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<LabelFiles>,
+    /// The sidecar's dynamic batcher, for a model whose server has none (KServe's ModelServer,
+    /// MLServer, a Triton model without `dynamic_batching`): requests that arrive together are
+    /// sent to the model as one batch, as Triton's dynamic batcher forms them. The model must
+    /// take a batch dimension; a model server without a model-configuration endpoint needs
+    /// maxBatchSize too. A model whose own configuration has `dynamic_batching` is batched by
+    /// its server whatever this says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamic_batching: Option<DynamicBatching>,
+}
+
+/// Triton's `dynamic_batching` settings, as the sidecar's batcher takes them.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DynamicBatching {
+    /// Batch sizes sent as soon as they are reached, each at most the model's maxBatchSize.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(range(min = 1)))]
+    pub preferred_batch_size: Vec<i32>,
+    /// How long a batch's oldest request waits for more before the batch is sent; 0 sends at
+    /// once (batches then form only while the model is busy).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 60000000))]
+    pub max_queue_delay_microseconds: u64,
+    /// Answers in the order their requests were taken into batches.
+    #[serde(default)]
+    pub preserve_ordering: bool,
+}
+
+impl DynamicBatching {
+    /// The section in the model configuration's JSON form.
+    pub fn to_config(&self) -> serde_json::Value {
+        serde_json::json!({
+            "preferred_batch_size": self.preferred_batch_size,
+            "max_queue_delay_microseconds": self.max_queue_delay_microseconds,
+            "preserve_ordering": self.preserve_ordering,
+        })
+    }
 }
 
 /// Classification labels of a model, one label per line, from a ConfigMap.

@@ -93,9 +93,12 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
                         .collect()
                 })
                 .unwrap_or_default(),
-            // Not in the resource yet: configurations come from the model server, and
-            // sequences follow its own batcher or, without one, the sidecar's.
-            config: None,
+            // The one configuration field the resource sets; the rest comes from the model
+            // server. Sequences follow its own batcher or, without one, the sidecar's.
+            config: m
+                .dynamic_batching
+                .as_ref()
+                .map(|b| serde_json::json!({"dynamic_batching": b.to_config()})),
             sequence: None,
         })
         .collect();
