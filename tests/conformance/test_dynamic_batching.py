@@ -6,8 +6,8 @@ with `preferred_batch_size` equal to the number of requests it sends together an
 `max_queue_delay_microseconds`: the batch goes as soon as they have all arrived, so the test
 needs no timing. The statistics then show one execution of that batch size. The model's own
 configuration is restored afterwards. In front of an upstream the models are loaded in the
-model container, and these tests are skipped there (tests/upstream covers the sidecar batching
-for a model server).
+model container, and those tests are skipped there; the last test runs there instead, on the
+model the upstream runs have the sidecar batch (tests/upstream/contracts.py, run-triton.sh).
 """
 
 import json
@@ -22,9 +22,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import np_to_triton_dtype
 
-from support import IDENTITY_DTYPES, local_models
-
-pytestmark = local_models
+from support import IDENTITY_DTYPES, UPSTREAM, local_models
 
 # Long enough that the requests of a test always arrive within it; a batch reaching its
 # preferred size does not wait it out.
@@ -137,6 +135,7 @@ def same(got, want, dtype):
         np.testing.assert_array_equal(got, want)
 
 
+@local_models
 @pytest.mark.parametrize("dtype", sorted(IDENTITY_DTYPES))
 def test_requests_of_every_datatype_join_one_batch_and_each_gets_its_own_rows(
         dtype, batching, raw_http, http_url, grpc_url):
@@ -163,6 +162,7 @@ def test_requests_of_every_datatype_join_one_batch_and_each_gets_its_own_rows(
     assert batch_sizes(after) == {5: 1}, after
 
 
+@local_models
 def test_requests_that_differ_in_a_non_batch_dimension_do_not_join(batching, raw_http, http_url):
     """Only requests that agree on every non-batch dimension share a batch. As in Triton, a
     batch ends at the first waiting request that does not match its first, so how these four
@@ -181,6 +181,7 @@ def test_requests_that_differ_in_a_non_batch_dimension_do_not_join(batching, raw
     assert set(sizes) <= {1, 2} and sum(s * n for s, n in sizes.items()) == 4, model_stats
 
 
+@local_models
 def test_a_batch_never_passes_max_batch_size(batching, raw_http, http_url):
     """Six one-row requests under a `max_batch_size` of 4, held by a slow first request: the
     batches are at most 4 rows."""
@@ -206,6 +207,7 @@ def test_a_batch_never_passes_max_batch_size(batching, raw_http, http_url):
     assert model_stats["execution_count"] < 7, "no batch formed"
 
 
+@local_models
 def test_each_request_keeps_its_outputs_classification_and_shared_memory(
         batching, raw_http, http_url, grpc_url):
     """A batch of the classifier whose requests each ask differently: the tensor as binary, the
@@ -250,6 +252,7 @@ def test_each_request_keeps_its_outputs_classification_and_shared_memory(
         shm.destroy_shared_memory_region(handle)
 
 
+@local_models
 def test_statistics_count_requests_rows_and_executions_as_triton_does(batching, raw_http, grpc_url):
     """`inference_count` counts rows, `execution_count` batches, `success` requests; each
     request's queue and compute durations are its own."""
@@ -263,3 +266,38 @@ def test_statistics_count_requests_rows_and_executions_as_triton_does(batching, 
     for part in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
         assert inference[part]["count"] == 3, (part, inference)
     assert batch_sizes(model_stats) == {6: 1}
+
+
+@pytest.mark.skipif(not UPSTREAM, reason="in front of a model server only")
+def test_the_sidecar_batches_for_a_model_server_without_a_batcher(raw_http, grpc_url):
+    """In the upstream runs `simple` has `dynamic_batching` (no delay) in the sidecar's
+    `backend.models[].config` and none in the model server's own configuration: the sidecar
+    batches it. Requests sent together while the model is busy go as batches of at most
+    `max_batch_size` rows, and each answer is its own request's sum and difference."""
+    model = "simple"
+
+    def call(seed):
+        client = grpcclient.InferenceServerClient(grpc_url)
+        a = (np.arange(16, dtype=np.int32) + seed).reshape(1, 16)
+        b = np.full((1, 16), seed, dtype=np.int32)
+        inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+                  grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        result = client.infer(model, inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+    # Whether requests overlap is up to the machine: a few bursts make a batch all but certain.
+    for _ in range(10):
+        before = stats(raw_http, model)
+        together(*(lambda s=s: call(s) for s in range(24)))
+        after = stats(raw_http, model)
+        executions = after["execution_count"] - before["execution_count"]
+        requests = after["inference_stats"]["success"]["count"] - \
+            before["inference_stats"]["success"]["count"]
+        assert requests == 24
+        if executions < requests:
+            break
+    assert executions < requests, "no two requests ever shared a batch"
+    assert max(batch_sizes(after)) <= 8, after

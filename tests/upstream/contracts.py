@@ -133,6 +133,10 @@ def metadata_tensors(config: dict, key: str) -> list:
     ]
 
 
+# The models the sidecar batches for the model server in the upstream runs.
+SIDECAR_BATCHED = ("simple",)
+
+
 def sidecar_config(grpc_port: int, labels_path) -> str:
     """The sidecar's YAML configuration in front of an upstream without a configuration endpoint
     or system shared memory: every model with its configuration, the sequence models run by the
@@ -148,6 +152,11 @@ def sidecar_config(grpc_port: int, labels_path) -> str:
         "  models:",
     ]
     for name, config in configs().items():
+        config = dict(config)
+        if name in SIDECAR_BATCHED:
+            # The model server has no batcher: the sidecar's (no delay, so nothing waits; batches
+            # form while the model is busy). tests/conformance/test_dynamic_batching.py.
+            config["dynamic_batching"] = {}
         entry = {"name": name, "config": config}
         labelled = [o for o in config["output"] if o.get("label_filename")]
         if labelled:

@@ -130,7 +130,12 @@ print(f"  staging_shm_bytes: {os.environ.get('INFERGATE_STAGING_SHM_BYTES', 64 <
 print(f"  staging_min_bytes: {os.environ.get('INFERGATE_STAGING_MIN_BYTES', 0)}")
 print("  models:")
 for name in sorted(os.listdir(repo)):
-    print(f"    - {json.dumps({'name': name})}")
+    entry = {'name': name}
+    # Triton's simple has no dynamic_batching of its own: the sidecar batches it
+    # (tests/conformance/test_dynamic_batching.py).
+    if name == 'simple':
+        entry['config'] = {'dynamic_batching': {}}
+    print(f"    - {json.dumps(entry)}")
 PY
 
 "$SIDECAR_BIN" --config "$WORK/sidecar.yaml" >"$WORK/sidecar.log" 2>&1 </dev/null &

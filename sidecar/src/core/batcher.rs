@@ -266,8 +266,11 @@ impl Batcher {
 
     /// Forms and starts batches while requests wait.
     async fn drive(self: Arc<Self>, model: Arc<Model>) {
+        // The moment a finished sleep waited for: it has come, though the runtime's clock may
+        // not show it yet (its resolution is a millisecond; `sleep_finely`).
+        let mut reached: Option<Instant> = None;
         loop {
-            match self.next_step() {
+            match self.next_step(reached.take()) {
                 Step::Idle => return,
                 Step::Run(entries, number) => {
                     tokio::spawn(self.clone().run(model.clone(), entries, number));
@@ -276,16 +279,16 @@ impl Batcher {
                 Step::Wait(Some(until)) => {
                     tokio::select! {
                         () = self.wake.notified() => {}
-                        () = tokio::time::sleep_until(until) => {}
+                        () = sleep_finely(until) => reached = Some(until),
                     }
                 }
             }
         }
     }
 
-    fn next_step(&self) -> Step {
+    fn next_step(&self, reached: Option<Instant>) -> Step {
         let mut state = self.state.lock();
-        let now = Instant::now();
+        let now = reached.map_or_else(Instant::now, |at| at.max(Instant::now()));
         self.expire(&mut state, now);
         if state.levels.values().all(|l| l.entries().next().is_none()) {
             state.driving = false;
@@ -471,6 +474,23 @@ impl Batcher {
         let state = self.state.lock();
         let waiting = state.levels.values().map(|l| l.entries().count()).sum();
         (waiting, state.running)
+    }
+}
+
+/// Sleeps until `until` more finely than the runtime's timer, whose resolution is a millisecond
+/// (it rounds a deadline up to the next one, which would add up to a millisecond to every
+/// `max_queue_delay_microseconds`): the runtime's timer for all but the last millisecond, then
+/// a blocking thread's sleep, which the kernel's high-resolution timer ends within tens of
+/// microseconds. Dropped early (a request arrived), the thread finishes its short sleep unheard.
+async fn sleep_finely(until: Instant) {
+    if let Some(coarse) = until.checked_sub(Duration::from_millis(1))
+        && coarse > Instant::now()
+    {
+        tokio::time::sleep_until(coarse).await;
+    }
+    let rest = until.saturating_duration_since(Instant::now());
+    if !rest.is_zero() {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(rest)).await;
     }
 }
 
