@@ -23,9 +23,11 @@
 //! `preserve_ordering`, answers are given in the order their requests were taken.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use infergate_proto::inference::ModelConfig;
 use infergate_proto::inference::model_config::SchedulingChoice;
 use parking_lot::Mutex;
@@ -425,7 +427,12 @@ impl Batcher {
             .collect();
         let trace = spans.iter().flatten().next().map(ModelSpans::compute);
         let jobs: Vec<&Job> = entries.iter().map(|e| &e.job).collect();
-        let outcome = execute(&model, &jobs, trace, compute_start).await;
+        // A panic in the model's code fails its batch like an error: the batch's slot is
+        // freed and, with `preserve_ordering`, the answers after it are not held for ever.
+        let outcome = AssertUnwindSafe(execute(&model, &jobs, trace, compute_start))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|_| Err((Error::internal("the model's execution panicked"), None)));
         let mut replies = Vec::with_capacity(entries.len());
         match outcome {
             Ok(Executed { outputs, infer_end }) => {

@@ -17,6 +17,7 @@ struct Recorder {
     sizes: parking_lot::Mutex<Vec<u64>>,
     gate: Semaphore,
     fail: AtomicBool,
+    panic: AtomicBool,
 }
 
 impl Recorder {
@@ -25,6 +26,7 @@ impl Recorder {
             sizes: parking_lot::Mutex::default(),
             gate: Semaphore::new(open),
             fail: AtomicBool::new(false),
+            panic: AtomicBool::new(false),
         })
     }
 
@@ -39,6 +41,9 @@ impl Backend for Recorder {
             self.sizes.lock().push(execution.batch_size);
             if let Ok(permit) = self.gate.acquire().await {
                 permit.forget();
+            }
+            if self.panic.swap(false, Ordering::SeqCst) {
+                panic!("a defect in the model's code");
             }
             if self.fail.load(Ordering::SeqCst) {
                 return Err(Error::internal("the model failed"));
@@ -406,4 +411,18 @@ fn preferred_sizes_past_the_max_batch_size_are_refused_in_tritons_words() {
         e.message,
         "dynamic batching preferred size must be <= max batch size for m"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_execution_fails_its_batch_and_the_next_batch_still_runs_in_order() {
+    let backend = Recorder::new(10);
+    let m = model(backend.clone(), 8, "2", 1, "preserve_ordering: true");
+    backend.panic.store(true, Ordering::SeqCst);
+    match submit(&m, job(1, 2, 0)).await.unwrap() {
+        Err(Failed::Model { error, .. }) => {
+            assert_eq!(error.message, "the model's execution panicked")
+        }
+        _ => panic!("expected the batch to fail"),
+    }
+    assert_eq!(int32s(&ran(submit(&m, job(1, 2, 10)).await)[0]), [10, 11]);
 }
