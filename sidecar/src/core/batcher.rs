@@ -523,6 +523,9 @@ async fn execute(
     compute_start: std::time::Instant,
 ) -> std::result::Result<Executed, (Error, Option<std::time::Instant>)> {
     let rows: u64 = jobs.iter().map(|j| j.batch_size).sum();
+    let Some(first) = jobs.first() else {
+        return Err((Error::internal("an empty batch was formed"), None));
+    };
     if let [job] = jobs {
         let execution = Execution {
             model,
@@ -572,7 +575,7 @@ async fn execute(
         input_regions: &[],
         outputs: &outputs,
         batch_size: rows,
-        parameters: &jobs[0].parameters,
+        parameters: &first.parameters,
         output_shm: &[],
         classification: &classification,
         trace,
