@@ -406,6 +406,27 @@ impl Batcher {
     /// Runs one batch and gives each request its answer.
     async fn run(self: Arc<Self>, model: Arc<Model>, entries: Vec<Entry>, number: u64) {
         let compute_start = std::time::Instant::now();
+        // A request alone hands its regions on as it came; joined, its inputs are bytes. One
+        // whose region cannot be read fails alone.
+        let entries = if entries.len() > 1 {
+            let mut readable = Vec::with_capacity(entries.len());
+            for mut entry in entries {
+                match read_regions(&mut entry.job) {
+                    Ok(()) => readable.push(entry),
+                    Err(error) => {
+                        let failed = Failed::Model {
+                            error,
+                            infer_end: None,
+                            spans: None,
+                        };
+                        let _ = entry.reply.send(Err(failed));
+                    }
+                }
+            }
+            readable
+        } else {
+            entries
+        };
         let mut spans: Vec<Option<ModelSpans>> = entries
             .iter()
             .map(|entry| {
@@ -499,6 +520,18 @@ async fn sleep_finely(until: Instant) {
     if !rest.is_zero() {
         let _ = tokio::task::spawn_blocking(move || std::thread::sleep(rest)).await;
     }
+}
+
+/// Reads the inputs a job left in its client's regions (a backend that takes client regions
+/// gets them unread) into bytes, to be joined with other jobs'.
+fn read_regions(job: &mut Job) -> Result<()> {
+    for (input, region) in job.inputs.iter_mut().zip(job.input_regions.iter_mut()) {
+        if let Some(target) = region {
+            input.data = target.read()?;
+            *region = None;
+        }
+    }
+    Ok(())
 }
 
 fn deliver(replies: Vec<(oneshot::Sender<Reply>, Reply)>) {

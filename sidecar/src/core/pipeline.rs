@@ -405,8 +405,7 @@ async fn prepare(model: Arc<Model>, request: InferRequest, received: Instant) ->
         .iter()
         .filter_map(|i| i.shm.clone())
         .collect();
-    // A batch joins its requests' bytes, so a batching model's inputs are read here too.
-    if !model.backend.takes_client_regions() || model.batcher.is_some() {
+    if !model.backend.takes_client_regions() {
         for input in &mut request.inputs {
             input.read_region().map_err(rejected)?;
         }
