@@ -35,11 +35,12 @@ use tokio::sync::{Notify, oneshot};
 // The runtime's clock, so that delays and timeouts follow it (and tests can pause it).
 use tokio::time::Instant;
 
-use super::batch::{Signature, join_inputs, split_outputs};
-use super::model::{Execution, Model};
+use futures::future::BoxFuture;
+
+use super::batch::Signature;
 use super::params::Parameters;
 use super::schedule::{Place, Policies, Refused};
-use super::traced::{self, ModelSpans};
+use super::traced::ModelSpans;
 use crate::error::{Error, Result};
 use crate::shm::registry::ShmTarget;
 use crate::tensor::Tensor;
@@ -97,6 +98,13 @@ pub(super) enum Failed {
 }
 
 pub(super) type Reply = std::result::Result<Ran, Failed>;
+
+/// What runs a formed batch on its model (`core/run_batch.rs`): the batcher decides who joins
+/// and when, and knows nothing of the model.
+pub(super) trait Runner: Send + Sync + 'static {
+    /// Runs `jobs` as one batch: one reply per job, in their order.
+    fn run(self: Arc<Self>, jobs: Vec<Job>) -> BoxFuture<'static, Vec<Reply>>;
+}
 
 struct Entry {
     job: Job,
@@ -223,11 +231,12 @@ impl Batcher {
         self.policies.place(parameters)
     }
 
-    /// Queues `job` for `model`; the receiver gets its answer. A full level refuses it at once
+    /// Queues `job`, which `runner` runs with the rest of its batch; the receiver gets its
+    /// answer. A full level refuses it at once
     /// (`request_prefix` begins Triton's error).
     pub(super) fn submit(
         self: &Arc<Self>,
-        model: &Arc<Model>,
+        runner: &Arc<dyn Runner>,
         place: Place,
         job: Job,
         request_prefix: &str,
@@ -261,13 +270,13 @@ impl Batcher {
         } else {
             state.driving = true;
             drop(state);
-            tokio::spawn(self.clone().drive(model.clone()));
+            tokio::spawn(self.clone().drive(runner.clone()));
         }
         Ok(answer)
     }
 
     /// Forms and starts batches while requests wait.
-    async fn drive(self: Arc<Self>, model: Arc<Model>) {
+    async fn drive(self: Arc<Self>, runner: Arc<dyn Runner>) {
         // The moment a finished sleep waited for: it has come, though the runtime's clock may
         // not show it yet (its resolution is a millisecond; `sleep_finely`).
         let mut reached: Option<Instant> = None;
@@ -275,7 +284,7 @@ impl Batcher {
             match self.next_step(reached.take()) {
                 Step::Idle => return,
                 Step::Run(entries, number) => {
-                    tokio::spawn(self.clone().run(model.clone(), entries, number));
+                    tokio::spawn(self.clone().run(runner.clone(), entries, number));
                 }
                 Step::Wait(None) => self.wake.notified().await,
                 Step::Wait(Some(until)) => {
@@ -403,81 +412,27 @@ impl Batcher {
         Formed::Wait(oldest + self.delay)
     }
 
-    /// Runs one batch and gives each request its answer.
-    async fn run(self: Arc<Self>, model: Arc<Model>, entries: Vec<Entry>, number: u64) {
-        let compute_start = std::time::Instant::now();
-        // A request alone hands its regions on as it came; joined, its inputs are bytes. One
-        // whose region cannot be read fails alone.
-        let entries = if entries.len() > 1 {
-            let mut readable = Vec::with_capacity(entries.len());
-            for mut entry in entries {
-                match read_regions(&mut entry.job) {
-                    Ok(()) => readable.push(entry),
-                    Err(error) => {
-                        let failed = Failed::Model {
-                            error,
-                            infer_end: None,
-                            spans: None,
-                        };
-                        let _ = entry.reply.send(Err(failed));
-                    }
-                }
-            }
-            readable
-        } else {
-            entries
-        };
-        let mut spans: Vec<Option<ModelSpans>> = entries
-            .iter()
-            .map(|entry| {
-                let traced = entry.job.traced.as_ref()?;
-                let request = traced::Request {
-                    id: &traced.id,
-                    inputs: &entry.job.inputs,
-                    input_regions: &entry.job.input_regions,
-                };
-                Some(ModelSpans::start(
-                    &traced.scope,
-                    &model,
-                    request,
-                    traced.received,
-                    traced.queued,
-                    compute_start,
-                ))
-            })
-            .collect();
-        let trace = spans.iter().flatten().next().map(ModelSpans::compute);
-        let jobs: Vec<&Job> = entries.iter().map(|e| &e.job).collect();
+    /// Runs one batch (the runner's part) and gives each request its answer.
+    async fn run(self: Arc<Self>, runner: Arc<dyn Runner>, entries: Vec<Entry>, number: u64) {
+        let (jobs, to): (Vec<Job>, Vec<_>) = entries.into_iter().map(|e| (e.job, e.reply)).unzip();
+        let count = jobs.len();
         // A panic in the model's code fails its batch like an error: the batch's slot is
         // freed and, with `preserve_ordering`, the answers after it are not held for ever.
-        let outcome = AssertUnwindSafe(execute(&model, &jobs, trace, compute_start))
+        let answers = AssertUnwindSafe(runner.run(jobs))
             .catch_unwind()
             .await
-            .unwrap_or_else(|_| Err((Error::internal("the model's execution panicked"), None)));
-        let mut replies = Vec::with_capacity(entries.len());
-        match outcome {
-            Ok(Executed { outputs, infer_end }) => {
-                for ((entry, outputs), spans) in entries.into_iter().zip(outputs).zip(&mut spans) {
-                    let ran = Ran {
-                        outputs,
-                        compute_start,
-                        infer_end,
-                        spans: spans.take(),
-                    };
-                    replies.push((entry.reply, Ok(ran)));
-                }
-            }
-            Err((error, infer_end)) => {
-                for (entry, spans) in entries.into_iter().zip(&mut spans) {
-                    let failed = Failed::Model {
-                        error: error.clone(),
-                        infer_end,
-                        spans: spans.take().map(Box::new),
-                    };
-                    replies.push((entry.reply, Err(failed)));
-                }
-            }
-        }
+            .unwrap_or_else(|_| {
+                (0..count)
+                    .map(|_| {
+                        Err(Failed::Model {
+                            error: Error::internal("the model's execution panicked"),
+                            infer_end: None,
+                            spans: None,
+                        })
+                    })
+                    .collect()
+            });
+        let replies: Vec<_> = to.into_iter().zip(answers).collect();
         let mut state = self.state.lock();
         state.running = state.running.saturating_sub(1);
         if self.preserve_ordering {
@@ -522,115 +477,11 @@ async fn sleep_finely(until: Instant) {
     }
 }
 
-/// Reads the inputs a job left in its client's regions (a backend that takes client regions
-/// gets them unread) into bytes, to be joined with other jobs'.
-fn read_regions(job: &mut Job) -> Result<()> {
-    for (input, region) in job.inputs.iter_mut().zip(job.input_regions.iter_mut()) {
-        if let Some(target) = region {
-            input.data = target.read()?;
-            *region = None;
-        }
-    }
-    Ok(())
-}
-
 fn deliver(replies: Vec<(oneshot::Sender<Reply>, Reply)>) {
     for (to, reply) in replies {
         // A client that went away drops its share.
         let _ = to.send(reply);
     }
-}
-
-/// A batch's outputs per request, and when the model had produced them.
-struct Executed {
-    outputs: Vec<Vec<Tensor>>,
-    infer_end: std::time::Instant,
-}
-
-/// Runs `jobs` as one request: the one job as it came, or several joined. Records the
-/// execution in the model's statistics (the requests record themselves).
-async fn execute(
-    model: &Model,
-    jobs: &[&Job],
-    trace: Option<&crate::trace::Scope>,
-    compute_start: std::time::Instant,
-) -> std::result::Result<Executed, (Error, Option<std::time::Instant>)> {
-    let rows: u64 = jobs.iter().map(|j| j.batch_size).sum();
-    let Some(first) = jobs.first() else {
-        return Err((Error::internal("an empty batch was formed"), None));
-    };
-    if let [job] = jobs {
-        let execution = Execution {
-            model,
-            inputs: &job.inputs,
-            input_regions: &job.input_regions,
-            outputs: &job.outputs,
-            batch_size: job.batch_size,
-            parameters: &job.parameters,
-            output_shm: &job.output_shm,
-            classification: &job.classification,
-            trace,
-        };
-        let produced = model
-            .backend
-            .execute(execution)
-            .await
-            .map_err(|e| (e, None))?;
-        let infer_end = std::time::Instant::now();
-        model.stats.record_execution(
-            rows,
-            Duration::ZERO,
-            infer_end - compute_start,
-            Duration::ZERO,
-        );
-        return Ok(Executed {
-            outputs: vec![produced],
-            infer_end,
-        });
-    }
-    let parts: Vec<&[Tensor]> = jobs.iter().map(|j| j.inputs.as_slice()).collect();
-    let inputs = join_inputs(&parts).map_err(|e| (e, None))?;
-    let input_end = std::time::Instant::now();
-    // Every output any of them asked for, each with the one classification they agree on.
-    let mut outputs: Vec<String> = Vec::new();
-    let mut classification: Vec<u32> = Vec::new();
-    for job in jobs {
-        for (name, &k) in job.outputs.iter().zip(&job.classification) {
-            if !outputs.contains(name) {
-                outputs.push(name.clone());
-                classification.push(k);
-            }
-        }
-    }
-    let execution = Execution {
-        model,
-        inputs: &inputs,
-        input_regions: &[],
-        outputs: &outputs,
-        batch_size: rows,
-        parameters: &first.parameters,
-        output_shm: &[],
-        classification: &classification,
-        trace,
-    };
-    let produced = model
-        .backend
-        .execute(execution)
-        .await
-        .map_err(|e| (e, None))?;
-    let infer_end = std::time::Instant::now();
-    let per_job: Vec<u64> = jobs.iter().map(|j| j.batch_size).collect();
-    let split = split_outputs(produced, &per_job).map_err(|e| (e, Some(infer_end)))?;
-    model.stats.record_execution(
-        rows,
-        input_end - compute_start,
-        infer_end - input_end,
-        infer_end.elapsed(),
-    );
-    Ok(Executed {
-        outputs: split,
-        infer_end,
-    })
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ pub mod params;
 pub mod pipeline;
 pub mod repository;
 pub mod request;
+mod run_batch;
 pub mod schedule;
 pub mod sequence;
 pub mod stats;

@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 use infergate_proto::DataType;
 use tokio::sync::mpsc;
 
-use super::batcher::{Batcher, Failed, Job, Traced};
+use super::batcher::{Batcher, Failed, Job, Runner, Traced};
 use super::classify::classify;
 use super::model::{Execution, Model};
 use super::params::Parameters;
 use super::request::{InferRequest, InferResponse, RequestedOutput};
+use super::run_batch::ModelRunner;
 use super::schedule::{Permit, Place, Refused};
 use super::sequence::{Admission, SequenceParams};
 use super::stats::Timings;
@@ -73,7 +74,8 @@ impl Prepared {
         };
         Some(ModelSpans::start(
             scope,
-            &self.model,
+            &self.model.name,
+            self.model.version,
             request,
             self.received,
             self.queued,
@@ -203,9 +205,10 @@ async fn infer_batched(
         parameters,
         traced,
     };
+    let runner: Arc<dyn Runner> = Arc::new(ModelRunner(model.clone()));
     let submitted = Instant::now();
     let answer_rx = batcher
-        .submit(&model, place, job, &request_prefix(&prepared.id))
+        .submit(&runner, place, job, &request_prefix(&prepared.id))
         // Refused before it was queued: Triton counts it nowhere.
         .map_err(Error::from)?;
     let ran = match answer_rx.await {

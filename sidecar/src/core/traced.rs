@@ -10,7 +10,6 @@
 use std::borrow::Cow;
 use std::time::Instant;
 
-use super::model::Model;
 use crate::error::Error;
 use crate::shm::registry::ShmTarget;
 use crate::tensor::Tensor;
@@ -25,14 +24,15 @@ impl ModelSpans {
     /// Both spans, started when the request arrived and when the model started on it.
     pub fn start(
         scope: &Scope,
-        model: &Model,
+        model: &str,
+        version: i64,
         request: Request<'_>,
         received: Instant,
         queued: Instant,
         compute_start: Instant,
     ) -> ModelSpans {
-        let mut span = scope.start(model.name.clone(), Kind::Server, received);
-        span.model(&model.name, model.version, request.id);
+        let mut span = scope.start(model.to_string(), Kind::Server, received);
+        span.model(model, version, request.id);
         span.event("REQUEST_START", received);
         span.event("QUEUE_START", queued);
         if scope.tensor_data() {

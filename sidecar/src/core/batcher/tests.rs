@@ -7,8 +7,9 @@ use infergate_proto::{DataType, model_config};
 use tokio::sync::Semaphore;
 
 use super::*;
-use crate::core::model::Backend;
+use crate::core::model::{Backend, Execution, Model};
 use crate::core::params::ParamValue;
+use crate::core::run_batch::ModelRunner;
 
 /// A model server that answers each input as the output of the same number (`INPUT0` as
 /// `OUTPUT0`), records the batch size of every execution, and finishes an execution only when
@@ -117,7 +118,11 @@ fn submit_at(
     parameters.insert("priority", ParamValue::Uint(priority));
     parameters.insert("timeout", ParamValue::Uint(timeout_us));
     let place = batcher.place(Some(&parameters));
-    batcher.submit(model, place, job, "").unwrap()
+    batcher.submit(&runner(model), place, job, "").unwrap()
+}
+
+fn runner(model: &Arc<Model>) -> Arc<dyn Runner> {
+    Arc::new(ModelRunner(model.clone()))
 }
 
 /// Lets every spawned task run as far as it can.
@@ -375,7 +380,7 @@ async fn a_full_level_refuses_at_once() {
     let _waiting = submit(&m, job(1, 2, 10));
     let batcher = m.batcher.clone().unwrap();
     let place = batcher.place(None);
-    match batcher.submit(&m, place, job(1, 2, 20), "[request id: 7] ") {
+    match batcher.submit(&runner(&m), place, job(1, 2, 20), "[request id: 7] ") {
         Err(refused) => assert_eq!(refused, Refused::QueueFull("[request id: 7] ".to_string())),
         Ok(_) => panic!("a full level took the request"),
     }
