@@ -247,6 +247,8 @@ def mlserver(mode: str):
             "host": "127.0.0.1", "http_port": http, "grpc_port": grpc, "metrics_endpoint": None,
             "parallel_workers": 0, "load_models_at_startup": True}))
         settings = {"name": "matmul", "implementation": "matmul_runtime.MatMul",
+                    # The sidecar names the version the metadata lists.
+                    "versions": ["1"], "parameters": {"version": "1"},
                     "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, WIDTH]}],
                     "outputs": [{"name": "OUTPUT0", "datatype": "FP32", "shape": [-1, WIDTH]}]}
         if mode == "adaptive":
