@@ -259,8 +259,10 @@ impl Batcher {
         };
         let mut state = self.state.lock();
         let level = state.levels.entry(place.level).or_default();
-        let waiting = level.entries().filter(|e| !e.reply.is_closed()).count();
-        if policy.max_queue_size != 0 && waiting >= policy.max_queue_size {
+        // Counted only under a bound: the count walks the level.
+        if policy.max_queue_size != 0
+            && level.entries().filter(|e| !e.reply.is_closed()).count() >= policy.max_queue_size
+        {
             return Err(Refused::QueueFull(request_prefix.to_string()));
         }
         level.waiting.push_back(entry);

@@ -133,8 +133,11 @@ async fn execute(
     let Some(first) = jobs.first() else {
         return Err((Error::internal("an empty batch was formed"), None));
     };
-    if let [job] = jobs {
-        let execution = Execution {
+    // One job runs as it came; several are joined, and asked for every output any of them
+    // asked for, each with the one classification they agree on.
+    let (inputs, outputs, classification);
+    let execution = if let [job] = jobs {
+        Execution {
             model,
             inputs: &job.inputs,
             input_regions: &job.input_regions,
@@ -144,17 +147,35 @@ async fn execute(
             output_shm: &job.output_shm,
             classification: &job.classification,
             trace,
-        };
-        let produced = model
-            .backend
-            .execute(execution)
-            .await
-            .map_err(|e| (e, None))?;
-        let infer_end = Instant::now();
+        }
+    } else {
+        let parts: Vec<&[Tensor]> = jobs.iter().map(|j| j.inputs.as_slice()).collect();
+        inputs = join_inputs(&parts).map_err(|e| (e, None))?;
+        (outputs, classification) = union_of_outputs(jobs);
+        Execution {
+            model,
+            inputs: &inputs,
+            input_regions: &[],
+            outputs: &outputs,
+            batch_size: rows,
+            parameters: &first.parameters,
+            output_shm: &[],
+            classification: &classification,
+            trace,
+        }
+    };
+    let input_end = Instant::now();
+    let produced = model
+        .backend
+        .execute(execution)
+        .await
+        .map_err(|e| (e, None))?;
+    let infer_end = Instant::now();
+    if jobs.len() == 1 {
         model.stats.record_execution(
             rows,
-            Duration::ZERO,
-            infer_end - compute_start,
+            input_end - compute_start,
+            infer_end - input_end,
             Duration::ZERO,
         );
         return Ok(Executed {
@@ -162,37 +183,6 @@ async fn execute(
             infer_end,
         });
     }
-    let parts: Vec<&[Tensor]> = jobs.iter().map(|j| j.inputs.as_slice()).collect();
-    let inputs = join_inputs(&parts).map_err(|e| (e, None))?;
-    let input_end = Instant::now();
-    // Every output any of them asked for, each with the one classification they agree on.
-    let mut outputs: Vec<String> = Vec::new();
-    let mut classification: Vec<u32> = Vec::new();
-    for job in jobs {
-        for (name, &k) in job.outputs.iter().zip(&job.classification) {
-            if !outputs.contains(name) {
-                outputs.push(name.clone());
-                classification.push(k);
-            }
-        }
-    }
-    let execution = Execution {
-        model,
-        inputs: &inputs,
-        input_regions: &[],
-        outputs: &outputs,
-        batch_size: rows,
-        parameters: &first.parameters,
-        output_shm: &[],
-        classification: &classification,
-        trace,
-    };
-    let produced = model
-        .backend
-        .execute(execution)
-        .await
-        .map_err(|e| (e, None))?;
-    let infer_end = Instant::now();
     let per_job: Vec<u64> = jobs.iter().map(|j| j.batch_size).collect();
     let split = split_outputs(produced, &per_job).map_err(|e| (e, Some(infer_end)))?;
     model.stats.record_execution(
@@ -205,4 +195,20 @@ async fn execute(
         outputs: split,
         infer_end,
     })
+}
+
+/// Every output the jobs asked for, in the order first asked, with the classification asked of
+/// the model server for each (the jobs of one batch agree on it).
+fn union_of_outputs(jobs: &[&Job]) -> (Vec<String>, Vec<u32>) {
+    let mut outputs: Vec<String> = Vec::new();
+    let mut classification: Vec<u32> = Vec::new();
+    for job in jobs {
+        for (name, &k) in job.outputs.iter().zip(&job.classification) {
+            if !outputs.contains(name) {
+                outputs.push(name.clone());
+                classification.push(k);
+            }
+        }
+    }
+    (outputs, classification)
 }
