@@ -30,7 +30,7 @@ declare -A ABOUT=(
   [upstream-triton-grpc]="the conformance suite through the sidecar in front of a real Triton, over V2 gRPC"
   [upstream-triton-rest]="the same, the sidecar speaking V2 REST to Triton"
   [upstream-triton-both]="the same, gRPC and REST for calls with little tensor data (rest_url)"
-  [cuda-forwarding]="clients' CUDA handles passed to a model server (a recording V2 server; no GPU needed)"
+  [cuda-forwarding]="clients' CUDA handles and ragged batches as a model server receives them (recording V2 servers; no GPU needed)"
   [kserve]="the conformance suite through the sidecar in front of KServe's ModelServer"
   [mlserver]="the conformance suite through the sidecar in front of MLServer"
   [soak]="30 s of mixed HTTP, gRPC, shared-memory and sequence load (no error, no leak)"
@@ -161,8 +161,9 @@ suite_upstream_triton_both() {
 suite_cuda_forwarding() {
   need_sidecar
   need_python
-  step "clients' CUDA handles passed to a model server (a recording V2 server; no GPU needed)"
-  "$venv/bin/python" -m pytest tests/upstream/test_cuda_forwarding.py -q -p no:cacheprovider
+  step "clients' CUDA handles and ragged batches as a model server receives them (recording V2 servers; no GPU needed)"
+  "$venv/bin/python" -m pytest tests/upstream/test_cuda_forwarding.py \
+    tests/upstream/test_ragged_batching.py -q -p no:cacheprovider
 }
 
 suite_kserve() {
@@ -242,11 +243,14 @@ suite_e2e() {
 run_suite() {
   CURRENT_SUITE="$1"
   SKIP_REASON=""
+  local began=$SECONDS
   "suite_${1//-/_}"
+  # Each suite's wall time in the summary: the README's table of times comes from these lines.
+  local took=$((SECONDS - began))
   if [ -n "$SKIP_REASON" ]; then
-    RESULTS+=("$1: skipped, $SKIP_REASON")
+    RESULTS+=("$1: skipped after ${took} s, $SKIP_REASON")
   else
-    RESULTS+=("$1: passed")
+    RESULTS+=("$1: passed in ${took} s")
   fi
   CURRENT_SUITE=""
 }
@@ -278,7 +282,8 @@ for arg in "$@"; do
 done
 
 trap 'status=$?; if [ "$status" -ne 0 ] && [ -n "$CURRENT_SUITE" ]; then
-  printf "\nFAILED: suite %s (exit status %s)\n" "$CURRENT_SUITE" "$status"; fi' EXIT
+  printf "\nFAILED: suite %s (exit status %s)\n" "$CURRENT_SUITE" "$status"; fi
+  if [ "$status" -ne 0 ] && [ "${#RESULTS[@]}" -gt 0 ]; then printf "%s\n" "${RESULTS[@]}"; fi' EXIT
 
 for id in "${SUITES[@]}"; do
   if [ -n "${WANTED[$id]:-}" ]; then run_suite "$id"; fi
@@ -286,3 +291,4 @@ done
 
 step "summary"
 printf '%s\n' "${RESULTS[@]}"
+echo "total: $SECONDS s"

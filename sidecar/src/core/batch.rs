@@ -11,12 +11,13 @@ use bytes::Bytes;
 use bytes::BytesMut;
 use infergate_proto::DataType;
 
+use super::batch_input::JoinRules;
 use super::params::Parameters;
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, bytes_elements};
 
 /// What requests must agree on to join one batch: every input's name, datatype and non-batch
-/// dimensions; the parameters the model is sent (one request carries one set); and the
+/// dimensions (a ragged input's name and datatype only); the parameters the model is sent (one request carries one set); and the
 /// classifications its model server is asked for (one per output in one request).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Signature {
@@ -33,11 +34,16 @@ impl Signature {
         parameters: &Parameters,
         outputs: &[String],
         classification: &[u32],
+        rules: &JoinRules,
     ) -> Signature {
         let mut inputs: Vec<_> = inputs
             .iter()
             .map(|t| {
-                let rest = t.shape.get(1..).unwrap_or_default().to_vec();
+                let rest = if rules.is_ragged(&t.name) {
+                    Vec::new()
+                } else {
+                    t.shape.get(1..).unwrap_or_default().to_vec()
+                };
                 (t.name.clone(), t.datatype, rest)
             })
             .collect();
@@ -58,16 +64,17 @@ impl Signature {
 }
 
 /// The inputs of several requests as one: each input's rows one request after another, in the
-/// order of `parts`. Every part has the same inputs (their `Signature`s are equal); a part's
-/// inputs may come in another order than the first's.
-pub fn join_inputs(parts: &[&[Tensor]]) -> Result<Vec<Tensor>> {
+/// order of `parts`; a ragged input's elements one request after another in one dimension; then
+/// the model's batch inputs. Every part has the same inputs (their `Signature`s are equal); a
+/// part's inputs may come in another order than the first's.
+pub fn join_inputs(parts: &[&[Tensor]], rules: &JoinRules) -> Result<Vec<Tensor>> {
     let Some((first, rest)) = parts.split_first() else {
         return Ok(Vec::new());
     };
-    if rest.is_empty() {
+    if rest.is_empty() && !rules.always_join() {
         return Ok(first.to_vec());
     }
-    first
+    let mut joined = first
         .iter()
         .map(|input| {
             let pieces = parts
@@ -81,19 +88,24 @@ pub fn join_inputs(parts: &[&[Tensor]]) -> Result<Vec<Tensor>> {
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let rows: i64 = pieces
-                .iter()
-                .map(|t| t.shape.first().copied().unwrap_or(1))
-                .sum();
             let mut data = BytesMut::with_capacity(pieces.iter().map(|t| t.data.len()).sum());
             for piece in &pieces {
                 data.extend_from_slice(&piece.data);
             }
-            let mut shape = input.shape.clone();
-            match shape.first_mut() {
-                Some(batch) => *batch = rows,
-                None => shape.push(rows),
-            }
+            let shape = if rules.is_ragged(&input.name) {
+                vec![pieces.iter().map(|t| t.shape.iter().product::<i64>()).sum()]
+            } else {
+                let rows: i64 = pieces
+                    .iter()
+                    .map(|t| t.shape.first().copied().unwrap_or(1))
+                    .sum();
+                let mut shape = input.shape.clone();
+                match shape.first_mut() {
+                    Some(batch) => *batch = rows,
+                    None => shape.push(rows),
+                }
+                shape
+            };
             Ok(Tensor::new(
                 input.name.clone(),
                 input.datatype,
@@ -101,7 +113,9 @@ pub fn join_inputs(parts: &[&[Tensor]]) -> Result<Vec<Tensor>> {
                 data.freeze(),
             ))
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    joined.extend(rules.batch_inputs(parts)?);
+    Ok(joined)
 }
 
 /// The outputs of a joined request cut back into each request's rows: `rows[i]` rows for the

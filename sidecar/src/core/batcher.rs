@@ -7,7 +7,7 @@
 //! formed from the head of the queue, highest level first, as Triton forms it (`GetDynamicBatch`):
 //!
 //! - requests join in queue order while they agree with the first on every input's datatype and
-//!   non-batch dimensions, the parameters the model is sent, and the classifications its server
+//!   non-batch dimensions (a ragged input's datatype only: `core/batch_input.rs`), the parameters the model is sent, and the classifications its server
 //!   is asked for ([`Signature`]); the first that does not, or that would take the batch past
 //!   `max_batch_size`, ends the batch, which is sent at once;
 //! - a batch that reaches a `preferred_batch_size` is sent at once (the largest preferred size
@@ -38,6 +38,7 @@ use tokio::time::Instant;
 use futures::future::BoxFuture;
 
 use super::batch::Signature;
+use super::batch_input::JoinRules;
 use super::params::Parameters;
 use super::schedule::{Place, Policies, Refused};
 use super::traced::ModelSpans;
@@ -177,6 +178,8 @@ pub struct Batcher {
     delay: Duration,
     preserve_ordering: bool,
     policies: Policies,
+    /// How the model's requests join: its ragged inputs and batch inputs.
+    rules: JoinRules,
     state: Mutex<State>,
     /// Rings the driver: a request arrived, or a batch finished.
     wake: Notify,
@@ -190,6 +193,7 @@ impl Batcher {
             return Ok(None);
         };
         let policies = Policies::new(&config.name, batching)?;
+        let rules = JoinRules::for_model(config)?;
         // A model without batching runs one request at a time through the same queue.
         let max_batch_size = u64::try_from(config.max_batch_size.max(1)).unwrap_or(1);
         // Triton's `ValidateModelConfig`.
@@ -221,9 +225,15 @@ impl Batcher {
             delay: Duration::from_micros(batching.max_queue_delay_microseconds),
             preserve_ordering: batching.preserve_ordering,
             policies,
+            rules,
             state: Mutex::default(),
             wake: Notify::new(),
         })))
+    }
+
+    /// How the model's requests join (see `core/batch_input.rs`).
+    pub(super) fn rules(&self) -> &JoinRules {
+        &self.rules
     }
 
     /// Where a request waits (see [`Policies::place`]).
@@ -250,6 +260,7 @@ impl Batcher {
                 &job.parameters,
                 &job.outputs,
                 &job.classification,
+                &self.rules,
             ),
             rows: job.batch_size.max(1),
             enqueued: now,

@@ -3,6 +3,7 @@
 //! ties them together. The HTTP and gRPC front ends translate their wire forms into these types.
 
 pub mod batch;
+mod batch_input;
 pub mod batcher;
 pub mod classify;
 pub mod cxx_sort;

@@ -11,6 +11,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use super::batch::{join_inputs, split_outputs};
+use super::batch_input::JoinRules;
 use super::batcher::{Failed, Job, Ran, Reply, Runner};
 use super::model::{Execution, Model};
 use super::traced::{self, ModelSpans};
@@ -32,7 +33,11 @@ async fn run(model: &Model, mut jobs: Vec<Job>) -> Vec<Reply> {
     let mut replies: Vec<Option<Reply>> = jobs.iter().map(|_| None).collect();
     // A request alone hands its regions on as it came; joined, its inputs are bytes. One whose
     // region cannot be read fails alone.
-    if jobs.len() > 1 {
+    let always_join = model
+        .batcher
+        .as_ref()
+        .is_some_and(|b| b.rules().always_join());
+    if jobs.len() > 1 || always_join {
         for (job, reply) in jobs.iter_mut().zip(&mut replies) {
             if let Err(error) = read_regions(job) {
                 *reply = Some(Err(Failed::Model {
@@ -136,7 +141,9 @@ async fn execute(
     // One job runs as it came; several are joined, and asked for every output any of them
     // asked for, each with the one classification they agree on.
     let (inputs, outputs, classification);
-    let execution = if let [job] = jobs {
+    let rules = model.batcher.as_ref().map(|b| b.rules());
+    let always_join = rules.is_some_and(|r| r.always_join());
+    let execution = if let ([job], false) = (jobs, always_join) {
         Execution {
             model,
             inputs: &job.inputs,
@@ -150,7 +157,8 @@ async fn execute(
         }
     } else {
         let parts: Vec<&[Tensor]> = jobs.iter().map(|j| j.inputs.as_slice()).collect();
-        inputs = join_inputs(&parts).map_err(|e| (e, None))?;
+        let default_rules = JoinRules::default();
+        inputs = join_inputs(&parts, rules.unwrap_or(&default_rules)).map_err(|e| (e, None))?;
         (outputs, classification) = union_of_outputs(jobs);
         Execution {
             model,
