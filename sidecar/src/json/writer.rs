@@ -89,6 +89,17 @@ impl Writer {
         self.byte(b']')
     }
 
+    /// Opens a tensor's object with its three fixed members, as the protocol orders them:
+    /// `{"name":…,"datatype":…,"shape":[…]` (the caller adds the rest and closes it).
+    pub fn tensor_head(&mut self, name: &str, datatype: &str, shape: &[i64]) -> &mut Self {
+        self.byte(b'{')
+            .key("name")
+            .string(name.as_bytes())
+            .byte(b',');
+        self.key("datatype").string(datatype.as_bytes()).byte(b',');
+        self.key("shape").i64_array(shape)
+    }
+
     pub fn f64(&mut self, v: f64) -> &mut Self {
         write_f64(&mut self.buf, v);
         self

@@ -59,14 +59,7 @@ pub fn response(
         if i > 0 {
             w.byte(b',');
         }
-        w.byte(b'{')
-            .key("name")
-            .string(tensor.name.as_bytes())
-            .byte(b',');
-        w.key("datatype")
-            .string(tensor.datatype.as_protocol().as_bytes())
-            .byte(b',');
-        w.key("shape").i64_array(&tensor.shape);
+        w.tensor_head(&tensor.name, tensor.datatype.as_protocol(), &tensor.shape);
         if requested.shm.is_some() {
             // The bytes are in the client's region; the entry names the tensor only.
         } else if requested.binary {

@@ -42,14 +42,7 @@ pub(super) fn encode_request(
         if i > 0 {
             w.byte(b',');
         }
-        w.byte(b'{')
-            .key("name")
-            .string(input.name.as_bytes())
-            .byte(b',');
-        w.key("datatype")
-            .string(input.datatype.as_bytes())
-            .byte(b',');
-        w.key("shape").i64_array(&input.shape);
+        w.tensor_head(&input.name, &input.datatype, &input.shape);
         // Inputs in a shared-memory region have no bytes here (the staging plan left them out
         // of the raw contents).
         let in_region = input.parameters.contains_key("shared_memory_region");
