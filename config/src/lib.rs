@@ -15,6 +15,9 @@ pub use validate::ConfigError;
 
 /// Default HTTP request body limit, after decompression: 64 MiB, Triton's `--http-max-input-size`.
 pub const DEFAULT_MAX_HTTP_BODY_BYTES: u64 = 64 * 1024 * 1024;
+/// Connections are asked to go after about this long (docs/performance.md, "Connection age":
+/// what a reconnection costs, against how soon a scale-out is used).
+pub const DEFAULT_MAX_CONNECTION_AGE_SECONDS: u64 = 300;
 /// Default gRPC message limit, both directions: 256 MiB.
 pub const DEFAULT_MAX_GRPC_MESSAGE_BYTES: u64 = 256 * 1024 * 1024;
 /// Triton's nesting limit for `data` arrays.
@@ -285,6 +288,14 @@ pub struct Limits {
     /// A connection with no call in flight for this long, in seconds, is asked to go (HTTP/2
     /// GOAWAY; an HTTP/1.1 connection is closed between requests by the header deadline).
     pub idle_timeout_seconds: u64,
+    /// A connection open this long (give or take a tenth, so that connections opened together
+    /// do not all go together), in seconds, is asked to go (HTTP/2 GOAWAY), however busy: a
+    /// long-lived client reconnects, and so spreads over pods added since. Calls open on it
+    /// finish there, streams included. 0: never.
+    pub max_connection_age_seconds: u64,
+    /// How long the calls still open on a connection asked to go for its age may take, in
+    /// seconds, before the connection is closed under them. 0: as long as they need.
+    pub max_connection_age_grace_seconds: u64,
     /// How often an HTTP/2 connection is pinged, in seconds; a peer that does not answer within
     /// `keepalive_timeout_seconds` is gone and its connection is closed.
     pub keepalive_seconds: u64,
@@ -307,6 +318,16 @@ impl Limits {
     }
     pub fn idle_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.idle_timeout_seconds)
+    }
+    /// The connection age after which a connection is asked to go; none: never.
+    pub fn max_connection_age(&self) -> Option<std::time::Duration> {
+        (self.max_connection_age_seconds > 0)
+            .then(|| std::time::Duration::from_secs(self.max_connection_age_seconds))
+    }
+    /// How long a connection asked to go for its age is given; none: as long as its calls need.
+    pub fn max_connection_age_grace(&self) -> Option<std::time::Duration> {
+        (self.max_connection_age_grace_seconds > 0)
+            .then(|| std::time::Duration::from_secs(self.max_connection_age_grace_seconds))
     }
     pub fn keepalive(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.keepalive_seconds)
@@ -332,6 +353,8 @@ impl Default for Limits {
             max_admin_connections: 64,
             max_concurrent_streams: 1024,
             idle_timeout_seconds: 300,
+            max_connection_age_seconds: DEFAULT_MAX_CONNECTION_AGE_SECONDS,
+            max_connection_age_grace_seconds: 0,
             keepalive_seconds: 60,
             keepalive_timeout_seconds: 20,
             max_inflight_request_bytes: 2 << 30,

@@ -183,6 +183,20 @@ impl SidecarConfig {
                 err(name, "must be between 1 and 86400".into());
             }
         }
+        for (name, seconds) in [
+            (
+                "limits.max_connection_age_seconds",
+                l.max_connection_age_seconds,
+            ),
+            (
+                "limits.max_connection_age_grace_seconds",
+                l.max_connection_age_grace_seconds,
+            ),
+        ] {
+            if seconds > 86400 {
+                err(name, "must be between 0 (never) and 86400".into());
+            }
+        }
         for (name, count) in [
             ("limits.max_connections", l.max_connections),
             ("limits.max_admin_connections", l.max_admin_connections),

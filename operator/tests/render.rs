@@ -671,6 +671,25 @@ fn worker_threads_reach_the_sidecar_configuration() {
 }
 
 #[test]
+fn the_connection_age_reaches_the_sidecar_configuration() {
+    let isvc = with_spec(
+        "triton",
+        &format!(
+            "{MINIMAL}  sidecar:\n    maxConnectionAgeSeconds: 60\n    maxConnectionAgeGraceSeconds: 30\n"
+        ),
+    );
+    let limits = sidecar_config(&build(&isvc)).limits;
+    assert_eq!(limits.max_connection_age_seconds, 60);
+    assert_eq!(limits.max_connection_age_grace_seconds, 30);
+    // Unset: the sidecar's own default.
+    let plain = sidecar_config(&build(&with_spec("triton", MINIMAL))).limits;
+    assert_eq!(
+        plain.max_connection_age_seconds,
+        infergate_config::DEFAULT_MAX_CONNECTION_AGE_SECONDS
+    );
+}
+
+#[test]
 fn pod_level_problems_are_reported() {
     let cases = [
         (

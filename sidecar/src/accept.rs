@@ -47,6 +47,10 @@ pub struct PortLimits {
     pub max_connections: usize,
     /// Asks a connection without a call in flight for this long to go; none: never.
     pub idle: Option<Duration>,
+    /// Asks a connection open this long (give or take a tenth) to go; none: never.
+    pub max_age: Option<Duration>,
+    /// Closes a connection asked to go for its age this long after; none: once its calls end.
+    pub age_grace: Option<Duration>,
 }
 
 /// How a port serves its connections: the bounds, TLS if it speaks it, and how long a client
@@ -60,12 +64,15 @@ pub struct PortSetup {
 
 impl PortSetup {
     /// A client port's (HTTP, gRPC): `limits.max_connections`, `limits.idle_timeout_seconds`,
-    /// and the header deadline for the handshake.
+    /// `limits.max_connection_age_seconds` with its grace, and the header deadline for the
+    /// handshake.
     pub fn client(limits: &infergate_config::Limits, tls: Option<Arc<Tls>>) -> Self {
         PortSetup {
             limits: PortLimits {
                 max_connections: limits.max_connections as usize,
                 idle: Some(limits.idle_timeout()),
+                max_age: limits.max_connection_age(),
+                age_grace: limits.max_connection_age_grace(),
             },
             tls,
             handshake_timeout: limits.http_header_timeout(),
@@ -141,7 +148,7 @@ pub async fn serve_until<C, S>(
                 return;
             };
             let activity = Activity::begin();
-            run(serve(io, activity.clone()), go, activity, limits.idle, slot).await;
+            run(serve(io, activity.clone()), go, activity, limits, slot).await;
         });
     }
     drop(listener);
@@ -250,26 +257,43 @@ impl AsyncWrite for Io {
     }
 }
 
-/// Serves one connection to its end, asking it to go when `go` changes or when it has been idle
-/// for `idle`. The slot is given back when it ends.
+/// Serves one connection to its end, asking it to go when `go` changes, when it has been idle
+/// for `limits.idle`, or when it reaches its age (`limits.max_age`, then closing it after
+/// `limits.age_grace`). The slot is given back when it ends.
 async fn run<C>(
     connection: C,
     mut go: watch::Receiver<u64>,
     activity: Activity,
-    idle: Option<Duration>,
+    limits: PortLimits,
     _slot: OwnedSemaphorePermit,
 ) where
     C: GracefulConnection,
 {
     let mut connection = pin!(connection);
+    let idle = limits.idle;
     // Looked at a few times per idle period: a connection goes at most a quarter late.
     let mut look = idle.map(|idle| tokio::time::interval(idle / 4));
     let mut asked = false;
+    let mut aged = pin!(sleep_for(limits.max_age.map(jittered)));
+    // Set once the connection is asked to go for its age, where the grace is bounded.
+    let mut grace_ends = pin!(sleep_for(None));
     loop {
         tokio::select! {
             // A peer that resets, times out or breaks the protocol ends its own connection;
             // nothing to report.
             _ = connection.as_mut() => return,
+            () = &mut aged, if !asked => {
+                // GOAWAY: new calls go to a new connection, which may reach another pod; the
+                // calls open here, streams included, finish here.
+                tracing::debug!("asking a connection to go: it reached its maximum age");
+                connection.as_mut().graceful_shutdown();
+                asked = true;
+                grace_ends.set(sleep_for(limits.age_grace));
+            }
+            () = &mut grace_ends => {
+                tracing::debug!("closing a connection whose calls outlived its age's grace");
+                return;
+            }
             changed = go.changed(), if !asked => {
                 if changed.is_ok() {
                     connection.as_mut().graceful_shutdown();
@@ -287,6 +311,26 @@ async fn run<C>(
             }
         }
     }
+}
+
+/// Sleeps `duration`; never ends without one.
+async fn sleep_for(duration: Option<Duration>) {
+    match duration {
+        Some(duration) => tokio::time::sleep(duration).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `age` give or take up to a tenth, different for each connection, so that connections opened
+/// together (a client's pool, clients started together) do not all go together.
+fn jittered(age: Duration) -> Duration {
+    use std::hash::{BuildHasher, RandomState};
+    // A fresh random state is randomly keyed: its hash of nothing is a random number.
+    let random = RandomState::new().hash_one(());
+    let tenth = age / 10;
+    let span = tenth.as_nanos().saturating_mul(2).max(1);
+    let offset = Duration::from_nanos(u64::try_from(u128::from(random) % span).unwrap_or(0));
+    age.saturating_sub(tenth).saturating_add(offset)
 }
 
 async fn tick(look: &mut Option<tokio::time::Interval>) {
@@ -398,5 +442,20 @@ mod tests {
         // Last stream 0, ENHANCE_YOUR_CALM, then the debug data.
         assert_eq!(&goaway[9..17], &[0, 0, 0, 0, 0, 0, 0, 0xb]);
         assert_eq!(&goaway[17..], b"busy");
+    }
+
+    #[test]
+    fn connection_ages_spread_over_a_tenth_either_side() {
+        let age = Duration::from_secs(100);
+        let ages: Vec<Duration> = (0..200).map(|_| jittered(age)).collect();
+        for got in &ages {
+            assert!(
+                (Duration::from_secs(90)..=Duration::from_secs(110)).contains(got),
+                "{got:?}"
+            );
+        }
+        // Spread, not one value: some in each half.
+        assert!(ages.iter().any(|a| *a < age) && ages.iter().any(|a| *a > age));
+        assert_eq!(jittered(Duration::ZERO), Duration::ZERO);
     }
 }

@@ -52,6 +52,18 @@ pub struct SidecarSpec {
     /// (the trace settings API answers as Triton's default mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracing: Option<TracingSpec>,
+    /// Seconds after which a client connection is asked to go (HTTP/2 GOAWAY), give or take a
+    /// tenth, however busy it is: a long-lived client (a gRPC channel) reconnects, and so
+    /// reaches pods added by a scale-out. Calls open on it, streams included, finish there.
+    /// Unset: the sidecar's default (300); 0: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub max_connection_age_seconds: Option<u32>,
+    /// Seconds the calls still open on a connection asked to go for its age may take before it
+    /// is closed under them. Unset or 0: as long as they need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub max_connection_age_grace_seconds: Option<u32>,
 }
 
 impl Default for SidecarSpec {
@@ -67,6 +79,8 @@ impl Default for SidecarSpec {
             run_as_user: default_sidecar_user(),
             worker_threads: None,
             tracing: None,
+            max_connection_age_seconds: None,
+            max_connection_age_grace_seconds: None,
         }
     }
 }

@@ -49,6 +49,13 @@ pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
     if let Some(threads) = spec.sidecar.worker_threads {
         server.worker_threads = threads;
     }
+    if let Some(age) = spec.sidecar.max_connection_age_seconds {
+        config.limits.max_connection_age_seconds = u64::from(age);
+    }
+    if let Some(grace) = spec.sidecar.max_connection_age_grace_seconds {
+        config.limits.max_connection_age_grace_seconds = u64::from(grace);
+    }
+    let server = &mut config.server;
     if let Some(tracing) = &spec.sidecar.tracing {
         let namespace = isvc.namespace().unwrap_or_default();
         server.trace_config = tracing.trace_config(&namespace, &isvc.name_any());

@@ -93,6 +93,8 @@ pub async fn serve_http1(
         limits: PortLimits {
             max_connections: limits.max_admin_connections as usize,
             idle: None,
+            max_age: None,
+            age_grace: None,
         },
         tls: None,
         handshake_timeout: limits.http_header_timeout(),
