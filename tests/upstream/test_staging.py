@@ -144,6 +144,43 @@ def test_mixed_inputs_and_batched_outputs():
         assert after[0] - before[0] == 128 and after[1] - before[1] == 128, (before, after)
 
 
+def test_requests_the_sidecar_batches_reach_triton_through_the_pool_as_one():
+    """`simple` is batched by the sidecar in this run (run-triton.sh): requests that join a batch
+    are one request to Triton, whose joined inputs travel through the pool like any other
+    tensor. With every tensor staged, the pool's input bytes grow by every request's bytes
+    although fewer calls than requests reached Triton."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if pool()["min_tensor_bytes"] > 64:
+        pytest.skip("this run stages only larger tensors")
+
+    def one(seed):
+        client = grpcclient.InferenceServerClient(GRPC)
+        a = (np.arange(16, dtype=np.int32) + seed).reshape(1, 16)
+        b = np.full((1, 16), seed, dtype=np.int32)
+        inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+                  grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        result = client.infer("simple", inputs)
+        return (np.array_equal(result.as_numpy("OUTPUT0"), a + b)
+                and np.array_equal(result.as_numpy("OUTPUT1"), a - b))
+
+    # Whether requests overlap is up to the machine: a few bursts make a batch all but certain.
+    for _ in range(10):
+        before_bytes, before_calls = staged(), triton_successes("simple")
+        with ThreadPoolExecutor(24) as threads:
+            assert all(threads.map(one, range(24)))
+        after_bytes, after_calls = staged(), triton_successes("simple")
+        if after_calls - before_calls < 24:
+            break
+    assert after_calls - before_calls < 24, "no two requests ever shared a batch"
+    # Two [1,16] INT32 inputs and two such outputs a request, all through the pool.
+    assert after_bytes[0] - before_bytes[0] == 24 * 128, (before_bytes, after_bytes)
+    assert after_bytes[1] - before_bytes[1] == 24 * 128, (before_bytes, after_bytes)
+    assert pool()["in_use_bytes"] == 0
+
+
 def test_slots_are_reclaimed_when_the_upstream_refuses_the_request():
     # The inputs are staged, then Triton's sequence batcher refuses a request without a
     # correlation id: the slots must come back all the same.
