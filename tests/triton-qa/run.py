@@ -165,9 +165,12 @@ class Server:
 
     def __init__(self, target, out: Path, models, mode="none", env=None,
                  triton_args=(), triton_override=None, sidecar_setup=None, both_args=(),
-                 upstream=False):
+                 upstream=False, sidecar_config=None):
         self.target, self.out, self.models, self.mode = target, out, models, mode
+        # The server under test's environment (not the Triton behind the sidecar's).
         self.env = env or {}
+        # With `upstream`: the sidecar's configuration (YAML) in place of `--upstream`.
+        self.sidecar_config = sidecar_config
         # Flags both servers take with the same meaning (the restricted APIs and protocols).
         self.both_args = list(both_args)
         self.triton_args, self.triton_override = list(triton_args), triton_override or {}
@@ -183,8 +186,8 @@ class Server:
         if self.target == "sidecar" and self.upstream:
             wait_ports_free([UPSTREAM_HTTP, UPSTREAM_GRPC, UPSTREAM_METRICS])
             ports = (UPSTREAM_HTTP, UPSTREAM_GRPC, UPSTREAM_METRICS)
-            self.upstream_proc = self._spawn(self._triton(n, ports), f"upstream-triton-{n}",
-                                             triton=True)
+            self.upstream_proc = self._spawn(self._triton(n, ports, flags=False),
+                                             f"upstream-triton-{n}", triton=True, env={})
             self._wait_ready(self.upstream_proc, UPSTREAM_HTTP, f"upstream-triton-{n}")
         if self.target == "sidecar":
             cmd = [os.environ["SIDECAR_BIN"], "--host", "127.0.0.1",
@@ -193,7 +196,11 @@ class Server:
                    "--model-control-mode", self.mode,
                    # Triton 2.51 has no such switch: client shared memory is always on there.
                    "--allow-client-shm"] + self.both_args
-            if self.upstream:
+            if self.upstream and self.sidecar_config:
+                cfg = self.out / f"sidecar-{n}.yaml"
+                cfg.write_text(self.sidecar_config)
+                cmd += ["--config", str(cfg)]
+            elif self.upstream:
                 cmd += ["--upstream", f"grpc://127.0.0.1:{UPSTREAM_GRPC}"]
             else:
                 cfg = self.out / f"sidecar-{n}.yaml"
@@ -208,8 +215,9 @@ class Server:
         if self.target == "sidecar" and self.sidecar_setup:
             self.sidecar_setup()
 
-    def _triton(self, n: int, ports) -> list:
-        """Triton's command line, serving this step's models on `ports` (HTTP, gRPC, metrics)."""
+    def _triton(self, n: int, ports, flags=True) -> list:
+        """Triton's command line, serving this step's models on `ports` (HTTP, gRPC, metrics);
+        with `flags`, the step's server flags too (not for the Triton behind the sidecar)."""
         repo = self.out / f"repo-{n}"
         repo.mkdir()
         for m in self.models:
@@ -224,10 +232,12 @@ class Server:
                "--exit-timeout-secs=5"]
         if self.mode != "none":
             cmd += [f"--model-control-mode={self.mode}", "--load-model=*"]
+        if not flags:
+            return cmd
         return cmd + self.triton_args + self.both_args
 
-    def _spawn(self, cmd, name: str, triton: bool):
-        env = dict(os.environ, **self.env)
+    def _spawn(self, cmd, name: str, triton: bool, env=None):
+        env = dict(os.environ, **(self.env if env is None else env))
         if triton:
             env["PATH"] = os.environ["TRITON_PATH"]
             env["LD_LIBRARY_PATH"] = os.environ["TRITON_LD_PATH"]
@@ -262,7 +272,12 @@ class Server:
         self.proc = self.upstream_proc = None
 
     def __enter__(self):
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            # A server that did not start: stop what did (the Triton behind the sidecar).
+            self.stop()
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -1069,6 +1084,127 @@ def l0_client_java(c: Ctx, rows):
                                check=all_threads_done)
 
 
+# L0_batcher's test lists, as its test.sh names them.
+BATCHER_NO_DELAY = ["test_static_batch_preferred", "test_static_batch_lt_any_preferred",
+                    "test_static_batch_not_preferred", "test_static_batch_gt_max_preferred",
+                    "test_multi_batch_not_preferred", "test_multi_batch_gt_max_preferred",
+                    "test_multi_batch_sum_gt_max_preferred", "test_multi_same_output0",
+                    "test_multi_same_output1", "test_multi_different_outputs",
+                    "test_multi_different_output_order"]
+# test -> the TRITONSERVER_DELAY_SCHEDULER test.sh exports for it.
+BATCHER_DELAY = {"test_multi_batch_delayed_sum_gt_max_preferred": 2,
+                 "test_multi_batch_use_biggest_preferred": 6,
+                 "test_multi_batch_use_best_preferred": 3,
+                 "test_multi_batch_delayed_use_max_batch": 3}
+BATCHER_DIFFERENT_SHAPE = ["test_multi_batch_not_preferred_different_shape",
+                           "test_multi_batch_preferred_different_shape",
+                           "test_multi_batch_different_shape_allow_ragged",
+                           "test_multi_batch_different_shape"]
+BATCHER_PREFERRED_ONLY = {"test_preferred_batch_only_aligned": 4,
+                          "test_preferred_batch_only_unaligned": 5,
+                          "test_preferred_batch_only_use_biggest_preferred": 7,
+                          "test_preferred_batch_only_use_no_preferred_size": 3}
+BATCHER_MAX_QUEUE_DELAY = ["test_max_queue_delay_only_default",
+                           "test_max_queue_delay_only_non_default"]
+
+
+def l0_batcher(c: Ctx, rows):
+    """L0_batcher's test.sh with its python trial only (`BACKENDS=python`): its other trials'
+    models (ONNX, TensorRT, LibTorch, TensorFlow) come from Triton's private QA repository. The
+    models are python-backend models with the contracts of test.sh's (batcher_models.py); the
+    add/sub model runs Triton's own qa/python_models/add_sub/model.py, as test.sh's does.
+    Every test runs on a server of its own, as in test.sh (the statistics must start at zero),
+    in test.sh's order, with test.sh's TRITONSERVER_DELAY_SCHEDULER for the server and the test.
+
+    Triton serves the models with their `dynamic_batching`. The sidecar serves them from a
+    Triton behind it (8100-8102) whose models have none: the sidecar batches, with the same
+    `dynamic_batching` as its `backend.models[].config`, and sends that Triton one request per
+    batch. The statistics the tests read are the sidecar's. The Triton behind it gets neither
+    TRITONSERVER_DELAY_SCHEDULER (it has no dynamic batcher for it to delay) nor the step's
+    server flags."""
+    import batcher_models as bm
+
+    mod = "L0_batcher"
+    add_sub_dir = c.qa / "python_models" / "add_sub"
+    sidecar = c.target == "sidecar"
+    durations = c.out / "durations.tsv"
+
+    def served(repo, env=None, both_args=()):
+        root = c.out / f"models-{Server.count + 1}"
+        dirs = repo.write(root, for_sidecar=sidecar)
+        return Server(c.target, c.out, list(dirs), env=env, triton_override=dirs,
+                      both_args=both_args, upstream=sidecar,
+                      sidecar_config=bm.sidecar_yaml(repo, UPSTREAM_GRPC))
+
+    def timed(row, label, run):
+        t0 = time.time()
+        cases = run()
+        took = time.time() - t0
+        with durations.open("a") as f:
+            for case, status, _ in cases:
+                f.write(f"{row}\t{case}\t{status}\t{took:.1f}\n")
+        log(f"{c.target}: {label}: {', '.join(s for _, s, _ in cases)} in {took:.1f} s")
+        rows[row] += cases
+
+    def test(row, repo, name, kind="", delay=None, file="batcher_test.py", both_args=(),
+             tag=None):
+        """One test on a server of its own; its case is named with test.sh's settings."""
+        env = {"BACKENDS": "python"}
+        server_env = {}
+        tags = [kind] if kind else []
+        if kind:
+            env["BATCHER_TYPE"] = kind
+        if tag:
+            tags.append(tag)
+        if delay is not None:
+            server_env = {"TRITONSERVER_DELAY_SCHEDULER": str(delay)}
+            env.update(server_env)
+            tags.append(f"TRITONSERVER_DELAY_SCHEDULER={delay}")
+        suffix = f" [{', '.join(tags)}]" if tags else ""
+        names = [f"BatcherTest.{name}"] if name else []
+        try:
+            with served(repo, server_env, both_args):
+                timed(row, f"{name or file}{suffix}", lambda: [
+                    (f"{i}{suffix}", s, m) for i, s, m in c.unittest(mod, file, names, env=env)])
+        except RuntimeError as e:  # a server that did not start
+            rows[row].append((f"{name or file}{suffix}", "fail", str(e)[:300]))
+
+    for kind in ("FIXED", "VARIABLE"):
+        repo = bm.fixed_models(add_sub_dir) if kind == "FIXED" else bm.var_models(add_sub_dir)
+        row = f"{mod} batcher_test.py, {'fixed' if kind == 'FIXED' else 'variable'}-size models"
+        for name in BATCHER_NO_DELAY:
+            test(row, repo, name, kind)
+        for name, delay in BATCHER_DELAY.items():
+            test(row, repo, name, kind, delay)
+    row = f"{mod} batcher_test.py, variable-size models, different shapes"
+    for name in BATCHER_DIFFERENT_SHAPE:
+        test(row, bm.var_models(add_sub_dir), name, "VARIABLE")
+    test(row, bm.var_models(add_sub_dir), "test_multi_batch_delayed_preferred_different_shape",
+         "VARIABLE", 4)
+    row = f"{mod} batcher_test.py, preferred sizes and no delay"
+    for name, delay in BATCHER_PREFERRED_ONLY.items():
+        test(row, bm.preferred_batch_only_models(add_sub_dir), name, "FIXED", delay)
+    row = f"{mod} batcher_test.py, max_queue_delay only"
+    for name in BATCHER_MAX_QUEUE_DELAY:
+        test(row, bm.max_queue_delay_models(), name, "FIXED")
+
+    # preserve_ordering: the test, then verify_timestamps.py over the trace file the server
+    # wrote (at its stop), without and with the option.
+    row = f"{mod} test_multi_batch_preserve_ordering + verify_timestamps.py"
+    for preserve, trace in ((False, "not_preserve.log"), (True, "preserve.log")):
+        (c.out / trace).unlink(missing_ok=True)
+        test(row, bm.preserve_ordering_models(preserve), "test_multi_batch_preserve_ordering",
+             "FIXED", 12, tag=f"preserve_ordering: {str(preserve).lower()}",
+             both_args=[f"--trace-file={trace}", "--trace-level=MIN", "--trace-rate=1"])
+        args = ["-p", trace] if preserve else [trace]
+        label = f"verify_timestamps.py {' '.join(args)}"
+        timed(row, label, lambda: c.judge(label, [c.py, str(c.qa / mod / "verify_timestamps.py"),
+                                                  *args], c.out))
+
+    test(f"{mod} queue_timeout_test.py", bm.queue_timeout_models(), None,
+         file="queue_timeout_test.py", both_args=["--log-verbose=2"])
+
+
 MODULES = {
     "L0_http": l0_http,
     "L0_shared_memory": l0_shared_memory,
@@ -1081,6 +1217,7 @@ MODULES = {
     "L0_simple_go_client": l0_simple_go_client,
     "L0_simple_nodejs_client": l0_simple_nodejs_client,
     "L0_client_java": l0_client_java,
+    "L0_batcher": l0_batcher,
 }
 
 

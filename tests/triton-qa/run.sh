@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Run Triton's own QA test modules (L0_http, L0_shared_memory, L0_grpc, L0_client_timeout,
 # L0_decoupled, L0_trace, L0_logging, L0_secure_grpc: Python parts; L0_simple_go_client,
-# L0_simple_nodejs_client, L0_client_java: Triton's example clients in other languages) against the sidecar with its built-in models and against a real
-# Triton 2.51 serving the same catalog (tests/upstream/make_triton_repo.py, python backend),
-# one server at a time on localhost:8000/8001 (the addresses the tests hard-code), and print
-# the table that docs/compatibility.md ("Triton's QA tests") shows. Not part of CI or
-# run-all.sh: it takes about 20 minutes on 2 CPUs and needs ports 8000-8004 free (and
-# 8100-8102, where L0_http's generate test runs Triton behind the sidecar: its mock_llm model
-# is Triton's own, so the sidecar serves it from a Triton upstream).
+# L0_simple_nodejs_client, L0_client_java: Triton's example clients in other languages;
+# L0_batcher: the dynamic batcher's tests, python trial) against the sidecar with its built-in
+# models and against a real Triton 2.51 serving the same catalog
+# (tests/upstream/make_triton_repo.py, python backend), one server at a time on
+# localhost:8000/8001 (the addresses the tests hard-code), and print the table that
+# docs/compatibility.md ("Triton's QA tests") shows. Not part of CI or run-all.sh: it takes
+# about 20 minutes on 2 CPUs (L0_batcher alone about as long again) and needs ports 8000-8004
+# free (and 8100-8102, where a Triton runs behind the sidecar: for L0_http's generate test,
+# whose mock_llm model is Triton's own, and for L0_batcher, whose models the sidecar batches
+# in front of a Triton without batchers; tests/triton-qa/batcher_models.py).
 #
 # Triton's test code is not in this project. It is read from Triton's git repositories,
 # branch r24.10 (Triton 2.51): set TRITON_SERVER_GIT, TRITON_CLIENT_GIT and TRITON_COMMON_GIT
@@ -64,15 +67,16 @@ ref_of() { # GIT_DIR: BRANCH as the clone names it
   done
   log "$g has no $BRANCH"; exit 1
 }
-if [ ! -d "$QA_ROOT/qa/clients" ] || [ ! -d "$QA_ROOT/qa/L0_secure_grpc" ]; then
+if [ ! -d "$QA_ROOT/qa/clients" ] || [ ! -d "$QA_ROOT/qa/L0_secure_grpc" ] ||
+  [ ! -d "$QA_ROOT/qa/L0_batcher" ]; then
   SERVER_GIT="$(git_dir server "${TRITON_SERVER_GIT:-}")"
   CLIENT_GIT="$(git_dir client "${TRITON_CLIENT_GIT:-}")"
   rm -rf "$QA_ROOT.tmp" && mkdir -p "$QA_ROOT.tmp/qa/clients"
   sref="$(ref_of "$SERVER_GIT")"
   cref="$(ref_of "$CLIENT_GIT")"
   git --git-dir="$SERVER_GIT" archive "$sref" qa/common qa/python_models/execute_delayed_model \
-    qa/L0_http qa/L0_shared_memory qa/L0_grpc qa/L0_client_timeout qa/L0_decoupled qa/L0_trace \
-    qa/L0_logging qa/L0_secure_grpc |
+    qa/python_models/add_sub qa/L0_http qa/L0_shared_memory qa/L0_grpc qa/L0_client_timeout \
+    qa/L0_decoupled qa/L0_trace qa/L0_logging qa/L0_secure_grpc qa/L0_batcher |
     tar -x -C "$QA_ROOT.tmp"
   git --git-dir="$CLIENT_GIT" archive "$cref" src/python/examples | tar -x -C "$QA_ROOT.tmp"
   mv "$QA_ROOT.tmp"/src/python/examples/*.py "$QA_ROOT.tmp/qa/clients/"
@@ -114,8 +118,9 @@ if [[ "$TARGETS" == *sidecar* ]] && [ ! -x "$SIDECAR_BIN" ]; then
   cargo build --release -p infergate-sidecar
 fi
 # Triton runs for the triton target, and behind the sidecar for L0_http's generate test
-# (Triton's own mock_llm model).
-if [[ "$TARGETS" == *triton* ]] || [[ ",${QA_MODULES:-L0_http}," == *,L0_http,* ]]; then
+# (Triton's own mock_llm model) and for L0_batcher (python models that the sidecar batches).
+if [[ "$TARGETS" == *triton* ]] || [[ ",${QA_MODULES:-L0_http}," == *,L0_http,* ]] ||
+  [[ ",${QA_MODULES:-L0_batcher}," == *,L0_batcher,* ]]; then
   # shellcheck source=../upstream/triton-env.sh
   source "$REPO_ROOT/tests/upstream/triton-env.sh"
   export TRITON_BIN TRITON_BACKENDS="$TRITON_HOME/backends"
