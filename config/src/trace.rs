@@ -43,7 +43,22 @@ impl TraceLevel {
         }
     }
 
-    /// A level's name; `None` for OFF, which is the absence of levels.
+    /// A level as the command line gives it (`--trace-level`, `--trace-config level=`), read
+    /// as Triton reads it (`ParseTraceLevelOption`): in any case, `false` and `off` for OFF, and
+    /// `true`, `on`, `min` and `max` (older names) for TIMESTAMPS besides the levels' own names.
+    pub fn parse_option(value: &str) -> Result<Option<TraceLevel>, String> {
+        match value.to_ascii_lowercase().as_str() {
+            "false" | "off" => Ok(None),
+            "true" | "on" | "min" | "max" | "timestamps" => Ok(Some(TraceLevel::Timestamps)),
+            "tensors" => Ok(Some(TraceLevel::Tensors)),
+            _ => Err(format!(
+                "unknown trace level '{value}': expected OFF, TIMESTAMPS or TENSORS"
+            )),
+        }
+    }
+
+    /// A level's name as the trace settings API takes it (upper case, exactly); `None` for
+    /// OFF, which is the absence of levels.
     pub fn parse(name: &str) -> Result<Option<TraceLevel>, String> {
         match name {
             "OFF" => Ok(None),
@@ -130,7 +145,7 @@ impl TraceConfig {
                         config.levels.clear();
                         levels_given = true;
                     }
-                    let level = TraceLevel::parse(value).map_err(|e| invalid(&e))?;
+                    let level = TraceLevel::parse_option(value).map_err(|e| invalid(&e))?;
                     off_given |= level.is_none();
                     if let Some(level) = level.filter(|l| !config.levels.contains(l)) {
                         config.levels.push(level);

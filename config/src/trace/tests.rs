@@ -111,3 +111,26 @@ fn refuses_what_it_cannot_do_or_read() {
         assert!(error.contains(words), "{settings:?}: {error}");
     }
 }
+
+#[test]
+fn levels_on_the_command_line_are_read_as_triton_reads_them() {
+    for (given, want) in [
+        ("min", vec![TraceLevel::Timestamps]),
+        ("MAX", vec![TraceLevel::Timestamps]),
+        ("On", vec![TraceLevel::Timestamps]),
+        ("true", vec![TraceLevel::Timestamps]),
+        ("timestamps", vec![TraceLevel::Timestamps]),
+        ("Tensors", vec![TraceLevel::Tensors]),
+        ("false", vec![]),
+        ("off", vec![]),
+    ] {
+        let config = parse(&[&format!("level={given}"), "mode=opentelemetry"]).unwrap();
+        assert_eq!(config.levels, want, "{given}");
+    }
+    // The trace settings API keeps its exact names.
+    assert!(TraceLevel::parse("min").is_err());
+    assert_eq!(
+        TraceLevel::parse("TIMESTAMPS").unwrap(),
+        Some(TraceLevel::Timestamps)
+    );
+}

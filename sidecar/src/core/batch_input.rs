@@ -1,7 +1,7 @@
-//! How a model's requests are joined beyond the plain case, as its configuration asks: ragged
-//! inputs (`allow_ragged_batch`), which join even when their shapes differ, into one flat tensor,
-//! and Triton's batch inputs (`batch_input`), tensors the batcher adds to every execution to tell
-//! the model where each request's part of a ragged input lies.
+//! How a model's requests are joined beyond the plain case, as its configuration asks: Triton's
+//! batch inputs (`batch_input`), tensors the batcher adds to every execution to tell the model
+//! where each request's part of a ragged input lies, and with them ragged inputs
+//! (`allow_ragged_batch`), which then join even when their shapes differ, into one flat tensor.
 //!
 //! Triton's backends (ONNX Runtime, TensorFlow, PyTorch, TensorRT) take a ragged input as the
 //! requests' elements one after another in a one-dimensional tensor; the sidecar sends its model
@@ -34,13 +34,22 @@ struct BatchInputRule {
 
 impl JoinRules {
     /// The rules of `config`; a batch input Triton would refuse is refused at load.
+    ///
+    /// Ragged inputs join flat only for a model that declares batch inputs: a model server
+    /// without them could not tell the requests' elements apart, and one that batches by the
+    /// first dimension (a Triton behind the sidecar) would take the flat length for a batch
+    /// size. For the others, requests join only where their ragged inputs agree in shape.
     pub fn for_model(config: &ModelConfig) -> Result<JoinRules> {
-        let ragged = config
-            .input
-            .iter()
-            .filter(|i| i.allow_ragged_batch)
-            .map(|i| i.name.clone())
-            .collect();
+        let ragged = if config.batch_input.is_empty() {
+            Vec::new()
+        } else {
+            config
+                .input
+                .iter()
+                .filter(|i| i.allow_ragged_batch)
+                .map(|i| i.name.clone())
+                .collect()
+        };
         let refuse = |why: String| {
             Error::invalid_arg(format!(
                 "batch input of model '{}' is not valid: {why}",
@@ -103,7 +112,7 @@ impl JoinRules {
     /// Whether even a request alone must be joined: its ragged inputs flattened, its batch inputs
     /// added, so that the model sees the same layout however many requests a batch holds.
     pub fn always_join(&self) -> bool {
-        !self.ragged.is_empty() || !self.batch_inputs.is_empty()
+        !self.batch_inputs.is_empty()
     }
 
     /// The batch inputs of the requests `parts` (each request's inputs, full shapes), in the

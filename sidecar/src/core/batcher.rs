@@ -148,6 +148,9 @@ struct State {
     next_delivery: u64,
     /// Answers of batches that finished before an earlier one (`preserve_ordering`).
     held: BTreeMap<u64, Vec<(oneshot::Sender<Reply>, Reply)>>,
+    /// Triton's test hook, `TRITONSERVER_DELAY_SCHEDULER`: no batch is formed until this many
+    /// requests wait, once per load (0: none).
+    hold: usize,
 }
 
 /// What the driver does next.
@@ -167,6 +170,16 @@ enum Formed {
     Send(usize),
     /// Wait until then for more.
     Wait(Instant),
+}
+
+/// `TRITONSERVER_DELAY_SCHEDULER`, read as Triton reads it when a model's batcher starts: a
+/// whole number of requests to wait for before the first batch is formed, so that tests can
+/// queue requests and see how they are batched (Triton's `qa/L0_batcher`); anything else is 0.
+fn scheduler_hold() -> usize {
+    std::env::var("TRITONSERVER_DELAY_SCHEDULER")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0)
 }
 
 pub struct Batcher {
@@ -226,7 +239,10 @@ impl Batcher {
             preserve_ordering: batching.preserve_ordering,
             policies,
             rules,
-            state: Mutex::default(),
+            state: Mutex::new(State {
+                hold: scheduler_hold(),
+                ..State::default()
+            }),
             wake: Notify::new(),
         })))
     }
@@ -326,6 +342,18 @@ impl Batcher {
             .min();
         if state.running >= self.instances {
             return Step::Wait(closest_timeout);
+        }
+        if state.hold > 0 {
+            let waiting: usize = state
+                .levels
+                .values()
+                .map(|l| l.waiting.len() + l.delayed.len())
+                .sum();
+            if waiting < state.hold {
+                // The next request rings the driver.
+                return Step::Wait(closest_timeout);
+            }
+            state.hold = 0;
         }
         let entries = state.levels.values().flat_map(Level::entries);
         match self.form(entries, now) {

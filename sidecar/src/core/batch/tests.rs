@@ -193,7 +193,7 @@ fn signatures_differ_in_shapes_datatypes_parameters_and_delegated_classes() {
 
 #[test]
 fn ragged_inputs_join_whatever_their_shapes_into_one_dimension() {
-    let rules = ragged_rules(&[]);
+    let rules = ragged_rules(&[1]);
     let outputs = ["OUT".to_string()];
     let a = [
         fp32("R", vec![1, 2], &[1.0, 2.0]),
@@ -220,9 +220,37 @@ fn ragged_inputs_join_whatever_their_shapes_into_one_dimension() {
     let joined = join_inputs(&[&a, &b], &rules).unwrap();
     assert_eq!(joined[0], fp32("R", vec![5], &[1.0, 2.0, 3.0, 4.0, 5.0]));
     assert_eq!(joined[1], fp32("X", vec![2, 1], &[9.0, 8.0]));
+    assert_eq!(joined[2], int32("B1", vec![2], &[2, 5]));
     // A request alone is flattened too, so the model always sees one layout.
     let alone = join_inputs(&[&b], &rules).unwrap();
     assert_eq!(alone[0], fp32("R", vec![3], &[3.0, 4.0, 5.0]));
+}
+
+#[test]
+fn without_batch_inputs_ragged_inputs_join_only_alike_and_are_not_flattened() {
+    // The model server could not cut a flat tensor apart (and a Triton behind the sidecar would
+    // read its length as the batch size).
+    let rules = ragged_rules(&[]);
+    assert!(!rules.always_join());
+    let outputs = ["OUT".to_string()];
+    let a = [
+        fp32("R", vec![1, 2], &[1.0, 2.0]),
+        fp32("X", vec![1, 1], &[9.0]),
+    ];
+    let b = [
+        fp32("R", vec![1, 3], &[3.0, 4.0, 5.0]),
+        fp32("X", vec![1, 1], &[8.0]),
+    ];
+    let sign = |t: &[Tensor]| Signature::new(t, &Parameters::default(), &outputs, &[0], &rules);
+    assert_ne!(sign(&a), sign(&b));
+    let c = [
+        fp32("R", vec![1, 2], &[6.0, 7.0]),
+        fp32("X", vec![1, 1], &[7.0]),
+    ];
+    assert_eq!(sign(&a), sign(&c));
+    let joined = join_inputs(&[&a, &c], &rules).unwrap();
+    assert_eq!(joined[0], fp32("R", vec![2, 2], &[1.0, 2.0, 6.0, 7.0]));
+    assert_eq!(join_inputs(&[&b], &rules).unwrap(), b.to_vec());
 }
 
 fn int32(name: &str, shape: Vec<i64>, values: &[i32]) -> Tensor {

@@ -431,3 +431,26 @@ async fn a_panicking_execution_fails_its_batch_and_the_next_batch_still_runs_in_
     }
     assert_eq!(int32s(&ran(submit(&m, job(1, 2, 10)).await)[0]), [10, 11]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_scheduler_hold_forms_no_batch_until_that_many_requests_wait_then_goes_away() {
+    // Triton's TRITONSERVER_DELAY_SCHEDULER, set here as the batcher reads it at load.
+    let backend = Recorder::new(10);
+    let m = model(backend.clone(), 8, "2", 1, "preferred_batch_size: [ 2 ]");
+    m.batcher.as_ref().unwrap().state.lock().hold = 3;
+    let a = submit(&m, job(1, 2, 0));
+    let b = submit(&m, job(1, 2, 10));
+    settle().await;
+    assert!(backend.sizes().is_empty(), "held: {:?}", backend.sizes());
+    let c = submit(&m, job(1, 2, 20));
+    settle().await;
+    // Released by the third: as Triton then batches what waits (preferred size 2, then 1).
+    ran(a.await);
+    ran(b.await);
+    ran(c.await);
+    assert_eq!(backend.sizes(), [2, 1]);
+    // Once only: the next request runs at once.
+    let d = submit(&m, job(1, 2, 30));
+    ran(d.await);
+    assert_eq!(backend.sizes(), [2, 1, 1]);
+}
