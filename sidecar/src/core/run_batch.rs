@@ -33,11 +33,10 @@ async fn run(model: &Model, mut jobs: Vec<Job>) -> Vec<Reply> {
     let mut replies: Vec<Option<Reply>> = jobs.iter().map(|_| None).collect();
     // A request alone hands its regions on as it came; joined, its inputs are bytes. One whose
     // region cannot be read fails alone.
-    let always_join = model
-        .batcher
-        .as_ref()
-        .is_some_and(|b| b.rules().always_join());
-    if jobs.len() > 1 || always_join {
+    // How the model's requests join: only a batcher's model is run here, so it has its rules.
+    let plain = JoinRules::default();
+    let rules = model.batcher.as_ref().map_or(&plain, |b| b.rules());
+    if jobs.len() > 1 || rules.always_join() {
         for (job, reply) in jobs.iter_mut().zip(&mut replies) {
             if let Err(error) = read_regions(job) {
                 *reply = Some(Err(Failed::Model {
@@ -72,7 +71,7 @@ async fn run(model: &Model, mut jobs: Vec<Job>) -> Vec<Reply> {
         .collect();
     let trace = spans.iter().flatten().next().map(ModelSpans::compute);
     let batch: Vec<&Job> = runs.iter().map(|&i| &jobs[i]).collect();
-    let outcome = execute(model, &batch, trace, compute_start).await;
+    let outcome = execute(model, rules, &batch, trace, compute_start).await;
     match outcome {
         Ok(Executed { outputs, infer_end }) => {
             for ((&i, outputs), spans) in runs.iter().zip(outputs).zip(&mut spans) {
@@ -130,6 +129,7 @@ struct Executed {
 /// execution in the model's statistics (the requests record themselves).
 async fn execute(
     model: &Model,
+    rules: &JoinRules,
     jobs: &[&Job],
     trace: Option<&crate::trace::Scope>,
     compute_start: Instant,
@@ -141,9 +141,7 @@ async fn execute(
     // One job runs as it came; several are joined, and asked for every output any of them
     // asked for, each with the one classification they agree on.
     let (inputs, outputs, classification);
-    let rules = model.batcher.as_ref().map(|b| b.rules());
-    let always_join = rules.is_some_and(|r| r.always_join());
-    let execution = if let ([job], false) = (jobs, always_join) {
+    let execution = if let ([job], false) = (jobs, rules.always_join()) {
         Execution {
             model,
             inputs: &job.inputs,
@@ -157,8 +155,7 @@ async fn execute(
         }
     } else {
         let parts: Vec<&[Tensor]> = jobs.iter().map(|j| j.inputs.as_slice()).collect();
-        let default_rules = JoinRules::default();
-        inputs = join_inputs(&parts, rules.unwrap_or(&default_rules)).map_err(|e| (e, None))?;
+        inputs = join_inputs(&parts, rules).map_err(|e| (e, None))?;
         (outputs, classification) = union_of_outputs(jobs);
         Execution {
             model,
