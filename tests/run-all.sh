@@ -95,7 +95,9 @@ SIDECAR_BUILT=""
 need_sidecar() {
   [ -z "$SIDECAR_BUILT" ] || return 0
   step "build the sidecar binary"
-  cargo build --locked -p infergate-sidecar
+  # infergate-drain, the preStop hook, sits beside it as in the image (the sidecar copies it
+  # into server.drain_hook_dir).
+  cargo build --locked -p infergate-sidecar -p infergate-drain
   # The operator's probe tests and the conformance suite run this binary.
   export INFERGATE_SIDECAR_BIN="$PWD/target/debug/infergate-sidecar"
   SIDECAR_BUILT=1

@@ -18,6 +18,8 @@ pub const DEFAULT_MAX_HTTP_BODY_BYTES: u64 = 64 * 1024 * 1024;
 /// Connections are asked to go after about this long (docs/performance.md, "Connection age":
 /// what a reconnection costs, against how soon a scale-out is used).
 pub const DEFAULT_MAX_CONNECTION_AGE_SECONDS: u64 = 300;
+/// The longest drain a preStop hook may ask for by default, each of its two waits.
+pub const DEFAULT_MAX_DRAIN_SECONDS: u64 = 300;
 /// Default gRPC message limit, both directions: 256 MiB.
 pub const DEFAULT_MAX_GRPC_MESSAGE_BYTES: u64 = 256 * 1024 * 1024;
 /// Triton's nesting limit for `data` arrays.
@@ -43,8 +45,22 @@ pub struct ServerSettings {
     pub http_port: u16,
     pub grpc_port: u16,
     pub metrics_port: u16,
-    /// Admin status endpoint (for the operator, not clients).
+    /// The admin port: health-only probes (`/livez`, `/readyz`) for anyone, `/drain` from
+    /// loopback only, `/status` from loopback or with a status token. Not for clients.
     pub admin_port: u16,
+    /// Hex SHA-256 digests of the bearer tokens that may read `/status` on the admin port from
+    /// outside the pod (`Authorization: Bearer <token>`). Digests, not tokens, so the
+    /// configuration holds no credential. Empty: `/status` answers on loopback only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub status_token_sha256: Vec<String>,
+    /// The longest wait one `/drain` call may ask for, each of its `seconds` and `sequences`
+    /// (the operator sets the pod's termination grace period).
+    pub max_drain_seconds: u64,
+    /// A directory where the sidecar copies its preStop hook, the static binary
+    /// `infergate-drain` beside its own, at start: a volume the model server's container mounts
+    /// too, so that its hook can run it. Unset: nothing is copied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_hook_dir: Option<String>,
     /// `error`, `warn`, `info`, `debug` or `trace`.
     pub log_level: String,
     /// `text`, `json`, or Triton's line layouts `default` and `ISO8601`.
@@ -161,6 +177,9 @@ impl Default for ServerSettings {
             grpc_port: 8001,
             metrics_port: 8002,
             admin_port: 8003,
+            status_token_sha256: Vec::new(),
+            max_drain_seconds: DEFAULT_MAX_DRAIN_SECONDS,
+            drain_hook_dir: None,
             log_level: "info".to_string(),
             log_format: "default".to_string(),
             log_info: None,

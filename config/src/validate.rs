@@ -106,6 +106,17 @@ impl SidecarConfig {
                 format!("'{me}' is not one of server.sequence_peers"),
             );
         }
+        for (i, digest) in s.status_token_sha256.iter().enumerate() {
+            if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+                err(
+                    &format!("server.status_token_sha256[{i}]"),
+                    "must be a SHA-256 digest: 64 hexadecimal digits".into(),
+                );
+            }
+        }
+        if s.max_drain_seconds > 86_400 {
+            err("server.max_drain_seconds", "must be at most 86400".into());
+        }
         let ports = [
             ("server.http_port", s.http_port),
             ("server.grpc_port", s.grpc_port),

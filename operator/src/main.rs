@@ -12,6 +12,7 @@ use infergate_operator::render::{
     self, DEFAULT_SIDECAR_IMAGE, DEFAULT_STORAGE_INITIALIZER_IMAGE, KubernetesVersion,
     OperatorSettings,
 };
+use infergate_operator::status_token::StatusToken;
 use infergate_operator::{controller, crd, yaml};
 
 #[derive(Parser, Debug)]
@@ -51,6 +52,10 @@ enum Command {
         /// Kubernetes version of the target cluster (e.g. 1.29): features it lacks are left out.
         #[arg(long, value_name = "VERSION", default_value = "1.33", value_parser = KubernetesVersion::parse)]
         kubernetes_version: KubernetesVersion,
+        /// File holding the operator's status token: its SHA-256 goes into each sidecar's
+        /// configuration, so the operator may read /status from outside the pod.
+        #[arg(long, value_name = "FILE", env = "INFERGATE_STATUS_TOKEN_FILE")]
+        status_token_file: Option<PathBuf>,
         /// metadata.uid to put in the owner references when the input has none (a resource
         /// that was never stored has no uid). Without it a placeholder is used: apply the output
         /// only after replacing it, or the garbage collector deletes the objects.
@@ -102,6 +107,12 @@ struct RunArgs {
     /// This replica's identity in the Lease and in Events (default: the host name).
     #[arg(long, value_name = "ID", env = "POD_NAME")]
     identity: Option<String>,
+    /// File holding the token the operator presents to read each sidecar's /status from
+    /// outside its pod (the chart makes one). The sidecars get its SHA-256, never the token.
+    /// Without it the sidecars answer /status on loopback only and the resources' status
+    /// cannot say which extensions are live.
+    #[arg(long, value_name = "FILE", env = "INFERGATE_STATUS_TOKEN_FILE")]
+    status_token_file: Option<PathBuf>,
     /// Time limit of one sidecar admin probe, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     probe_timeout_ms: u64,
@@ -138,6 +149,12 @@ fn run_controller(args: RunArgs) -> anyhow::Result<()> {
             bail!("--leader-elect needs --leader-election-namespace (or POD_NAMESPACE)")
         }
     };
+    let status_token = read_status_token(args.status_token_file.as_deref())?;
+    if status_token.is_none() {
+        tracing::warn!(
+            "no --status-token-file: sidecars answer /status on loopback only, so the resources' status cannot say which extensions are live"
+        );
+    }
     let config = controller::RunConfig {
         settings: OperatorSettings {
             sidecar_image: args.sidecar_image,
@@ -146,7 +163,9 @@ fn run_controller(args: RunArgs) -> anyhow::Result<()> {
                 .ok()
                 .filter(|ns| !ns.is_empty()),
             kubernetes_version: args.kubernetes_version,
+            status_token_sha256: status_token.as_ref().map(StatusToken::sha256_hex),
         },
+        status_token,
         namespace: args.namespace,
         concurrency: args.concurrency,
         metrics_addr: args.metrics_bind_address,
@@ -182,6 +201,11 @@ fn init_logging(level: &str, format: &str) {
     }
 }
 
+fn read_status_token(path: Option<&Path>) -> anyhow::Result<Option<StatusToken>> {
+    path.map(|p| StatusToken::read(p).map_err(anyhow::Error::msg))
+        .transpose()
+}
+
 /// Owner-reference uid used by `render` when neither the input nor --uid gives one.
 const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
 
@@ -197,16 +221,18 @@ fn main() -> ExitCode {
             storage_initializer_image,
             operator_namespace,
             kubernetes_version,
+            status_token_file,
             uid,
-        } => {
+        } => read_status_token(status_token_file.as_deref()).and_then(|token| {
             let settings = OperatorSettings {
                 sidecar_image,
                 storage_initializer_image,
                 operator_namespace,
                 kubernetes_version,
+                status_token_sha256: token.as_ref().map(StatusToken::sha256_hex),
             };
             render_file(&file, &settings, uid).map(|text| print!("{text}"))
-        }
+        }),
         Command::Run(args) => run_controller(args),
         Command::Rbac => {
             let rules = serde_json::json!({

@@ -9,6 +9,8 @@ pub const MODEL_CONTAINER: &str = "model";
 pub const SHM_VOLUME: &str = "infergate-shm";
 /// Name of the volume holding the sidecar's configuration.
 pub const CONFIG_VOLUME: &str = "infergate-config";
+/// Name of the volume the sidecar copies its preStop hook (`infergate-drain`) into.
+pub const HOOK_VOLUME: &str = "infergate-hook";
 /// Prefix of the volumes holding label files (`infergate-labels-<index of the model>`).
 pub const LABELS_VOLUME_PREFIX: &str = "infergate-labels-";
 /// Prefix reserved for the operator's volumes.

@@ -323,13 +323,14 @@ proptest! {
             prop_assert!(container_names.insert(c.name.clone()), "container {} twice", c.name);
         }
 
-        // The sidecar: native or regular as asked; its startup probe is its own liveness.
+        // The sidecar: native or regular as asked; its startup probe is its own liveness, on the
+        // admin port's health-only path (no credential, no TLS).
         let sidecar = containers.iter().find(|c| c.name == render::SIDECAR_CONTAINER).unwrap();
         let in_init = pod.init_containers.iter().flatten().any(|c| c.name == render::SIDECAR_CONTAINER);
         prop_assert_eq!(in_init, k.mode == SidecarMode::Native);
         let startup = sidecar.startup_probe.as_ref().unwrap().http_get.as_ref().unwrap();
-        prop_assert_eq!(startup.path.as_deref(), Some("/v2/health/live"));
-        prop_assert_eq!(&startup.port, &IntOrString::String("http".into()));
+        prop_assert_eq!(startup.path.as_deref(), Some("/livez"));
+        prop_assert_eq!(&startup.port, &IntOrString::String("admin".into()));
 
         // The Service exposes exactly the sidecar's HTTP and gRPC ports.
         let service_ports: Vec<i32> = children.service.spec.as_ref().unwrap()

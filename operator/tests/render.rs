@@ -66,20 +66,12 @@ fn cpu_defaults() {
     let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["model"]);
 
-    // Probes: the sidecar's startup and liveness never depend on the model.
-    let http = IntOrString::String("http".into());
-    assert_eq!(
-        http_path(&sidecar.startup_probe),
-        ("/v2/health/live", &http)
-    );
-    assert_eq!(
-        http_path(&sidecar.liveness_probe),
-        ("/v2/health/live", &http)
-    );
-    assert_eq!(
-        http_path(&sidecar.readiness_probe),
-        ("/v2/health/ready", &http)
-    );
+    // Probes: the sidecar's startup and liveness never depend on the model; all three are on
+    // the admin port's health-only paths, which need no credential and no TLS.
+    let admin = IntOrString::String("admin".into());
+    assert_eq!(http_path(&sidecar.startup_probe), ("/livez", &admin));
+    assert_eq!(http_path(&sidecar.liveness_probe), ("/livez", &admin));
+    assert_eq!(http_path(&sidecar.readiness_probe), ("/readyz", &admin));
     let model = container(pod, "model");
     let startup = model.startup_probe.as_ref().unwrap();
     assert_eq!(
@@ -96,6 +88,8 @@ fn cpu_defaults() {
         .map(|p| (p.name.as_deref(), p.container_port))
         .collect();
     assert_eq!(model_ports, [(Some("upstream-grpc"), 9001)]);
+    // The preStop hook runs the drain binary the sidecar copied into the shared hook volume,
+    // which the model container mounts read-only; it reaches the admin port on loopback.
     let drain = model
         .lifecycle
         .as_ref()
@@ -103,11 +97,42 @@ fn cpu_defaults() {
         .pre_stop
         .as_ref()
         .unwrap()
-        .http_get
+        .exec
         .as_ref()
         .unwrap();
-    assert_eq!(drain.path.as_deref(), Some("/drain?seconds=5"));
-    assert_eq!(drain.port, IntOrString::Int(8003));
+    assert_eq!(
+        drain.command.as_deref().unwrap(),
+        [
+            "/var/run/infergate/hook/infergate-drain",
+            "--port=8003",
+            "--seconds=5"
+        ]
+    );
+    assert!(
+        model
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "infergate-hook"
+                && m.mount_path == "/var/run/infergate/hook"
+                && m.read_only == Some(true))
+    );
+    assert!(
+        sidecar
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "infergate-hook" && m.read_only == Some(false))
+    );
+    let config = sidecar_config(&children);
+    assert_eq!(
+        config.server.drain_hook_dir.as_deref(),
+        Some("/var/run/infergate/hook")
+    );
+    // Drains are bounded by the grace period (60 s by default).
+    assert_eq!(config.server.max_drain_seconds, 60);
+    // Without a status token, the sidecar answers /status on loopback only.
+    assert!(config.server.status_token_sha256.is_empty());
 
     // Sidecar hardening and default resources.
     let sc = sidecar.security_context.as_ref().unwrap();
@@ -316,7 +341,7 @@ fn regular_sidecar() {
     let sidecar = container(pod, "infergate");
     assert!(sidecar.restart_policy.is_none());
     assert!(sidecar.lifecycle.as_ref().unwrap().pre_stop.is_some());
-    assert_eq!(http_path(&sidecar.startup_probe).0, "/v2/health/live");
+    assert_eq!(http_path(&sidecar.startup_probe).0, "/livez");
 }
 
 #[test]
@@ -488,8 +513,11 @@ fn classification_labels_from_a_config_map() {
     assert!(
         mounts(sidecar).contains(&("infergate-labels-0", "/etc/infergate/labels/densenet_onnx"))
     );
-    // Only the sidecar needs the labels.
-    assert!(mounts(container(pod, "model")).is_empty());
+    // Only the sidecar needs the labels; the model container mounts only the hook volume.
+    assert_eq!(
+        mounts(container(pod, "model")),
+        [("infergate-hook", "/var/run/infergate/hook")]
+    );
     match sidecar_config(&children).backend {
         infergate_config::BackendConfig::Upstream(up) => {
             assert_eq!(
@@ -589,8 +617,9 @@ fn service_type_and_annotations() {
 
 #[test]
 fn drain_hooks_on_every_supported_kubernetes() {
-    // The hook is an HTTP call to the sidecar, which Kubernetes 1.29 has too (it lacks the
-    // sleep action): a regular-mode sidecar and the model server both wait on the drain.
+    // The hook is an exec of the drain binary, which Kubernetes 1.29 has too (it lacks the
+    // sleep action): a regular-mode sidecar and the model server both wait on the drain, each
+    // running the binary where its container has it.
     let isvc = with_spec("old", &format!("{MINIMAL}  sidecar:\n    mode: Regular\n"));
     for version in ["v1.29.4", "1.30"] {
         let settings = OperatorSettings {
@@ -598,13 +627,21 @@ fn drain_hooks_on_every_supported_kubernetes() {
             ..OperatorSettings::default()
         };
         let children = render::build_children(&isvc, &settings).unwrap();
-        for c in all_containers(pod(&children)) {
-            let hook = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref());
-            let path = hook
-                .and_then(|h| h.http_get.as_ref())
-                .and_then(|g| g.path.as_deref());
-            assert_eq!(path, Some("/drain?seconds=5"), "{} on {version}", c.name);
-        }
+        let hooks = drain_commands(&children);
+        assert_eq!(
+            hooks,
+            [
+                (
+                    "model".to_string(),
+                    "/var/run/infergate/hook/infergate-drain --port=8003 --seconds=5".to_string()
+                ),
+                (
+                    "infergate".to_string(),
+                    "/usr/local/bin/infergate-drain --port=8003 --seconds=5".to_string()
+                ),
+            ],
+            "on {version}"
+        );
     }
     assert!(KubernetesVersion::parse("1.28").is_err());
     assert!(KubernetesVersion::parse("one").is_err());
@@ -1050,14 +1087,25 @@ fn sidecar_routing_gives_a_headless_service_and_only_endpointslice_access() {
     assert!(pod(&stream).service_account_name.is_none());
 }
 
-/// The preStop paths of every container that has one.
-fn drain_paths(children: &render::Children) -> Vec<(String, String)> {
+/// The preStop commands of every container that has one, each as one line.
+fn drain_commands(children: &render::Children) -> Vec<(String, String)> {
     all_containers(pod(children))
         .into_iter()
         .filter_map(|c| {
             let hook = c.lifecycle.as_ref()?.pre_stop.as_ref()?;
-            let path = hook.http_get.as_ref()?.path.clone()?;
-            Some((c.name.clone(), path))
+            let command = hook.exec.as_ref()?.command.as_ref()?.join(" ");
+            Some((c.name.clone(), command))
+        })
+        .collect()
+}
+
+/// The drain's arguments of every container's preStop hook (without the binary's path).
+fn drain_paths(children: &render::Children) -> Vec<(String, String)> {
+    drain_commands(children)
+        .into_iter()
+        .map(|(name, command)| {
+            let args = command.split_once(' ').map_or("", |(_, a)| a);
+            (name, args.to_string())
         })
         .collect()
 }
@@ -1074,7 +1122,7 @@ fn with_sidecar_routing_a_terminating_pod_waits_for_its_sequences() {
     };
     // The default grace period (60 s) less the preStop sleep (5 s) and 10 s to stop.
     let routed = build(&spec("Sidecar", ""));
-    let want = "/drain?seconds=5&sequences=45".to_string();
+    let want = "--port=8003 --seconds=5 --sequences=45".to_string();
     assert_eq!(drain_paths(&routed), [("model".to_string(), want.clone())]);
     let regular = build(&spec("Sidecar", "  sidecar:\n    mode: Regular\n"));
     assert_eq!(drain_paths(&regular).len(), 2);
@@ -1084,13 +1132,16 @@ fn with_sidecar_routing_a_terminating_pod_waits_for_its_sequences() {
         "Sidecar",
         "  pod:\n    terminationGracePeriodSeconds: 90\n",
     ));
-    assert_eq!(drain_paths(&longer)[0].1, "/drain?seconds=5&sequences=75");
+    assert_eq!(
+        drain_paths(&longer)[0].1,
+        "--port=8003 --seconds=5 --sequences=75"
+    );
     // A grace period too short for it leaves only the sleep.
     let short = build(&spec(
         "Sidecar",
         "  pod:\n    terminationGracePeriodSeconds: 12\n",
     ));
-    assert_eq!(drain_paths(&short)[0].1, "/drain?seconds=5");
+    assert_eq!(drain_paths(&short)[0].1, "--port=8003 --seconds=5");
     // No sleep: the hook still waits for the sequences.
     let no_sleep = build(&with_spec(
         "seq",
@@ -1099,11 +1150,14 @@ fn with_sidecar_routing_a_terminating_pod_waits_for_its_sequences() {
             MINIMAL.replace("  model:\n", "  model:\n    preStopSleepSeconds: 0\n")
         ),
     ));
-    assert_eq!(drain_paths(&no_sleep)[0].1, "/drain?seconds=0&sequences=50");
+    assert_eq!(
+        drain_paths(&no_sleep)[0].1,
+        "--port=8003 --seconds=0 --sequences=50"
+    );
 
     // Other routings do not wait: their sequences are not found on other replicas anyway.
     let client_ip = build(&spec("ClientIP", ""));
-    assert_eq!(drain_paths(&client_ip)[0].1, "/drain?seconds=5");
+    assert_eq!(drain_paths(&client_ip)[0].1, "--port=8003 --seconds=5");
 }
 
 #[test]
@@ -1119,4 +1173,21 @@ fn sidecar_routing_needs_room_for_the_peers_service_name() {
             .contains("too long for extensions.sequence.routing Sidecar"),
         "{err}"
     );
+}
+
+#[test]
+fn the_operators_status_token_reaches_the_sidecar_as_its_digest_only() {
+    let token =
+        infergate_operator::status_token::StatusToken::new("0123456789abcdef0123456789abcdef")
+            .unwrap();
+    let settings = OperatorSettings {
+        status_token_sha256: Some(token.sha256_hex()),
+        ..OperatorSettings::default()
+    };
+    let children = render::build_children(&with_spec("tok", MINIMAL), &settings).unwrap();
+    let config = sidecar_config(&children);
+    assert_eq!(config.server.status_token_sha256, [token.sha256_hex()]);
+    // The token itself appears nowhere in what is rendered.
+    let everything = format!("{children:?}");
+    assert!(!everything.contains("0123456789abcdef0123456789abcdef"));
 }

@@ -4,16 +4,19 @@
 //!
 //! `GET /status` → `{"server", "ready", "backend", "extensions": [{name, state, implementation,
 //! reason}], "shm", "gpu"}`; states are `Active`, `Degraded`, `Unsupported` and `Disabled`.
-//! `GET /drain?seconds=N` is the pod's preStop hook (`drain.rs`).
+//! `GET /drain?seconds=N` is the pod's preStop hook (`drain.rs`). `GET /livez` and `GET /readyz`
+//! are the kubelet's probes. Who may call which: `admin_access.rs`.
 
 use crate::peers::membership::PeerState;
 use axum::Router;
 use axum::extract::State;
-use axum::response::Response;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value as J, json};
 
 use crate::backend::upstream::UpstreamInfo;
+use crate::caller::Caller;
 use crate::http::answer::json_ok;
 use crate::shm::cuda::Cuda;
 use crate::state::SharedState;
@@ -21,13 +24,38 @@ use infergate_config::SequenceMode;
 
 pub fn router(state: SharedState) -> Router {
     Router::new()
+        .route("/livez", get(live))
+        .route("/readyz", get(ready))
         .route("/status", get(status))
         .route("/drain", get(crate::drain::hook))
         .with_state(state)
 }
 
-async fn status(State(st): State<SharedState>) -> Response {
-    json_ok(&report(&st))
+/// Live while the process serves: the kubelet restarts a sidecar that stops answering.
+async fn live() -> Response {
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+/// Ready as `/v2/health/ready` is (models discovered, the model server ready, not draining), and
+/// nothing more said.
+async fn ready(State(st): State<SharedState>) -> Response {
+    if st.health.is_ready() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+async fn status(
+    State(st): State<SharedState>,
+    caller: Option<axum::Extension<Caller>>,
+    headers: HeaderMap,
+) -> Response {
+    let caller = caller.map(|axum::Extension(c)| c);
+    match st.admin.may_read_status(caller, &headers) {
+        Ok(()) => json_ok(&report(&st)),
+        Err(refusal) => refusal.into_response(),
+    }
 }
 
 fn extension(name: &str, state: &str, implementation: &str, reason: &str) -> J {

@@ -1,4 +1,5 @@
-//! `GET /drain?seconds=N` on the admin port: the pod's preStop hook.
+//! `GET /drain?seconds=N` on the admin port: the pod's preStop hook, accepted from loopback only
+//! (`admin_access.rs`); the hook is the `infergate-drain` binary, run in the pod.
 //!
 //! When a pod terminates, the endpoints controller and every node's proxy take a moment to stop
 //! sending it new connections, and clients keep the connections they have. The operator makes
@@ -20,17 +21,15 @@
 use std::time::Duration;
 
 use axum::extract::{Query, State};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
 
+use crate::caller::Caller;
 use crate::http::answer::json_ok;
 use crate::state::SharedState;
 
-/// Longest wait one call may ask for, each of `seconds` and `sequences` (the pod's grace period
-/// bounds it anyway).
-pub const MAX_SECONDS: u64 = 300;
 /// Seconds after the asked wait at which a drain without termination is undone.
 const UNDO_AFTER: Duration = Duration::from_secs(30);
 /// How often the held sequences are counted while waiting for them.
@@ -42,11 +41,21 @@ pub struct DrainQuery {
     sequences: Option<u64>,
 }
 
-pub async fn hook(State(st): State<SharedState>, Query(q): Query<DrainQuery>) -> Response {
+pub async fn hook(
+    State(st): State<SharedState>,
+    caller: Option<axum::Extension<Caller>>,
+    Query(q): Query<DrainQuery>,
+) -> Response {
+    if let Err(refusal) = st.admin.may_drain(caller.map(|axum::Extension(c)| c)) {
+        return refusal.into_response();
+    }
     let started = Instant::now();
-    let seconds = q.seconds.unwrap_or(5).min(MAX_SECONDS);
+    // Each wait is capped by `server.max_drain_seconds`: the pod's grace period, as the operator
+    // renders it.
+    let most = st.admin.max_drain_seconds;
+    let seconds = q.seconds.unwrap_or(5).min(most);
     let wait = Duration::from_secs(seconds);
-    let longest = wait + Duration::from_secs(q.sequences.unwrap_or(0).min(MAX_SECONDS));
+    let longest = wait + Duration::from_secs(q.sequences.unwrap_or(0).min(most));
     if st.health.set_draining(true) {
         tracing::info!(seconds, "draining before termination (preStop)");
         let undo = st.clone();

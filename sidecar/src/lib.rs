@@ -59,6 +59,7 @@
 
 pub mod accept;
 pub mod admin;
+pub mod admin_access;
 pub mod allocator;
 pub mod backend;
 pub mod caller;

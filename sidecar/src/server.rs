@@ -97,6 +97,10 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         state.allow_remote_shm = config.server.allow_remote_shm;
         state.http_tls = http_tls;
         state.grpc_tls = grpc_tls;
+        state.admin = crate::admin_access::AdminRules::new(
+            &config.server.status_token_sha256,
+            config.server.max_drain_seconds,
+        );
     }
     if config.server.allow_remote_shm {
         tracing::warn!(
@@ -193,6 +197,9 @@ fn sequence_peers(
 }
 
 pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result<Running> {
+    if let Some(dir) = &config.server.drain_hook_dir {
+        install_drain_hook(std::path::Path::new(dir))?;
+    }
     let host = config.server.bind_host();
     let http = bind(host, config.server.http_port).await?;
     let grpc = bind(host, config.server.grpc_port).await?;
@@ -278,6 +285,24 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         tasks,
         background,
     })
+}
+
+/// Copies the preStop hook, `infergate-drain` beside this binary, into `dir`: a volume the model
+/// server's container mounts, whose hook runs it there (the hook must reach the admin port on
+/// loopback, so it runs in the pod; `infergate-drain` is static, so it runs in any image).
+fn install_drain_hook(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let me = std::env::current_exe().context("cannot find this binary")?;
+    let hook = me.with_file_name(infergate_drain::BINARY);
+    let installed = infergate_drain::install(&hook, dir).with_context(|| {
+        format!(
+            "cannot copy the preStop hook {} into server.drain_hook_dir {}",
+            hook.display(),
+            dir.display()
+        )
+    })?;
+    tracing::info!(path = %installed.display(), "preStop hook installed");
+    Ok(())
 }
 
 impl Running {

@@ -67,6 +67,8 @@ pub struct AppState {
     /// The request bytes the calls in flight hold, all ports together
     /// (`limits.max_inflight_request_bytes`).
     pub request_bytes: Arc<crate::inflight::ByteBudget>,
+    /// Who may drain the sidecar and read its status on the admin port.
+    pub admin: crate::admin_access::AdminRules,
 }
 
 impl AppState {
@@ -260,6 +262,10 @@ impl AppState {
             tracing: Arc::new(crate::trace::Tracing::off()),
             peers: None,
             request_bytes,
+            admin: crate::admin_access::AdminRules::new(
+                &[],
+                infergate_config::DEFAULT_MAX_DRAIN_SECONDS,
+            ),
         })
     }
 }

@@ -169,8 +169,15 @@ async fn cuda_shared_memory_is_advertised_only_where_usable() {
     let state =
         server::build_state(&SidecarConfig::default(), LogControl::detached("info")).unwrap();
     let admin = infergate_sidecar::admin::router(state.clone());
+    // As the admin port gives it: a caller in the pod, on loopback.
+    let in_the_pod = infergate_sidecar::caller::Caller("127.0.0.1:40000".parse().unwrap());
     let response = admin
-        .oneshot(Request::get("/status").body(Body::empty()).unwrap())
+        .oneshot(
+            Request::get("/status")
+                .extension(in_the_pod)
+                .body(Body::empty())
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);

@@ -13,6 +13,7 @@ bound to each claim the examples name, holding a Triton or MLServer model reposi
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import subprocess
@@ -178,6 +179,25 @@ def apply_examples(kube: Kube, repos_root: Path) -> dict[str, dict]:
     for name in applied:
         kube.wait_condition(f"infsvc/{name}", "Ready", NS, timeout="600s")
     return applied
+
+
+def status_token(kube: Kube) -> str:
+    """The operator's status token, from the chart's Secret: what reads a sidecar's /status from
+    outside its pod (the sidecars hold only its SHA-256)."""
+    secret = kube.get("secret", "-n", RELEASE_NS, f"{RELEASE}-status-token")
+    return base64.b64decode(secret["data"]["token"]).decode()
+
+
+def admin_status(kube: Kube, ip: str, pod: str = "client", namespace: str = NS) -> dict:
+    """A sidecar's /status on its admin port, read from a pod with the operator's token, as the
+    operator reads it."""
+    out = kube.exec(namespace, pod, "client", [
+        "python3", "-c",
+        "import sys,urllib.request;"
+        "r=urllib.request.Request(sys.argv[1],headers={'Authorization':'Bearer '+sys.argv[2]});"
+        "print(urllib.request.urlopen(r,timeout=10).read().decode())",
+        f"http://{ip}:8003/status", status_token(kube)])
+    return json.loads(out.stdout)
 
 
 def service_ip(kube: Kube, name: str, namespace: str = NS) -> str:

@@ -3,8 +3,6 @@ status as the real sidecars in the pods report it."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import scenario
@@ -32,12 +30,9 @@ def test_example_is_ready(kube, served, name):
 
 
 def admin_status(kube, client, pod) -> dict:
-    """What a pod's sidecar reports on its admin port (the operator probes the same endpoint)."""
-    ip = pod["status"]["podIP"]
-    out = kube.exec(NS, client, "client", ["python3", "-c",
-                    "import sys,urllib.request;"
-                    f"print(urllib.request.urlopen('http://{ip}:8003/status',timeout=10).read().decode())"])
-    return json.loads(out.stdout)
+    """What a pod's sidecar reports on its admin port (the operator probes the same endpoint,
+    with the same token)."""
+    return scenario.admin_status(kube, pod["status"]["podIP"], pod=client)
 
 
 @pytest.mark.parametrize("name", SERVICES)

@@ -110,10 +110,7 @@ def assert_sums(got, phase_steps=None):
 
 
 def peer_states(kube, client, ip) -> dict:
-    out = kube.exec(NS, client, "client", ["python3", "-c",
-                    "import urllib.request;"
-                    f"print(urllib.request.urlopen('http://{ip}:8003/status',timeout=10).read().decode())"])
-    peers = json.loads(out.stdout)["sequence_peers"]
+    peers = scenario.admin_status(kube, ip, pod=client)["sequence_peers"]
     return {p["address"]: p["state"] for p in peers["peers"]}
 
 

@@ -87,6 +87,14 @@ def test_rollout_has_no_failed_requests(kube, client):
     record(kube, "rollout", summary)
     assert_nothing_lost(summary)
     assert summary["errors"] == 0, json.dumps(summary, indent=1)
+    # The old pods drained through their preStop hook, `infergate-drain` run in the model
+    # container from the volume the sidecar copied it into; a hook that failed (not there, not
+    # runnable, refused by the sidecar) is an event.
+    events = kube.kubectl("get", "events", "-n", NS, "--field-selector",
+                          "reason=FailedPreStopHook", "-o", "json").stdout
+    failed = [e for e in json.loads(events)["items"]
+              if e["involvedObject"]["name"] in before]
+    assert failed == [], json.dumps(failed, indent=1)
 
 
 def test_operator_leader_deleted(kube, release, served):

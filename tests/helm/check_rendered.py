@@ -2,6 +2,7 @@
 kubernetes-validate. Usage: check_rendered.py RENDERED.yaml RBAC.json OUT_DIR
 (or --newest-kubernetes: print the newest version kubernetes-validate knows)."""
 
+import base64
 import json
 import os
 import re
@@ -79,6 +80,19 @@ def main(rendered: str, rbac_json: str, out_dir: str) -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["INFERGATE_SIDECAR_IMAGE"], env
     assert any(a.startswith("--kubernetes-version=1.") for a in args), args
+
+    # The status token: a Secret of the release's namespace (a random token, never in the pod
+    # spec), mounted whole into the operator, which reads it from the file its flag names.
+    assert "--status-token-file=/var/run/infergate/status-token/token" in args, args
+    [token_volume] = [v for v in pod["volumes"] if v["name"] == "status-token"]
+    secret_name = token_volume["secret"]["secretName"]
+    assert any(m["name"] == "status-token" and m["readOnly"] and "subPath" not in m
+               for m in container["volumeMounts"]), container["volumeMounts"]
+    made = [s for s in by_kind.get("Secret", []) if s["metadata"]["name"] == secret_name]
+    if made:
+        assert len(base64.b64decode(made[0]["data"]["token"])) >= 24, "a short status token"
+    assert not any("token" in str(e).lower() and "value" in e for e in container["env"]), \
+        "a token in the operator's environment"
 
     # The CRD comes with the chart.
     [crd] = by_kind["CustomResourceDefinition"]

@@ -13,6 +13,7 @@ Needs root (to make the namespace and the veth pair); skipped otherwise.
 Environment: INFERGATE_SIDECAR_BIN (default target/debug/infergate-sidecar).
 """
 
+import hashlib
 import json
 import os
 import shutil
@@ -223,3 +224,135 @@ def test_allow_remote_shm_serves_other_hosts(tmp_path, namespace):
     finally:
         sidecar.stop()
         shm.destroy_shared_memory_region(handle)
+
+
+# ---------------------------------------------------------------- the admin port
+
+ADMIN_CALLS = textwrap.dedent("""
+    import json, sys
+    import requests
+    admin = f"http://{sys.argv[1]}:{sys.argv[2]}"
+    got = {}
+    def get(name, path, token=None):
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        r = requests.get(admin + path, headers=headers, timeout=10)
+        got[name] = [r.status_code, r.text, r.headers.get("www-authenticate")]
+    get("livez", "/livez")
+    get("readyz", "/readyz")
+    get("drain", "/drain?seconds=0")
+    get("status", "/status")
+    get("status_wrong", "/status", "a-wrong-token-of-some-length-000000")
+    if len(sys.argv) > 3:
+        get("status_token", "/status", sys.argv[3])
+    print(json.dumps(got))
+""")
+
+
+def admin_calls(namespace, sidecar, token=None):
+    out = subprocess.run(
+        ["ip", "netns", "exec", namespace, PYTHON, "-c", ADMIN_CALLS, HOST_SIDE,
+         str(sidecar.admin), *([token] if token else [])],
+        check=True, capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def config_file(tmp_path, text: str) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(textwrap.dedent(text))
+    return f"--config={path}"
+
+
+def test_the_admin_port_refuses_to_drain_or_tell_a_caller_outside_the_pod(tmp_path, namespace):
+    """The binary's defaults: probes' paths open, the drain and the status loopback only."""
+    sidecar = Sidecar(tmp_path, [])
+    try:
+        got = admin_calls(namespace, sidecar)
+        assert got["livez"][:2] == [200, "ok\n"], got
+        assert got["readyz"][:2] == [200, "ok\n"], got
+        assert got["drain"][0] == 403, got
+        assert json.loads(got["drain"][1]) == {
+            "error": "/drain is accepted only from inside the pod (loopback)"}
+        assert got["status"][0] == 403 and got["status_wrong"][0] == 403, got
+        assert "backend" not in got["status"][1], got
+        # Still serving and ready: the refused drain did nothing.
+        local = f"http://127.0.0.1:{sidecar.http}"
+        assert requests.get(f"{local}/v2/health/ready", timeout=5).status_code == 200
+        # From inside the pod the status is served.
+        r = requests.get(f"http://127.0.0.1:{sidecar.admin}/status", timeout=5)
+        assert r.status_code == 200 and "extensions" in r.json(), r.text
+        log = (tmp_path / f"sidecar-{sidecar.http}.log").read_text()
+        refused = [line for line in log.splitlines() if "admin call refused" in line]
+        assert any(CALLER_SIDE in line and "drain" in line for line in refused), log[-3000:]
+    finally:
+        sidecar.stop()
+
+
+def test_status_is_served_outside_the_pod_only_with_a_listed_token(tmp_path, namespace):
+    token = "operator-status-token-" + os.urandom(12).hex()
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    sidecar = Sidecar(tmp_path, [config_file(tmp_path, f"""
+        server:
+          status_token_sha256: ["{digest}"]
+    """)])
+    try:
+        got = admin_calls(namespace, sidecar, token)
+        assert got["status"][0] == 401, got
+        assert got["status"][2] == 'Bearer realm="infergate-admin"', got
+        assert got["status_wrong"][0] == 401, got
+        # The two refusals read the same: nothing says whether a token was missing or wrong.
+        assert got["status"][1] == got["status_wrong"][1], got
+        assert got["status_token"][0] == 200, got
+        status = json.loads(got["status_token"][1])
+        assert "extensions" in status
+        # The staging pool's key and the token are never in the status.
+        assert "infergate_staging" not in got["status_token"][1]
+        assert token not in got["status_token"][1]
+        # The drain stays loopback only, token or not.
+        assert got["drain"][0] == 403, got
+        # The audit lines name the caller and the credential, never the token.
+        log = (tmp_path / f"sidecar-{sidecar.http}.log").read_text()
+        audit = [line for line in log.splitlines() if "admin call" in line]
+        assert any(CALLER_SIDE in line and "status token" in line and "allowed=true" in line
+                   for line in audit), audit
+        assert any(CALLER_SIDE in line and "allowed=false" in line for line in audit), audit
+        assert token not in log
+    finally:
+        sidecar.stop()
+
+
+def test_the_prestop_hook_drains_from_inside_the_pod_within_the_bound(tmp_path):
+    """The sidecar copies `infergate-drain` into server.drain_hook_dir at start; run from there,
+    as the model container's preStop hook runs it, it drains the sidecar over loopback, for no
+    longer than server.max_drain_seconds."""
+    hook_dir = tmp_path / "hook"
+    hook_dir.mkdir()
+    sidecar = Sidecar(tmp_path, [config_file(tmp_path, f"""
+        server:
+          drain_hook_dir: "{hook_dir}"
+          max_drain_seconds: 1
+    """)])
+    try:
+        hook = hook_dir / "infergate-drain"
+        assert hook.is_file() and os.access(hook, os.X_OK), list(hook_dir.iterdir())
+        started = time.monotonic()
+        out = subprocess.run([str(hook), f"--port={sidecar.admin}", "--seconds=60"],
+                             capture_output=True, text=True, timeout=30)
+        took = time.monotonic() - started
+        assert out.returncode == 0, out.stderr
+        answer = json.loads(out.stdout)
+        assert answer["draining"] is True and answer["seconds"] == 1, answer
+        assert took < 20, took
+        ready = requests.get(f"http://127.0.0.1:{sidecar.http}/v2/health/ready", timeout=5)
+        assert ready.status_code != 200
+        readyz = requests.get(f"http://127.0.0.1:{sidecar.admin}/readyz", timeout=5)
+        assert readyz.status_code == 503 and readyz.text == "not ready\n"
+    finally:
+        sidecar.stop()
+
+
+def test_the_hook_fails_loudly_where_no_sidecar_answers(tmp_path):
+    hook = BINARY.with_name("infergate-drain")
+    port = free_ports(1)[0]
+    out = subprocess.run([str(hook), f"--port={port}", "--seconds=0"], capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 1 and "cannot reach the sidecar's admin port" in out.stderr, out

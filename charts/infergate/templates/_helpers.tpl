@@ -30,6 +30,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{- /* The Secret holding the operator's status token. */ -}}
+{{- define "infergate.statusTokenSecret" -}}
+{{- if .Values.statusToken.create -}}
+{{- printf "%s-status-token" (include "infergate.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- required "statusToken.existingSecret is needed when statusToken.create is false" .Values.statusToken.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "infergate.kubernetesVersion" -}}
 {{- default (printf "%s.%s" .Capabilities.KubeVersion.Major (.Capabilities.KubeVersion.Minor | trimSuffix "+")) .Values.kubernetesVersion -}}
 {{- end -}}

@@ -56,6 +56,8 @@ pub struct RunConfig {
     pub leader_election_namespace: Option<String>,
     pub lease_name: String,
     pub identity: String,
+    /// The token presented to read sidecars' `/status` (its digest is in `settings`).
+    pub status_token: Option<crate::status_token::StatusToken>,
     /// Time limit of one sidecar admin probe.
     pub probe_timeout: Duration,
     /// Test-only: `pod-ip:port` → `host:port` for the probes.
@@ -104,7 +106,8 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         instance: Some(config.identity.clone()),
     };
     let recorder = Recorder::new(client.clone(), reporter);
-    let prober = probe::Prober::new(config.probe_timeout, config.probe_address_map.clone());
+    let prober = probe::Prober::new(config.probe_timeout, config.probe_address_map.clone())
+        .with_token(config.status_token.clone());
     let mut context = reconcile::Context::new(
         client.clone(),
         config.settings.clone(),

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::status::{AdminStatus, PodReport};
+use crate::status_token::StatusToken;
 
 /// Largest admin status accepted (a sidecar's is a few KiB).
 const MAX_STATUS_BYTES: usize = 1 << 20;
@@ -28,6 +29,9 @@ pub struct Prober {
     /// `pod-ip:port` → `host:port`: where to reach a pod instead (tests whose pods are not real
     /// processes point this at sidecars on loopback). Empty in production.
     address_map: HashMap<String, String>,
+    /// Presented as `Authorization: Bearer …`: a sidecar answers `/status` off loopback only
+    /// to a token whose digest its configuration lists.
+    token: Option<StatusToken>,
 }
 
 impl Prober {
@@ -42,7 +46,14 @@ impl Prober {
             client,
             timeout,
             address_map,
+            token: None,
         }
+    }
+
+    /// The status token to present.
+    pub fn with_token(mut self, token: Option<StatusToken>) -> Self {
+        self.token = token;
+        self
     }
 
     /// Probes every pod that is ready and has an address; the others are not asked.
@@ -87,9 +98,16 @@ impl Prober {
             .parse()
             .map_err(|e| format!("bad address {target}: {e}"))?;
         let call = async {
+            let mut request = http::Request::get(uri);
+            if let Some(token) = &self.token {
+                request = request.header(http::header::AUTHORIZATION, token.authorization());
+            }
+            let request = request
+                .body(Empty::new())
+                .map_err(|e| format!("bad request to {target}: {e}"))?;
             let response = self
                 .client
-                .get(uri)
+                .request(request)
                 .await
                 .map_err(|e| format!("admin endpoint {target} unreachable: {e}"))?;
             let status = response.status();

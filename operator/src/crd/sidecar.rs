@@ -120,7 +120,8 @@ pub struct SidecarPorts {
     #[serde(default = "default_metrics_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub metrics: i32,
-    /// Admin status for the operator (GET /status). Not in the Service.
+    /// The admin port: the kubelet's probes (/livez, /readyz), the preStop drain (loopback only)
+    /// and the operator's status (GET /status). Not in the Service.
     #[serde(default = "default_admin_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub admin: i32,

@@ -31,11 +31,22 @@ pub(super) fn labels_dir(model: &str) -> String {
 
 /// The sidecar's configuration for `isvc`: its ports and logging, client shared memory when
 /// `extensions.systemSharedMemory` is enabled, and the model server as an upstream on loopback
-/// with the per-model settings of `spec.models`.
-pub fn sidecar_config(isvc: &InferenceService) -> SidecarConfig {
+/// with the per-model settings of `spec.models`. `status_token_sha256`: the digest of the
+/// operator's status token, which lets it read `/status` from outside the pod.
+pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>) -> SidecarConfig {
     let spec = &isvc.spec;
     let mut config = SidecarConfig::default();
     let server = &mut config.server;
+    // The admin port's rules (docs/sidecar.md, "The admin port"): the operator's status token
+    // by its digest (no credential in the pod), drains bounded by the pod's grace period, and
+    // the preStop hook copied where the model container can run it.
+    server.status_token_sha256 = status_token_sha256
+        .map(str::to_string)
+        .into_iter()
+        .collect();
+    server.max_drain_seconds =
+        u64::try_from(spec.pod.termination_grace_period_seconds).unwrap_or(0);
+    server.drain_hook_dir = Some(super::deployment::HOOK_DIR.to_string());
     // Both families: the pod's address may be IPv4, IPv6 or both (the sidecar falls back to
     // IPv4 alone where the pod has no IPv6).
     server.host = "::".to_string();

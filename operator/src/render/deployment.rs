@@ -44,9 +44,9 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector,
-    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
-    TCPSocketAction, Volume, VolumeMount,
+    EnvVarSource, ExecAction, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
+    ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecurityContext, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -60,9 +60,16 @@ use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, select
 use crate::crd::{InferenceService, InferenceServiceSpec, SidecarMode, UpstreamProtocol};
 
 pub use crate::pod_names::{
-    CONFIG_VOLUME, LABELS_VOLUME_PREFIX, MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME,
-    SIDECAR_CONTAINER, UPSTREAM_PORT_NAME, UPSTREAM_REST_PORT_NAME,
+    CONFIG_VOLUME, HOOK_VOLUME, LABELS_VOLUME_PREFIX, MODEL_CONTAINER, RESERVED_VOLUME_PREFIX,
+    SHM_VOLUME, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME, UPSTREAM_REST_PORT_NAME,
 };
+
+/// Where the sidecar copies its preStop hook at start (`server.drain_hook_dir`), in a volume the
+/// model container mounts read-only: the hook runs in the model container, which has no sidecar
+/// binary of its own.
+pub const HOOK_DIR: &str = "/var/run/infergate/hook";
+/// The hook binary in the sidecar's own image (a regular sidecar's hook runs it there).
+const HOOK_IN_SIDECAR_IMAGE: &str = "/usr/local/bin/infergate-drain";
 
 /// The Deployment `<name>`.
 pub(super) fn deployment(
@@ -208,6 +215,15 @@ fn volumes(isvc: &InferenceService) -> Vec<Volume> {
         }),
         ..Volume::default()
     }];
+    volumes.push(Volume {
+        name: HOOK_VOLUME.to_string(),
+        // One static binary of about a megabyte; the limit only bounds a misbehaving writer.
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: None,
+            size_limit: Some(Quantity("16Mi".to_string())),
+        }),
+        ..Volume::default()
+    });
     let shm = &spec.extensions.system_shared_memory;
     if shm.enabled {
         volumes.push(Volume {
@@ -264,11 +280,13 @@ fn tcp_port(name: &str, port: i32) -> ContainerPort {
     }
 }
 
-fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
+/// A probe of the sidecar's admin port, whose `/livez` and `/readyz` need no credential and
+/// no TLS, whatever the client ports ask of their clients.
+fn admin_probe(path: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_string()),
-            port: IntOrString::String("http".to_string()),
+            port: IntOrString::String("admin".to_string()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
@@ -278,29 +296,44 @@ fn http_probe(path: &str, period: i32, failures: i32) -> Probe {
     }
 }
 
-/// The preStop hook: the sidecar's `/drain` on its admin port, which turns readiness off, sends
-/// clients to other pods (GOAWAY, `Connection: close`), keeps answering the calls that still
-/// arrive, and answers after `model.preStopSleepSeconds`. Only then is the container stopped.
-/// Where the sidecars route sequences, it then waits for the sequences held in this pod to end
-/// (`sequences=`), within the grace period.
-fn pre_stop_drain(spec: &InferenceServiceSpec) -> Option<Lifecycle> {
+/// The preStop hook: `infergate-drain`, which asks the sidecar's admin port on loopback to drain
+/// (`/drain`, accepted from loopback only). The sidecar turns readiness off, sends clients to
+/// other pods (GOAWAY, `Connection: close`), keeps answering the calls that still arrive, and
+/// answers after `model.preStopSleepSeconds`. Only then is the container stopped. Where the
+/// sidecars route sequences, it then waits for the sequences held in this pod to end
+/// (`--sequences`), within the grace period. An `exec`, not an `httpGet`: the kubelet's HTTP
+/// hooks come from the node, which the sidecar does not let drain it. `hook` is where the binary
+/// is in the container that runs it.
+fn pre_stop_drain(spec: &InferenceServiceSpec, hook: &str) -> Option<Lifecycle> {
     let seconds = spec.model.pre_stop_sleep_seconds;
     let sequences = sequence_drain_seconds(spec);
-    let path = match sequences {
-        0 => format!("/drain?seconds={seconds}"),
-        n => format!("/drain?seconds={seconds}&sequences={n}"),
-    };
+    let mut command = vec![
+        hook.to_string(),
+        format!("--port={}", spec.sidecar.ports.admin),
+        format!("--seconds={seconds}"),
+    ];
+    if sequences > 0 {
+        command.push(format!("--sequences={sequences}"));
+    }
     (seconds > 0 || sequences > 0).then(|| Lifecycle {
         pre_stop: Some(LifecycleHandler {
-            http_get: Some(HTTPGetAction {
-                path: Some(path),
-                port: IntOrString::Int(spec.sidecar.ports.admin),
-                ..HTTPGetAction::default()
+            exec: Some(ExecAction {
+                command: Some(command),
             }),
             ..LifecycleHandler::default()
         }),
         ..Lifecycle::default()
     })
+}
+
+/// The hook's volume in a container: written by the sidecar, read-only everywhere else.
+fn hook_mount(read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: HOOK_VOLUME.to_string(),
+        mount_path: HOOK_DIR.to_string(),
+        read_only: Some(read_only),
+        ..VolumeMount::default()
+    }
 }
 
 /// Seconds of the grace period kept for the containers to stop once the hook has answered: the
@@ -321,12 +354,15 @@ fn sequence_drain_seconds(spec: &InferenceServiceSpec) -> i64 {
 fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Container {
     let spec = &isvc.spec;
     let side = &spec.sidecar;
-    let mut mounts = vec![VolumeMount {
-        name: CONFIG_VOLUME.to_string(),
-        mount_path: CONFIG_DIR.to_string(),
-        read_only: Some(true),
-        ..VolumeMount::default()
-    }];
+    let mut mounts = vec![
+        VolumeMount {
+            name: CONFIG_VOLUME.to_string(),
+            mount_path: CONFIG_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+        hook_mount(false),
+    ];
     if spec.extensions.system_shared_memory.enabled {
         mounts.push(shm_mount());
     }
@@ -368,15 +404,15 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
         // A native sidecar is an init container that keeps running.
         restart_policy: (side.mode == SidecarMode::Native).then(|| "Always".to_string()),
         // Only the sidecar's own liveness: passes as soon as it serves (see the module docs).
-        startup_probe: Some(http_probe("/v2/health/live", 1, 30)),
-        liveness_probe: Some(http_probe("/v2/health/live", 10, 3)),
+        startup_probe: Some(admin_probe("/livez", 1, 30)),
+        liveness_probe: Some(admin_probe("/livez", 10, 3)),
         // Follows the model server: no traffic until its models are discovered and it is ready.
-        readiness_probe: Some(http_probe("/v2/health/ready", 5, 2)),
+        readiness_probe: Some(admin_probe("/readyz", 5, 2)),
         // A native sidecar is stopped after the model server and needs no hook of its own; a
         // regular one is stopped with it, so it waits on the same drain.
         lifecycle: match side.mode {
             SidecarMode::Native => None,
-            SidecarMode::Regular => pre_stop_drain(spec),
+            SidecarMode::Regular => pre_stop_drain(spec, HOOK_IN_SIDECAR_IMAGE),
         },
         resources: Some(resources),
         security_context: Some(SecurityContext {
@@ -461,6 +497,7 @@ fn model_container(isvc: &InferenceService, model_storage: Option<&VolumeMount>)
     ports.extend(m.ports.iter().cloned());
     let mut mounts = m.volume_mounts.clone();
     mounts.extend(model_storage.cloned());
+    mounts.push(hook_mount(true));
     if spec.extensions.system_shared_memory.enabled {
         mounts.push(shm_mount());
     }
@@ -498,7 +535,7 @@ fn model_container(isvc: &InferenceService, model_storage: Option<&VolumeMount>)
             .probes
             .enabled
             .then(|| tcp_probe(m.probes.liveness_failure_threshold)),
-        lifecycle: pre_stop_drain(spec),
+        lifecycle: pre_stop_drain(spec, &format!("{HOOK_DIR}/infergate-drain")),
         ..Container::default()
     }
 }

@@ -85,6 +85,10 @@ pub struct OperatorSettings {
     pub operator_namespace: Option<String>,
     /// Version of the cluster the objects are for: features newer than it are left out.
     pub kubernetes_version: KubernetesVersion,
+    /// Hex SHA-256 of the token the operator presents to read sidecars' `/status` from outside
+    /// their pods; `None` where it has none (the sidecars then answer `/status` on loopback
+    /// only, and the resource's status cannot say which extensions are live).
+    pub status_token_sha256: Option<String>,
 }
 
 impl Default for OperatorSettings {
@@ -94,6 +98,7 @@ impl Default for OperatorSettings {
             storage_initializer_image: DEFAULT_STORAGE_INITIALIZER_IMAGE.to_string(),
             operator_namespace: None,
             kubernetes_version: KubernetesVersion::DEFAULT,
+            status_token_sha256: None,
         }
     }
 }
@@ -280,7 +285,7 @@ pub fn build_children(
         problems,
     })?;
     let owner = owner_reference(isvc).ok_or_else(|| RenderError::MissingUid(name.clone()))?;
-    let config = sidecar_config(isvc);
+    let config = sidecar_config(isvc, settings.status_token_sha256.as_deref());
     config.validate(&[]).map_err(|errors| RenderError::Config {
         name: name.clone(),
         message: errors

@@ -1,0 +1,49 @@
+"""What a pod without the pod's credentials gets from a sidecar's admin port (8003), as an
+attacker in the cluster would try it: the probes' paths, a drain, and the status with no token,
+with a wrong one, and (given --token) with the operator's.
+
+Run inside the client image (passed to `python3 -` on standard input):
+
+    intrude.py POD_IP [--token TOKEN]
+
+The last line printed is a JSON object: for each call, [HTTP status, the answer's text (up to
+300 characters)]. The test compares it with what it expects.
+"""
+
+import argparse
+import json
+import urllib.error
+import urllib.request
+
+
+def get(url, token=None):
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+            return [r.status, r.read().decode(errors="replace")[:300]]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode(errors="replace")[:300]]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("ip")
+    parser.add_argument("--token")
+    args = parser.parse_args()
+    admin = f"http://{args.ip}:8003"
+    got = {
+        "livez": get(f"{admin}/livez"),
+        "readyz": get(f"{admin}/readyz"),
+        "drain": get(f"{admin}/drain?seconds=0"),
+        "status": get(f"{admin}/status"),
+        "status_wrong_token": get(f"{admin}/status", token="not-the-operators-token-0123456789"),
+        # Still ready after the tries: the drain did not take the pod out of its Service.
+        "readyz_after": get(f"{admin}/readyz"),
+        "ready_after": get(f"http://{args.ip}:8000/v2/health/ready"),
+    }
+    if args.token:
+        got["status_with_token"] = get(f"{admin}/status", token=args.token)
+    print(json.dumps(got))
+
+
+main()
