@@ -243,13 +243,13 @@ class Load:
     """tests/e2e/clients/load.py running in the client pod against a Service, in the background."""
 
     def __init__(self, kube: Kube, service: str, model: str = "classifier", threads: int = 2,
-                 namespace: str = NS, pod: str = "client"):
+                 namespace: str = NS, pod: str = "client", protocols: str = "rest,grpc"):
         self.kube, self.namespace, self.pod = kube, namespace, pod
         self.stop_file = f"/tmp/stop-load-{service}"
         host = service_ip(kube, service, namespace)
         argv = kube.kubectl_argv("exec", "-i", "-n", namespace, pod, "-c", "client", "--",
                                  "python3", "-", host, "--model", model, "--threads", str(threads),
-                                 "--stop-file", self.stop_file)
+                                 "--protocols", protocols, "--stop-file", self.stop_file)
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         self.proc.stdin.write((CLIENTS / "load.py").read_text())

@@ -295,11 +295,24 @@ def check_metrics(args):
     return values
 
 
+def check_served(args):
+    """How many requests for MODEL each pod (HOST: the pods' addresses, comma separated) has
+    answered, from its sidecar's statistics: which pods a client's calls reached."""
+    counts = {}
+    for host in args.host.split(","):
+        url = f"http://{host}:8000/v2/models/{args.model}/stats"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            stats = json.loads(r.read())["model_stats"]
+        counts[host] = sum(m["inference_stats"]["success"]["count"] for m in stats)
+    return counts
+
+
 CHECKS = {"binary": check_binary, "classification": check_classification,
           "sequence": check_sequence, "spread": check_spread, "rolling": check_rolling,
           "shm": check_shm,
           "large": check_large,
-          "metrics": check_metrics}
+          "metrics": check_metrics,
+          "served": check_served}
 
 
 def main():

@@ -3,7 +3,8 @@ through a Service, each answer checked, until a stop file appears (or --seconds 
 answer that is right, a wrong answer, or an error the client raised (its message is kept). None
 is left unaccounted: a call that hangs past its timeout is an error too.
 
-    load.py HOST [--model NAME] [--threads N] [--seconds S] [--stop-file PATH]
+    load.py HOST [--model NAME] [--threads N] [--protocols rest,grpc] [--seconds S]
+        [--stop-file PATH]
 
 Prints one JSON line: calls per protocol, wrong answers, errors grouped by message, and the
 times of the first and last error (seconds from the start).
@@ -60,6 +61,7 @@ def main():
     p.add_argument("--model", default="classifier")
     p.add_argument("--elements", type=int, default=4)
     p.add_argument("--threads", type=int, default=2, help="callers per protocol")
+    p.add_argument("--protocols", default="rest,grpc", help="comma separated: rest, grpc")
     p.add_argument("--seconds", type=float, default=600)
     p.add_argument("--stop-file", default="/tmp/stop-load")
     args = p.parse_args()
@@ -69,7 +71,7 @@ def main():
     out = []
     started = time.monotonic()
     threads = [threading.Thread(target=caller, args=(proto, args.host, args.model, args.elements, stop, out, started))
-               for proto in ("rest", "grpc") for _ in range(args.threads)]
+               for proto in args.protocols.split(",") for _ in range(args.threads)]
     for t in threads:
         t.start()
     print("load started", file=sys.stderr, flush=True)
