@@ -1,9 +1,12 @@
 #!/bin/sh
 # infergate-fetch URI DESTINATION
+# infergate-fetch --uri-from-env=NAME DESTINATION
 #
 # The storage-initializer init container of an InferenceService with spec.model.storageUri:
 # copies the model at URI into DESTINATION (an emptyDir the model container mounts read-only),
-# then exits. The same arguments as KServe's storage initializer.
+# then exits. The same arguments as KServe's storage initializer. With --uri-from-env the URI is
+# the variable NAME's value (spec.model.storage.uriFrom: a Secret's key, such as a presigned URL),
+# so it shows in no argument. Messages never show a URL's user name, password or query.
 #
 #   s3://BUCKET[/PREFIX]   every object under PREFIX, keeping the layout (a Triton model
 #                          repository stays one), or the one object PREFIX names
@@ -30,19 +33,41 @@
 #   3  the copy found nothing at URI
 set -eu
 
-usage='usage: infergate-fetch URI DESTINATION'
+usage='usage: infergate-fetch URI|--uri-from-env=NAME DESTINATION'
 uri="${1:?$usage}"
 dest="${2:?$usage}"
+# The whole URI from an environment variable (model.storage.uriFrom: a Secret's key, such as a
+# presigned URL), so that it is in no argument, which the process list and the pod spec show.
+case "$uri" in
+  --uri-from-env=*)
+    name="${uri#--uri-from-env=}"
+    case "$name" in
+      '' | *[!A-Za-z0-9_]* | [0-9]*) printf 'infergate-fetch: bad variable name %s\n' "$name" >&2; exit 2 ;;
+    esac
+    eval "uri=\${$name:-}"
+    unset "$name"
+    [ -n "$uri" ] || { printf 'infergate-fetch: $%s is empty\n' "$name" >&2; exit 2; }
+    ;;
+esac
 secrets="${INFERGATE_STORAGE_SECRET_DIR:-}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+
+# Text with its URLs' credentials taken out: the user name and password before the host, and
+# every query (presigned URLs carry their signature there). Every message goes through it: they
+# reach the log, the termination message, and from there the resource's status and Events.
+redact() {
+  sed -e 's#\(://\)[^/?#@[:space:]]*@#\1<redacted>@#g' \
+      -e 's#\(://[^?[:space:]"]*\)?[^[:space:]"]*#\1?<redacted>#g'
+}
 
 # Says why and stops; the last words also go where the kubelet reads a termination message.
 fail() {
   status="$1"
   shift
-  printf 'infergate-fetch: %s\n' "$*" >&2
-  printf '%s\n' "$*" >"${INFERGATE_TERMINATION_LOG:-/dev/termination-log}" 2>/dev/null || true
+  said="$(printf '%s' "$*" | redact)"
+  printf 'infergate-fetch: %s\n' "$said" >&2
+  printf '%s\n' "$said" >"${INFERGATE_TERMINATION_LOG:-/dev/termination-log}" 2>/dev/null || true
   exit "$status"
 }
 
@@ -58,7 +83,7 @@ secret() {
 fetch() {
   if ! rclone --config "" --retries 2 --low-level-retries 3 --contimeout 15s --stats 0 \
        "$@" 2>"$work/errors"; then
-    cat "$work/errors" >&2
+    redact <"$work/errors" >&2
     reason="$(grep -v '^\s*$' "$work/errors" | tail -n 2 | sed 's/^[0-9/]* [0-9:]* //' | tr '\n' ' ')"
     fail 1 "fetching $uri failed: ${reason:-rclone gave no reason}"
   fi
@@ -122,4 +147,4 @@ if [ -z "$(ls -A "$dest")" ]; then
   fail 3 "nothing found at $uri (no object under that bucket and prefix)"
 fi
 count="$(find "$dest" -type f | wc -l)"
-printf 'infergate-fetch: %s files from %s in %s\n' "$count" "$uri" "$dest" >&2
+printf 'infergate-fetch: %s files from %s in %s\n' "$count" "$uri" "$dest" | redact >&2

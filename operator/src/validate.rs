@@ -218,12 +218,23 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
         }
     }
 
-    // The model from storage.
-    if let Some(uri) = &spec.model.storage_uri {
-        if let Err(e) = storage_uri::parse(uri) {
-            problems.push(format!("model.storageUri: {e}"));
+    // The model from storage: storageUri, or the whole URI from a Secret (model.storage.uriFrom).
+    let storage = &spec.model.storage;
+    if spec.model.storage_uri.is_some() && storage.uri_from.is_some() {
+        problems.push("give model.storageUri or model.storage.uriFrom, not both".to_string());
+    }
+    if spec.model.storage_uri.is_some() || storage.uri_from.is_some() {
+        if let Some(uri) = &spec.model.storage_uri {
+            if let Err(e) = storage_uri::parse(uri) {
+                problems.push(format!("model.storageUri: {e}"));
+            }
+            if uri.starts_with("http://") && storage.secret_name.is_some() {
+                problems.push(
+                    "model.storageUri is http:// and model.storage.secretName gives it credentials, which would travel in clear: use https://"
+                        .to_string(),
+                );
+            }
         }
-        let storage = &spec.model.storage;
         let target = storage.mount_path.trim_end_matches('/');
         for (i, m) in spec.model.volume_mounts.iter().enumerate() {
             if m.mount_path.trim_end_matches('/') == target {
@@ -234,7 +245,7 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
         }
     } else if spec.model.storage != ModelStorage::default() {
         problems.push(
-            "model.storage is set but model.storageUri is not: name the model's location"
+            "model.storage is set but neither model.storageUri nor model.storage.uriFrom is: name the model's location"
                 .to_string(),
         );
     }

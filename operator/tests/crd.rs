@@ -260,7 +260,7 @@ fn cel_rules_compile_within_the_cost_budget() {
     let compiled = compile_schema(&schema());
     let mut rules = Vec::new();
     compiled_rules(&compiled, &mut rules);
-    assert_eq!(rules.len(), 16, "rules found: {rules:#?}");
+    assert_eq!(rules.len(), 20, "rules found: {rules:#?}");
     for (rule, warnings) in rules {
         assert!(warnings.is_empty(), "{rule}: {warnings:?}");
     }
@@ -535,6 +535,41 @@ fn invalid_specs_are_rejected() {
             "quantity that is neither integer nor string",
             vec![("/spec/model/resources", json!({"limits": {"cpu": true}}))],
             "must be an integer or a string",
+        ),
+        (
+            "a password in storageUri",
+            vec![(
+                "/spec/model/storageUri",
+                json!("https://user:hunter2@host/m.tgz"),
+            )],
+            "carries a user name or password",
+        ),
+        (
+            "a presigned storageUri",
+            vec![(
+                "/spec/model/storageUri",
+                json!("https://b.s3.amazonaws.com/m.tgz?X-Amz-Date=1&X-Amz-Signature=ab"),
+            )],
+            "carries a signature or token in its query",
+        ),
+        (
+            "a storageUri and a uriFrom",
+            vec![
+                ("/spec/model/storageUri", json!("s3://b/m")),
+                (
+                    "/spec/model/storage",
+                    json!({"uriFrom": {"secretKeyRef": {"name": "s", "key": "uri"}}}),
+                ),
+            ],
+            "not both",
+        ),
+        (
+            "credentials over http://",
+            vec![
+                ("/spec/model/storageUri", json!("http://host/m.tgz")),
+                ("/spec/model/storage", json!({"secretName": "creds"})),
+            ],
+            "would travel in clear",
         ),
     ];
     let mut messages_seen = BTreeSet::new();

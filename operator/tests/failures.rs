@@ -306,6 +306,38 @@ fn a_model_that_cannot_be_fetched_names_the_cause() {
 }
 
 #[test]
+fn a_url_in_a_termination_message_reaches_the_status_redacted() {
+    let isvc = service(2);
+    let d = rollout(1, 1, 1, false, json!([]));
+    let mut failed = init_failed_pod("svc-abc", "storage-initializer", None);
+    let statuses = failed
+        .status
+        .as_mut()
+        .unwrap()
+        .init_container_statuses
+        .as_mut()
+        .unwrap();
+    let terminated = statuses[1]
+        .state
+        .as_mut()
+        .unwrap()
+        .terminated
+        .as_mut()
+        .unwrap();
+    terminated.message =
+        Some("fetching https://u:hunter2@b.example/m.tgz?X-Amz-Signature=f00d failed: 403".into());
+    let status = status_with(&isvc, Some(&d), &[failed], &[], None, 9, None);
+    let info = status.last_failure_info.as_ref().unwrap();
+    assert!(
+        info.message
+            .contains("fetching https://<redacted>@b.example/m.tgz?<redacted> failed: 403"),
+        "{info:?}"
+    );
+    assert!(!info.message.contains("hunter2") && !info.message.contains("f00d"));
+    assert!(!condition(&status, "Ready").message.contains("f00d"));
+}
+
+#[test]
 fn images_configuration_and_crash_loops_are_named() {
     let isvc = service(1);
     let d = rollout(1, 1, 1, false, json!([]));

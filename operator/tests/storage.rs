@@ -211,8 +211,9 @@ fn storage_problems_are_reported() {
         ),
         (
             "    storage:\n      secretName: creds\n".to_string(),
-            "model.storage is set but model.storageUri is not",
+            "model.storage is set but neither model.storageUri nor model.storage.uriFrom is",
         ),
+
         (
             "    storageUri: s3://b/m\n    volumeMounts:\n    - {name: x, mountPath: /mnt/models/}\n"
                 .to_string(),
@@ -249,4 +250,85 @@ fn storage_problems_are_reported() {
     assert!(problems(&isvc).iter().any(|p| {
         p.contains("pod.initContainers[0].name \"a\" is already used by pod.containers[0]")
     }));
+}
+
+#[test]
+fn a_uri_from_a_secret_reaches_the_fetcher_in_its_environment_only() {
+    let isvc = with_spec(
+        "svc",
+        &format!(
+            "{MINIMAL}    storage:\n      uriFrom:\n        secretKeyRef: {{name: presigned, key: url}}\n"
+        ),
+    );
+    let children = build(&isvc);
+    let init = pod(&children).init_containers.as_ref().unwrap();
+    let fetch = &init[0];
+    assert_eq!(fetch.name, "storage-initializer");
+    assert_eq!(
+        fetch.args.as_deref().unwrap(),
+        ["--uri-from-env=INFERGATE_STORAGE_URI", "/mnt/models"]
+    );
+    let env = fetch.env.as_ref().unwrap();
+    let uri = env
+        .iter()
+        .find(|e| e.name == "INFERGATE_STORAGE_URI")
+        .unwrap();
+    assert!(uri.value.is_none());
+    let key = uri
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!((key.name.as_str(), key.key.as_str()), ("presigned", "url"));
+    // The model container mounts the fetched model as it would from storageUri.
+    let model = &pod(&children).containers[0];
+    assert!(
+        model
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == "/mnt/models" && m.read_only == Some(true))
+    );
+}
+
+/// A resource as the operator may still meet it where the API server did not check it (a CRD
+/// of an older version, say): the render refuses what the CRD's rules refuse.
+#[test]
+fn credentials_in_storage_are_refused_by_the_render_too() {
+    let cases = [
+        (
+            serde_json::json!({"storageUri": "https://u:hunter2@host/m.tgz"}),
+            "carries a credential (a user name or password before the host",
+        ),
+        (
+            serde_json::json!({"storageUri": "https://host/m.tgz?X-Amz-Signature=ab"}),
+            "the query parameter X-Amz-Signature",
+        ),
+        (
+            serde_json::json!({"storageUri": "http://host/m.tgz",
+                               "storage": {"secretName": "creds"}}),
+            "would travel in clear: use https://",
+        ),
+        (
+            serde_json::json!({"storageUri": "s3://b/m",
+                               "storage": {"uriFrom": {"secretKeyRef": {"name": "s", "key": "u"}}}}),
+            "give model.storageUri or model.storage.uriFrom, not both",
+        ),
+    ];
+    for (storage, expected) in cases {
+        let mut isvc = with_spec("svc", MINIMAL);
+        let mut model = serde_json::to_value(&isvc.spec.model).unwrap();
+        for (k, v) in storage.as_object().unwrap() {
+            model[k] = v.clone();
+        }
+        isvc.spec.model = serde_json::from_value(model).unwrap();
+        let found = problems(&isvc);
+        assert!(
+            found.iter().any(|p| p.contains(expected)),
+            "{expected:?} not in {found:?}"
+        );
+        assert!(!found.join(" ").contains("hunter2"), "{found:?}");
+    }
 }

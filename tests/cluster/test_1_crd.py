@@ -109,8 +109,29 @@ def _invalid_cases():
         d["spec"]["modle"] = {}
         return 'unknown field "spec.modle"'
 
+    # Credentials never ride in storageUri (the API server's regular expressions are RE2's,
+    # which the operator's own admission check does not use: both are tested).
+    def password_in_storage_uri(d):
+        d["spec"]["model"]["storageUri"] = "https://user:hunter2@host/m.tgz"
+        return "model.storageUri carries a user name or password"
+
+    def presigned_storage_uri(d):
+        d["spec"]["model"]["storageUri"] = "https://b.example/m.tgz?x-amz-SIGNATURE=ab"
+        return "model.storageUri carries a signature or token in its query"
+
+    def storage_uri_and_uri_from(d):
+        d["spec"]["model"]["storageUri"] = "s3://b/m"
+        d["spec"]["model"]["storage"] = {"uriFrom": {"secretKeyRef": {"name": "s", "key": "u"}}}
+        return "give model.storageUri or model.storage.uriFrom, not both"
+
+    def credentials_over_http(d):
+        d["spec"]["model"]["storageUri"] = "http://host/m.tgz"
+        d["spec"]["model"]["storage"] = {"secretName": "creds"}
+        return "would travel in clear"
+
     return [shm_without_size, same_ports, rest_upstream, cuda_without_gpu, name_with_dot,
-            replicas_not_a_number, negative_replicas, unknown_field]
+            replicas_not_a_number, negative_replicas, unknown_field, password_in_storage_uri,
+            presigned_storage_uri, storage_uri_and_uri_from, credentials_over_http]
 
 
 @pytest.mark.parametrize("mutate", _invalid_cases(), ids=lambda f: f.__name__)

@@ -122,9 +122,11 @@ class Fetched:
         self.message = message
 
 
-def fetch(tmp_path: Path, uri: str, secret: dict[str, str] | None = None) -> Fetched:
-    """Runs the fetcher as the init container would: URI, destination, the Secret's keys as
-    files, and a termination-log file."""
+def fetch(tmp_path: Path, uri: str, secret: dict[str, str] | None = None,
+          uri_from_env: bool = False) -> Fetched:
+    """Runs the fetcher as the init container would: URI (or, with `uri_from_env`, the URI in
+    an environment variable, as model.storage.uriFrom renders it), destination, the Secret's keys
+    as files, and a termination-log file."""
     dest = tmp_path / "mnt-models"
     dest.mkdir()
     env = {k: v for k, v in os.environ.items()
@@ -139,8 +141,12 @@ def fetch(tmp_path: Path, uri: str, secret: dict[str, str] | None = None) -> Fet
         env["INFERGATE_STORAGE_SECRET_DIR"] = str(secret_dir)
     log = tmp_path / "termination-log"
     env["INFERGATE_TERMINATION_LOG"] = str(log)
-    proc = subprocess.run([str(FETCH), uri, str(dest)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    argument = uri
+    if uri_from_env:
+        env["INFERGATE_STORAGE_URI"] = uri
+        argument = "--uri-from-env=INFERGATE_STORAGE_URI"
+    proc = subprocess.run([str(FETCH), argument, str(dest)], env=env, capture_output=True,
+                          text=True, timeout=300)
     return Fetched(proc, dest, log.read_text() if log.exists() else "")
 
 
@@ -231,3 +237,35 @@ def test_an_unsupported_scheme_is_refused(tmp_path):
     got = fetch(tmp_path, "ftp://example.com/model")
     assert got.code == 2
     assert "unsupported scheme" in got.message
+
+
+def test_a_presigned_url_comes_from_the_environment_and_never_shows(tmp_path, web):
+    """model.storage.uriFrom: the whole URL, signature included, from a Secret's key in the
+    environment; it is in no argument, and no message repeats its query."""
+    (tmp_path / "ok").mkdir()
+    got = fetch(tmp_path / "ok", f"{web}/config.pbtxt?X-Amz-Signature=sekrit-ok",
+                uri_from_env=True)
+    assert got.code == 0, got.stderr
+    assert [p.name for p in got.dest.iterdir()] == ["config.pbtxt"]
+    assert "sekrit" not in got.stderr, got.stderr
+    (tmp_path / "missing").mkdir()
+    got = fetch(tmp_path / "missing", f"{web}/nothing.tar.gz?X-Amz-Signature=sekrit-404",
+                uri_from_env=True)
+    assert got.code == 1, got.stderr
+    assert "404" in got.message and "nothing.tar.gz?<redacted>" in got.message, got.message
+    assert "sekrit" not in got.message and "sekrit" not in got.stderr, (got.message, got.stderr)
+
+
+def test_a_password_in_a_url_never_shows(tmp_path, web):
+    host = web.removeprefix("http://")
+    got = fetch(tmp_path, f"http://user:hunter2@{host}/nothing.tar.gz?sig=abc123")
+    assert got.code == 1, got.stderr
+    assert "<redacted>@" in got.message, got.message
+    for secret in ("hunter2", "abc123"):
+        assert secret not in got.message and secret not in got.stderr, (got.message, got.stderr)
+
+
+def test_an_empty_uri_variable_is_refused(tmp_path):
+    got = fetch(tmp_path, "", uri_from_env=True)
+    assert got.code == 2, got.stderr
+    assert "INFERGATE_STORAGE_URI is empty" in got.stderr

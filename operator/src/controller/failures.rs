@@ -179,12 +179,14 @@ fn container_failure(pod: &str, c: &ContainerStatus, is_init: bool) -> Option<(u
     if !(waiting_reason == "CrashLoopBackOff" || (is_init && stopped)) {
         return None;
     }
+    // A termination message may quote a URL with its credentials (a fetch error naming a
+    // presigned URL, a user's container): status and Events carry it redacted.
     let said = terminated
         .message
         .as_deref()
         .map(str::trim)
         .filter(|m| !m.is_empty())
-        .map(|m| format!(": {m}"))
+        .map(|m| format!(": {}", crate::storage_uri::redact_urls(m)))
         .unwrap_or_default();
     let why = terminated.reason.as_deref().unwrap_or("Error");
     let code = terminated.exit_code;

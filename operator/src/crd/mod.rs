@@ -59,6 +59,6 @@ pub use status::{
     ConditionType, ExtensionState, ExtensionStatus, FailureInfo, Implementation,
     InferenceServiceStatus, ModelStatus, ServiceUrls,
 };
-pub use storage::ModelStorage;
+pub use storage::{ModelStorage, SecretKeyRef, UriFrom};
 pub use tracing::{TraceLevel, TracingSpec};
 pub use upstream::{Upstream, UpstreamProtocol};

@@ -13,6 +13,22 @@ use super::schema::{free_object, named_objects_map, objects_list, resources_sche
 /// The model server container.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    // Credentials never ride in storageUri: the pod spec, the init container's arguments and its
+    // log would show them (operator/src/storage_uri.rs makes the same checks).
+    validation = Rule::new(
+        "!has(self.storageUri) || !self.storageUri.matches('^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*@')"
+    ).message("model.storageUri carries a user name or password (user:pass@): give credentials in model.storage.secretName, or the whole URI in model.storage.uriFrom").field_path(".storageUri"),
+    validation = Rule::new(
+        "!has(self.storageUri) || !self.storageUri.matches('(?i)[?&](x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|x-goog-credential|signature|awsaccesskeyid|sig|token|access_token)(=|&|#|$)')"
+    ).message("model.storageUri carries a signature or token in its query: give the whole URI (a presigned URL) in model.storage.uriFrom").field_path(".storageUri"),
+    validation = Rule::new(
+        "!has(self.storageUri) || !has(self.storage) || !has(self.storage.uriFrom)"
+    ).message("give model.storageUri or model.storage.uriFrom, not both").field_path(".storage.uriFrom"),
+    validation = Rule::new(
+        "!has(self.storageUri) || !has(self.storage) || !has(self.storage.secretName) || !self.storageUri.startsWith('http://')"
+    ).message("model.storageUri is http:// and model.storage.secretName gives it credentials, which would travel in clear: use https://").field_path(".storageUri"),
+)]
 pub struct ModelContainer {
     /// Container image of the model server, e.g. nvcr.io/nvidia/tritonserver:24.10-py3.
     #[schemars(length(min = 1))]

@@ -2,6 +2,7 @@
 
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::KubeSchema;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::schema::resources_schema;
@@ -32,6 +33,13 @@ pub struct ModelStorage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,
+    /// The whole URI from a Secret's key, instead of storageUri: for a URI that is itself a
+    /// credential, such as a presigned URL. It reaches the init container's environment only:
+    /// not the pod spec, its arguments, its log or the resource's status. s3://, gs:// and
+    /// http(s):// (not pvc://). The fetcher is then called with --uri-from-env, which
+    /// KServe's storage initializer does not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri_from: Option<UriFrom>,
     /// Image of the init container. Unset: the operator's (--storage-initializer-image; the Helm
     /// value storageInitializer.image), built from docker/storage-initializer.Dockerfile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -53,11 +61,31 @@ impl Default for ModelStorage {
         ModelStorage {
             mount_path: default_mount_path(),
             secret_name: None,
+            uri_from: None,
             initializer_image: None,
             size_limit: None,
             resources: None,
         }
     }
+}
+
+/// Where model.storage.uriFrom takes the URI from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UriFrom {
+    /// A key of a Secret in the resource's namespace.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// A key of a Secret in the resource's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key whose value is the URI.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
 }
 
 /// KServe's mount path for fetched models.

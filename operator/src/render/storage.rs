@@ -8,22 +8,46 @@
 //!   mounted into it alone (files, not environment variables: keys such as
 //!   `gcloud-application-credentials.json` are not variable names), never into the model server.
 //!   Its termination message (the fetch error) is what `status.lastFailureInfo` reports.
+//!   `model.storage.uriFrom` gives the whole URI from a Secret's key instead (a presigned URL):
+//!   it reaches the init container as `INFERGATE_STORAGE_URI`, and its argument is
+//!   `--uri-from-env=INFERGATE_STORAGE_URI`.
 //! - `pvc://CLAIM/PATH`: the claim itself, mounted read-only with `subPath: PATH`; no copy.
 
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, PersistentVolumeClaimVolumeSource,
-    ResourceRequirements, SecretVolumeSource, Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PersistentVolumeClaimVolumeSource,
+    ResourceRequirements, SecretKeySelector, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::OperatorSettings;
 use super::security::restricted_defaults;
 use crate::crd::InferenceService;
+use crate::crd::UriFrom;
 use crate::pod_names::{MODEL_STORAGE_VOLUME, STORAGE_INIT_CONTAINER, STORAGE_SECRET_VOLUME};
 use crate::storage_uri::{self, StorageUri};
 
 /// Where the init container finds the Secret's keys, one file each.
 pub const STORAGE_SECRET_DIR: &str = "/var/run/secrets/infergate/storage";
+
+/// The init container's variable that holds the URI given by `model.storage.uriFrom`.
+const URI_ENV: &str = "INFERGATE_STORAGE_URI";
+
+/// `INFERGATE_STORAGE_URI` from the Secret's key: the kubelet reads it, so the operator needs
+/// no access to the Secret, and the URI is in no object the operator writes.
+fn uri_env(from: &UriFrom) -> EnvVar {
+    EnvVar {
+        name: URI_ENV.to_string(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: from.secret_key_ref.name.clone(),
+                key: from.secret_key_ref.key.clone(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
 
 /// What the pod needs for the model in storage.
 pub(super) struct ModelStorageParts {
@@ -42,9 +66,17 @@ pub(super) fn parts(
     settings: &OperatorSettings,
 ) -> Option<ModelStorageParts> {
     let spec = &isvc.spec;
-    let uri = spec.model.storage_uri.as_deref()?;
     let storage = &spec.model.storage;
-    let parsed = storage_uri::parse(uri).ok()?;
+    // The URI as the fetcher's first argument, or, from a Secret, in its environment only.
+    let (uri_argument, uri_env) = match (&spec.model.storage_uri, &storage.uri_from) {
+        (Some(uri), _) => (uri.clone(), None),
+        (None, Some(from)) => (format!("--uri-from-env={URI_ENV}"), Some(uri_env(from))),
+        (None, None) => return None,
+    };
+    let parsed = match &spec.model.storage_uri {
+        Some(uri) => storage_uri::parse(uri).ok()?,
+        None => StorageUri::Fetched,
+    };
     if let StorageUri::Claim { claim, path } = parsed {
         return Some(ModelStorageParts {
             init_container: None,
@@ -79,7 +111,7 @@ pub(super) fn parts(
         mount_path: storage.mount_path.clone(),
         ..VolumeMount::default()
     }];
-    let mut env = Vec::new();
+    let mut env: Vec<EnvVar> = uri_env.into_iter().collect();
     if let Some(secret) = &storage.secret_name {
         volumes.push(Volume {
             name: STORAGE_SECRET_VOLUME.to_string(),
@@ -122,7 +154,7 @@ pub(super) fn parts(
                 .clone()
                 .unwrap_or_else(|| settings.storage_initializer_image.clone()),
         ),
-        args: Some(vec![uri.to_string(), storage.mount_path.clone()]),
+        args: Some(vec![uri_argument, storage.mount_path.clone()]),
         env: (!env.is_empty()).then_some(env),
         resources: Some(resources),
         volume_mounts: Some(mounts),
