@@ -94,6 +94,30 @@ def main(rendered: str, rbac_json: str, out_dir: str) -> None:
     assert not any("token" in str(e).lower() and "value" in e for e in container["env"]), \
         "a token in the operator's environment"
 
+    # The operator's writes are narrowed to its own objects by an admission policy matched to its
+    # ServiceAccount, from Kubernetes 1.30 (the version the pods are rendered for).
+    version = next(a.split("=", 1)[1] for a in args if a.startswith("--kubernetes-version="))
+    policies = by_kind.get("ValidatingAdmissionPolicy", [])
+    if int(version.lstrip("v").split(".")[1]) >= 30:
+        [policy] = policies
+        [binding] = by_kind["ValidatingAdmissionPolicyBinding"]
+        assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        account = pod["serviceAccountName"]
+        namespace = deployment["metadata"]["namespace"]
+        [condition] = policy["spec"]["matchConditions"]
+        assert f"'system:serviceaccount:{namespace}:{account}'" in condition["expression"], condition
+        written = {(g, r) for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+                   for g in rule["apiGroups"] for r in rule["resources"]}
+        # Every kind the operator may create, patch or delete is covered, and nothing else.
+        writable = {(g, r) for rule in need["clusterRules"] for g in rule["apiGroups"]
+                    for r in rule["resources"]
+                    if {"create", "patch", "update", "delete"} & set(rule["verbs"])
+                    and r not in ("events", "inferenceservices/status")}
+        assert written == writable, (written ^ writable)
+    else:
+        assert not policies, "a ValidatingAdmissionPolicy for a cluster older than 1.30"
+
     # The CRD comes with the chart.
     [crd] = by_kind["CustomResourceDefinition"]
     assert crd["metadata"]["name"] == "inferenceservices.infergate.dev"

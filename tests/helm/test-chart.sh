@@ -44,9 +44,12 @@ check() {
   "$HELM" template infergate "$CHART" --namespace infergate-system --include-crds "$@" > "$out/$name.yaml"
   "$VENV/bin/python" tests/helm/check_rendered.py "$out/$name.yaml" "$out/rbac.json" "$out/$name"
   local version
-  for version in 1.29.0 "$("$VENV/bin/python" tests/helm/check_rendered.py --newest-kubernetes)"; do
-    "$VENV/bin/kubernetes-validate" --strict --quiet -k "$version" "$out/$name"/*.yaml
-  done
+  # Kubernetes 1.29 has no ValidatingAdmissionPolicy v1: the chart renders it only for 1.30 and
+  # later, which these values target; 1.29 validates the rest.
+  "$VENV/bin/kubernetes-validate" --strict --quiet -k 1.29.0 \
+    $(ls "$out/$name"/*.yaml | grep -v -- '-ValidatingAdmissionPolicy')
+  "$VENV/bin/kubernetes-validate" --strict --quiet \
+    -k "$("$VENV/bin/python" tests/helm/check_rendered.py --newest-kubernetes)" "$out/$name"/*.yaml
 }
 
 check default
