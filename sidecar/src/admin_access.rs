@@ -136,7 +136,7 @@ fn decode_digest(hex: &str) -> Option<[u8; 32]> {
 }
 
 fn audit(action: &str, caller: Option<Caller>, credential: &str, verdict: &Result<(), Refusal>) {
-    let caller = caller.map_or_else(|| "unknown".to_string(), |c| c.0.to_string());
+    let caller = caller.map_or_else(|| "unknown".to_string(), |c| c.shown());
     match verdict {
         Ok(()) => {
             tracing::info!(target: "audit", api = "admin", action, %caller, credential, allowed = true, "admin call")

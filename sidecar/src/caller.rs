@@ -20,6 +20,12 @@ impl Caller {
         extensions.get::<Caller>().copied()
     }
 
+    /// The address as an audit line writes it: an IPv4 client of an IPv6 socket as plain IPv4
+    /// (`10.1.2.3:4000`, not `[::ffff:10.1.2.3]:4000`).
+    pub fn shown(&self) -> String {
+        SocketAddr::new(self.0.ip().to_canonical(), self.0.port()).to_string()
+    }
+
     /// On loopback (an IPv4-mapped loopback address on an IPv6 socket included).
     pub fn is_local(&self) -> bool {
         match self.0.ip() {

@@ -61,6 +61,7 @@ pub mod accept;
 pub mod admin;
 pub mod admin_access;
 pub mod allocator;
+pub mod audit;
 pub mod backend;
 pub mod caller;
 pub mod cli;

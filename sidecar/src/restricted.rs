@@ -49,6 +49,14 @@ impl Guard {
         Ok(guard)
     }
 
+    /// The name of the header that carries `category`'s key, where one is required: what an
+    /// audit line may say of the credential (never its value).
+    pub fn key_name(&self, category: RestrictedCategory) -> Option<&str> {
+        self.rules[category as usize]
+            .as_ref()
+            .map(|rule| rule.header.as_str())
+    }
+
     /// Whether nothing is restricted (then no request needs a look).
     pub fn is_empty(&self) -> bool {
         self.rules.iter().all(Option::is_none)

@@ -8,6 +8,7 @@ model control mode (`none`), so an allowed unload gets Triton's polling answer. 
 the server with Triton's words. Sidecar-specific setup: the test starts its own sidecar, so it is
 skipped when the suite is pointed at a running server."""
 
+import json
 import os
 import queue
 import subprocess
@@ -111,6 +112,57 @@ def test_http_restriction_comes_before_the_method(restricted):
     assert (r.status_code, r.json()) == (405, {"error": "Method Not Allowed"})
     r = requests.get(f"http://{restricted.http}/v2/models/simple/nothing", timeout=10)
     assert (r.status_code, r.json()) == (404, {"error": "Not Found"})
+
+
+def audit_lines(server, mark: str) -> list[dict]:
+    """The audit lines (JSON) the sidecar wrote for calls carrying `mark` in their name."""
+    deadline = time.monotonic() + 5
+    while True:
+        lines = []
+        for line in list(server.log_lines):
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if doc.get("target") == "audit" and mark in doc.get("call", ""):
+                lines.append(doc)
+        if lines or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
+def test_control_calls_leave_an_audit_line_with_the_key_name_never_its_value(restricted):
+    """A refused and an allowed call to a control API over each protocol: the caller, the name
+    of the key's header (the credential asked for), the verdict; the key's value never. Calls to
+    other APIs leave none."""
+    base = f"http://{restricted.http}"
+    requests.post(f"{base}/v2/repository/models/audit_http/unload", timeout=10)
+    requests.post(f"{base}/v2/repository/models/audit_http/unload",
+                  headers={"admin-key": "admin-value"}, timeout=10)
+    [refused, allowed] = audit_lines(restricted, "audit_http")
+    for line, verdict in ((refused, False), (allowed, True)):
+        assert line["protocol"] == "http" and line["api"] == "model-repository", line
+        assert line["call"] == "POST /v2/repository/models/audit_http/unload", line
+        assert line["credential"] == "key admin-key" and line["allowed"] is verdict, line
+        assert line["caller"].startswith("127.0.0.1:"), line
+        assert "admin-value" not in json.dumps(line)
+    assert (refused["level"], refused["message"]) == ("WARN", "control call refused")
+    assert (allowed["level"], allowed["message"]) == ("INFO", "control call")
+    # The logging API is a control API without a key here: audited as such.
+    requests.get(f"{base}/v2/logging", timeout=10)
+    [logging] = audit_lines(restricted, "/v2/logging")
+    assert (logging["credential"], logging["allowed"]) == ("none", True), logging
+
+    client = grpcclient.InferenceServerClient(restricted.grpc)
+    with pytest.raises(InferenceServerException):
+        client.unload_model("audit_grpc")
+    [grpc_line] = audit_lines(restricted, "RepositoryModelUnload")
+    assert grpc_line["call"] == "/inference.GRPCInferenceService/RepositoryModelUnload"
+    assert grpc_line["credential"] == f"key {PREFIX}admin-key" and grpc_line["allowed"] is False
+    # Inference is no control API.
+    requests.post(f"{base}/v2/models/simple/infer", headers={"infer-key": "infer-value"},
+                  json={"inputs": []}, timeout=10)
+    assert not audit_lines(restricted, "/v2/models/simple/infer")
 
 
 # ----------------------------------------------------------------------------------------- gRPC

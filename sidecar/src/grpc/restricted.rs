@@ -13,6 +13,8 @@ use infergate_config::RestrictedCategory;
 use tonic::body::Body;
 use tower::Service;
 
+use crate::audit;
+use crate::caller::Caller;
 use crate::state::SharedState;
 
 /// Refuses calls to restricted protocols, then hands the rest to `inner`.
@@ -42,10 +44,17 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let guard = &self.state.grpc_restricted;
-        if !guard.is_empty()
-            && let Some(category) = category(request.uri().path())
-            && let Err(message) = guard.check(category, request.headers())
-        {
+        let path = request.uri().path();
+        let category = category(path);
+        let refused = match category {
+            Some(category) if !guard.is_empty() => guard.check(category, request.headers()).err(),
+            _ => None,
+        };
+        if let Some(category) = category.filter(|c| audit::is_control(*c)) {
+            let caller = Caller::of(request.extensions());
+            audit::control_call("grpc", category, path, caller, guard, refused.is_none());
+        }
+        if let Some(message) = refused {
             let (parts, ()) = tonic::Status::unavailable(message)
                 .into_http::<()>()
                 .into_parts();

@@ -20,6 +20,7 @@ use tower::Service;
 
 use super::path_rules::is_decimal_version;
 use super::{infer, restricted};
+use crate::audit;
 use crate::caller::Caller;
 use crate::state::SharedState;
 
@@ -97,9 +98,14 @@ where
         // Triton's verbose line for each request (`--log-verbose=1`).
         tracing::debug!("HTTP request: {} {path}", request.method());
         // Triton refuses a restricted API before it looks at anything else.
-        if let Some(refused) =
-            restricted::refusal(&self.state.http_restricted, path, request.headers())
-        {
+        let guard = &self.state.http_restricted;
+        let refused = restricted::refusal(guard, path, request.headers());
+        if let Some(category) = restricted::category(path).filter(|c| audit::is_control(*c)) {
+            let call = format!("{} {path}", request.method());
+            let allowed = refused.is_none();
+            audit::control_call("http", category, &call, self.caller, guard, allowed);
+        }
+        if let Some(refused) = refused {
             return Either::Left(Box::pin(futures::future::ready(Ok(refused))));
         }
         let target = (request.method() == Method::POST)
