@@ -122,7 +122,7 @@ fn cpu_defaults() {
             .volume_mounts
             .iter()
             .flatten()
-            .any(|m| m.name == "infergate-hook" && m.read_only == Some(false))
+            .any(|m| m.name == "infergate-hook" && m.read_only.is_none())
     );
     let config = sidecar_config(&children);
     assert_eq!(

@@ -12,6 +12,7 @@ labels is not read."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -61,8 +62,15 @@ def list_peers(cluster, namespace, address, listed: dict[int, int], unlisted: li
                         "--ignore-not-found")
 
 
+# The admin port answers /status off loopback only to a token whose SHA-256 the sidecar's
+# configuration lists, as the operator renders it (these sidecars listen on the host's address).
+STATUS_TOKEN = "cluster-test-status-token-0123456789"
+
+
 def peers_seen(admin: str) -> dict:
-    with urllib.request.urlopen(f"http://{admin}/status", timeout=5) as r:
+    request = urllib.request.Request(f"http://{admin}/status",
+                                     headers={"Authorization": f"Bearer {STATUS_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=5) as r:
         status = json.loads(r.read())
     return {p["address"]: p["state"] for p in status["sequence_peers"]["peers"]}
 
@@ -144,8 +152,9 @@ def test_sidecars_follow_the_endpointslices_with_the_pods_token(cluster, operato
     address = host_address()
     # What the operator renders into the sidecars' configuration for these slices.
     config = workdir / f"{ns}-sidecar.yaml"
-    config.write_text(json.dumps({"server": {"sequence_peers_labels": ",".join(
-        f"{k}={v}" for k, v in sorted(SERVICE_LABELS.items()))}}))
+    config.write_text(json.dumps({"server": {
+        "sequence_peers_labels": ",".join(f"{k}={v}" for k, v in sorted(SERVICE_LABELS.items())),
+        "status_token_sha256": [hashlib.sha256(STATUS_TOKEN.encode()).hexdigest()]}}))
     sidecars = {}
     try:
         for i in (1, 2, 3):

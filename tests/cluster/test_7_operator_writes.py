@@ -24,6 +24,7 @@ MANAGED = {"app.kubernetes.io/managed-by": "infergate-operator"}
 def as_operator(cluster, chart, operator_token_kubeconfig):
     cluster.kubectl("create", "namespace", NS)
     cluster.kubectl("create", "configmap", "users", "-n", NS, "--from-literal=a=b")
+    cluster.kubectl("create", "service", "clusterip", "users", "-n", NS, "--tcp=80:8080")
     cluster.kubectl("create", "deployment", "users", "-n", NS, "--image=registry.example/app:1")
     # The policy is enforced a moment after it is created: wait until it refuses.
     def run(*args, input=None):
@@ -33,7 +34,7 @@ def as_operator(cluster, chart, operator_token_kubeconfig):
              lambda: run("label", "configmap", "users", "-n", NS, "x=y").returncode != 0,
              timeout=60)
     yield run
-    cluster.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+    cluster.kubectl("delete", "namespace", NS, "--timeout=60s", check=False)
 
 
 def refused(result, phrase: str):
@@ -46,7 +47,7 @@ def test_an_object_that_is_not_the_operators_cannot_be_changed_deleted_or_taken_
     not_its_own = "changes and deletes only objects it manages"
     refused(as_operator("patch", "deployment", "users", "-n", NS, "--type=merge", "-p",
                         json.dumps({"spec": {"replicas": 0}})), not_its_own)
-    refused(as_operator("delete", "configmap", "users", "-n", NS), not_its_own)
+    refused(as_operator("delete", "service", "users", "-n", NS), not_its_own)
     refused(as_operator("label", "configmap", "users", "-n", NS,
                         "app.kubernetes.io/managed-by=infergate-operator"), not_its_own)
     # The system's own objects, which the ClusterRole alone would let it change.
@@ -62,17 +63,17 @@ def test_the_operator_creates_only_labelled_objects_and_manages_them(cluster, as
                   "metadata": {"name": "unlabelled", "namespace": NS}}
     refused(as_operator("create", "-f", "-", input=json.dumps(unlabelled)),
             "writes only objects labelled app.kubernetes.io/managed-by=infergate-operator")
-    labelled = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "labelled", "namespace": NS, "labels": MANAGED}}
+    labelled = {"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "labelled", "namespace": NS, "labels": MANAGED},
+                "spec": {"ports": [{"port": 80}]}}
     created = as_operator("create", "-f", "-", input=json.dumps(labelled))
     assert created.returncode == 0, created.stderr
-    changed = as_operator("patch", "configmap", "labelled", "-n", NS, "--type=merge", "-p",
-                          json.dumps({"data": {"k": "v"}}))
+    changed = as_operator("annotate", "service", "labelled", "-n", NS, "k=v")
     assert changed.returncode == 0, changed.stderr
     # Dropping its own label would hand the object to no one: refused too.
-    refused(as_operator("label", "configmap", "labelled", "-n", NS,
+    refused(as_operator("label", "service", "labelled", "-n", NS,
                         "app.kubernetes.io/managed-by-"), "writes only objects labelled")
-    deleted = as_operator("delete", "configmap", "labelled", "-n", NS)
+    deleted = as_operator("delete", "service", "labelled", "-n", NS)
     assert deleted.returncode == 0, deleted.stderr
 
 

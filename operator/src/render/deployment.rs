@@ -331,7 +331,9 @@ fn hook_mount(read_only: bool) -> VolumeMount {
     VolumeMount {
         name: HOOK_VOLUME.to_string(),
         mount_path: HOOK_DIR.to_string(),
-        read_only: Some(read_only),
+        // `readOnly: false` is what the server stores as no field at all: leaving it out keeps
+        // the stored Deployment equal to the rendered one (no rewrite on every reconcile).
+        read_only: read_only.then_some(true),
         ..VolumeMount::default()
     }
 }
