@@ -66,6 +66,5 @@ def test_one_grpc_channel_reaches_every_pod_after_a_scale_out(kube, client):
                                "every_pod_served_after_s": round(all_served_after, 1),
                                "calls_per_pod": {ip: after[ip] - before[ip] for ip in ips},
                                "load": summary})
-    # Back to the example's own settings for the tests that follow.
-    patch(kube, {"replicas": 1, "sidecar": {"maxConnectionAgeSeconds": None}})
-    kube.wait_until("the example's settings again", settled(kube, 1), timeout=420)
+    # Left at three replicas and the short age: only the uninstall follows, and a rollout back
+    # would cost CI a minute.
