@@ -11,6 +11,10 @@ pub const SHM_VOLUME: &str = "infergate-shm";
 pub const CONFIG_VOLUME: &str = "infergate-config";
 /// Name of the volume the sidecar copies its preStop hook (`infergate-drain`) into.
 pub const HOOK_VOLUME: &str = "infergate-hook";
+/// Where that volume is mounted, and where the sidecar copies the hook at start
+/// (`server.drain_hook_dir`): read-only in the model container, whose hook runs it there (its
+/// image has no sidecar binary of its own).
+pub const HOOK_DIR: &str = "/var/run/infergate/hook";
 /// Prefix of the volumes holding label files (`infergate-labels-<index of the model>`).
 pub const LABELS_VOLUME_PREFIX: &str = "infergate-labels-";
 /// Prefix reserved for the operator's volumes.

@@ -54,7 +54,7 @@ async fn status(
     let caller = caller.map(|axum::Extension(c)| c);
     match st.admin.may_read_status(caller, &headers) {
         Ok(()) => json_ok(&report(&st)),
-        Err(refusal) => refusal.into_response(),
+        Err(refusal) => crate::http::answer::admin_refusal(&refusal),
     }
 }
 

@@ -11,12 +11,10 @@
 //! address, the credential it used (`loopback`, `status token`, or none), and the verdict. The
 //! token itself is never logged, and a refusal never says whether a token was wrong or missing.
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode, header};
 use ring::digest::{SHA256, digest};
 
 use crate::caller::Caller;
-use crate::http::answer::json_error;
 use crate::restricted::same_secret;
 
 /// The admin port's rules, from the configuration.
@@ -37,20 +35,26 @@ pub enum Refusal {
     Unauthenticated,
 }
 
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
+impl Refusal {
+    /// The answer's status: 403 for a caller off loopback, 401 for a missing or wrong token.
+    pub fn status(&self) -> StatusCode {
         match self {
-            Refusal::NotLocal(why) => json_error(StatusCode::FORBIDDEN, why),
-            Refusal::Unauthenticated => {
-                let mut refused =
-                    json_error(StatusCode::UNAUTHORIZED, "a valid bearer token is required");
-                refused.headers_mut().insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"infergate-admin\""),
-                );
-                refused
-            }
+            Refusal::NotLocal(_) => StatusCode::FORBIDDEN,
+            Refusal::Unauthenticated => StatusCode::UNAUTHORIZED,
         }
+    }
+
+    /// The answer's message: the same for a missing token as for a wrong one.
+    pub fn message(&self) -> &'static str {
+        match self {
+            Refusal::NotLocal(why) => why,
+            Refusal::Unauthenticated => "a valid bearer token is required",
+        }
+    }
+
+    /// The `WWW-Authenticate` challenge a 401 carries.
+    pub fn challenge(&self) -> Option<&'static str> {
+        matches!(self, Refusal::Unauthenticated).then_some("Bearer realm=\"infergate-admin\"")
     }
 }
 
@@ -150,6 +154,7 @@ fn audit(action: &str, caller: Option<Caller>, credential: &str, verdict: &Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
 
     fn caller(addr: &str) -> Option<Caller> {
         Some(Caller(addr.parse().unwrap()))

@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use axum::extract::{Query, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
@@ -47,7 +47,7 @@ pub async fn hook(
     Query(q): Query<DrainQuery>,
 ) -> Response {
     if let Err(refusal) = st.admin.may_drain(caller.map(|axum::Extension(c)| c)) {
-        return refusal.into_response();
+        return crate::http::answer::admin_refusal(&refusal);
     }
     let started = Instant::now();
     // Each wait is capped by `server.max_drain_seconds`: the pod's grace period, as the operator

@@ -46,7 +46,7 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
         .collect();
     server.max_drain_seconds =
         u64::try_from(spec.pod.termination_grace_period_seconds).unwrap_or(0);
-    server.drain_hook_dir = Some(super::deployment::HOOK_DIR.to_string());
+    server.drain_hook_dir = Some(crate::pod_names::HOOK_DIR.to_string());
     // Both families: the pod's address may be IPv4, IPv6 or both (the sidecar falls back to
     // IPv4 alone where the pod has no IPv6).
     server.host = "::".to_string();

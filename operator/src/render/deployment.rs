@@ -60,14 +60,11 @@ use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, select
 use crate::crd::{InferenceService, InferenceServiceSpec, SidecarMode, UpstreamProtocol};
 
 pub use crate::pod_names::{
-    CONFIG_VOLUME, HOOK_VOLUME, LABELS_VOLUME_PREFIX, MODEL_CONTAINER, RESERVED_VOLUME_PREFIX,
-    SHM_VOLUME, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME, UPSTREAM_REST_PORT_NAME,
+    CONFIG_VOLUME, HOOK_DIR, HOOK_VOLUME, LABELS_VOLUME_PREFIX, MODEL_CONTAINER,
+    RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME,
+    UPSTREAM_REST_PORT_NAME,
 };
 
-/// Where the sidecar copies its preStop hook at start (`server.drain_hook_dir`), in a volume the
-/// model container mounts read-only: the hook runs in the model container, which has no sidecar
-/// binary of its own.
-pub const HOOK_DIR: &str = "/var/run/infergate/hook";
 /// The hook binary in the sidecar's own image (a regular sidecar's hook runs it there).
 const HOOK_IN_SIDECAR_IMAGE: &str = "/usr/local/bin/infergate-drain";
 

@@ -3,7 +3,7 @@
 //! router's own plain-text refusals rewritten as JSON errors.
 
 use axum::response::{IntoResponse, Response};
-use http::{StatusCode, header};
+use http::{HeaderValue, StatusCode, header};
 
 use crate::error::Error;
 use crate::json::Writer;
@@ -28,6 +28,19 @@ pub fn json_error(status: StatusCode, message: &str) -> Response {
         error_body(message),
     )
         .into_response()
+}
+
+/// The admin port's refusal (`admin_access.rs`) as its answer: `{"error":"<message>"}`, with
+/// the bearer challenge on a 401.
+pub fn admin_refusal(refusal: &crate::admin_access::Refusal) -> Response {
+    let mut answer = json_error(refusal.status(), refusal.message());
+    if let Some(challenge) = refusal.challenge() {
+        answer.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(challenge),
+        );
+    }
+    answer
 }
 
 /// `{"error":"<message>"}`, Triton's error body.
