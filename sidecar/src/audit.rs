@@ -1,10 +1,12 @@
-//! Audit lines for calls to the control APIs: the model repository, logging, trace settings and
-//! shared memory, over REST and gRPC (the admin port writes its own, `admin_access.rs`). Anyone
-//! who can reach a client port may call them unless a restricted-API key guards them, so each
-//! call leaves a line (target `audit`) with who called (the connection's address), with what
-//! credential (the name of the key's header, or none: never its value), what was called, and
-//! whether the key let it through. Inference, health, metadata and statistics are not control
-//! APIs and write none.
+//! Audit lines for calls to the control APIs that a restricted-API key guards: the model
+//! repository, logging, trace settings and shared memory, over REST and gRPC (the admin port
+//! writes its own, `admin_access.rs`). Each such call leaves a line (target `audit`) with who
+//! called (the connection's address), with what credential (the name of the key's header, never
+//! its value), what was called, and whether the key let it through.
+//!
+//! A control API no key guards (Triton's defaults) writes none: the log then stays Triton's,
+//! line for line, which tools and Triton's own QA count (`L0_logging` counts the lines that name
+//! `/v2/logging`). Inference, health, metadata and statistics are not control APIs.
 
 use infergate_config::RestrictedCategory;
 
@@ -20,8 +22,8 @@ pub fn is_control(category: RestrictedCategory) -> bool {
     )
 }
 
-/// One control call, as the port's guard judged it. `call` names it (`POST /v2/logging`, or the
-/// gRPC method's path).
+/// One control call, as the port's guard judged it, if a key guards its category. `call` names
+/// it (`POST /v2/logging`, or the gRPC method's path).
 pub fn control_call(
     protocol: &str,
     category: RestrictedCategory,
@@ -30,10 +32,11 @@ pub fn control_call(
     guard: &Guard,
     allowed: bool,
 ) {
+    let Some(key) = guard.key_name(category) else {
+        return;
+    };
     let caller = caller.map_or_else(|| "unknown".to_string(), |c| c.shown());
-    let credential = guard
-        .key_name(category)
-        .map_or_else(|| "none".to_string(), |key| format!("key {key}"));
+    let credential = format!("key {key}");
     let api = category.as_str();
     if allowed {
         tracing::info!(target: "audit", protocol, api, call, %caller, %credential, allowed, "control call");
