@@ -22,12 +22,13 @@ pub fn is_control(category: RestrictedCategory) -> bool {
     )
 }
 
-/// One control call, as the port's guard judged it, if a key guards its category. `call` names
-/// it (`POST /v2/logging`, or the gRPC method's path).
+/// One control call, as the port's guard judged it, if a key guards its category. It is named
+/// by its method and path (`POST /v2/logging`), or by its path alone (a gRPC method's).
 pub fn control_call(
     protocol: &str,
     category: RestrictedCategory,
-    call: &str,
+    method: Option<&str>,
+    path: &str,
     caller: Option<Caller>,
     guard: &Guard,
     allowed: bool,
@@ -35,6 +36,11 @@ pub fn control_call(
     let Some(key) = guard.key_name(category) else {
         return;
     };
+    let call = match method {
+        Some(method) => format!("{method} {path}"),
+        None => path.to_string(),
+    };
+    let call = call.as_str();
     let caller = caller.map_or_else(|| "unknown".to_string(), |c| c.shown());
     let credential = format!("key {key}");
     let api = category.as_str();

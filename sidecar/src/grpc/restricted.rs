@@ -43,22 +43,24 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        // Without a key configured there is nothing to refuse or audit.
         let guard = &self.state.grpc_restricted;
         let path = request.uri().path();
-        let category = category(path);
-        let refused = match category {
-            Some(category) if !guard.is_empty() => guard.check(category, request.headers()).err(),
-            _ => None,
-        };
-        if let Some(category) = category.filter(|c| audit::is_control(*c)) {
-            let caller = Caller::of(request.extensions());
-            audit::control_call("grpc", category, path, caller, guard, refused.is_none());
-        }
-        if let Some(message) = refused {
-            let (parts, ()) = tonic::Status::unavailable(message)
-                .into_http::<()>()
-                .into_parts();
-            return Either::Right(ready(Ok(Response::from_parts(parts, Body::empty()))));
+        if !guard.is_empty()
+            && let Some(category) = category(path)
+        {
+            let refused = guard.check(category, request.headers()).err();
+            if audit::is_control(category) {
+                let caller = Caller::of(request.extensions());
+                let allowed = refused.is_none();
+                audit::control_call("grpc", category, None, path, caller, guard, allowed);
+            }
+            if let Some(message) = refused {
+                let (parts, ()) = tonic::Status::unavailable(message)
+                    .into_http::<()>()
+                    .into_parts();
+                return Either::Right(ready(Ok(Response::from_parts(parts, Body::empty()))));
+            }
         }
         Either::Left(self.inner.call(request))
     }

@@ -97,16 +97,21 @@ where
         let path = request.uri().path();
         // Triton's verbose line for each request (`--log-verbose=1`).
         tracing::debug!("HTTP request: {} {path}", request.method());
-        // Triton refuses a restricted API before it looks at anything else.
+        // Triton refuses a restricted API before it looks at anything else. Without a key
+        // configured there is nothing to refuse or audit, and no path to classify.
         let guard = &self.state.http_restricted;
-        let refused = restricted::refusal(guard, path, request.headers());
-        if let Some(category) = restricted::category(path).filter(|c| audit::is_control(*c)) {
-            let call = format!("{} {path}", request.method());
-            let allowed = refused.is_none();
-            audit::control_call("http", category, &call, self.caller, guard, allowed);
-        }
-        if let Some(refused) = refused {
-            return Either::Left(Box::pin(futures::future::ready(Ok(refused))));
+        if !guard.is_empty()
+            && let Some(category) = restricted::category(path)
+        {
+            let refused = restricted::refusal(guard, category, request.headers());
+            if audit::is_control(category) {
+                let method = Some(request.method().as_str());
+                let (caller, allowed) = (self.caller, refused.is_none());
+                audit::control_call("http", category, method, path, caller, guard, allowed);
+            }
+            if let Some(refused) = refused {
+                return Either::Left(Box::pin(futures::future::ready(Ok(refused))));
+            }
         }
         let target = (request.method() == Method::POST)
             .then(|| infer_target(request.uri().path()))

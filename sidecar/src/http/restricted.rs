@@ -11,12 +11,13 @@ use infergate_config::RestrictedCategory;
 use super::answer::json_error;
 use crate::restricted::Guard;
 
-/// The refusal of a request to `path` with `headers`, if the guard refuses it.
-pub fn refusal(guard: &Guard, path: &str, headers: &HeaderMap) -> Option<Response> {
-    if guard.is_empty() {
-        return None;
-    }
-    let message = guard.check(category(path)?, headers).err()?;
+/// The refusal of a request of `category` with `headers`, if the guard refuses it.
+pub fn refusal(
+    guard: &Guard,
+    category: RestrictedCategory,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    let message = guard.check(category, headers).err()?;
     Some(json_error(StatusCode::FORBIDDEN, message))
 }
 
