@@ -56,6 +56,9 @@ enum Command {
         /// configuration, so the operator may read /status from outside the pod.
         #[arg(long, value_name = "FILE", env = "INFERGATE_STATUS_TOKEN_FILE")]
         status_token_file: Option<PathBuf>,
+        /// The cluster's DNS domain, for the names of the Certificates of tls.issuerRef.
+        #[arg(long, value_name = "DOMAIN", default_value = "cluster.local")]
+        cluster_domain: String,
         /// metadata.uid to put in the owner references when the input has none (a resource
         /// that was never stored has no uid). Without it a placeholder is used: apply the output
         /// only after replacing it, or the garbage collector deletes the objects.
@@ -113,6 +116,14 @@ struct RunArgs {
     /// cannot say which extensions are live.
     #[arg(long, value_name = "FILE", env = "INFERGATE_STATUS_TOKEN_FILE")]
     status_token_file: Option<PathBuf>,
+    /// The cluster's DNS domain, for the names of the Certificates of tls.issuerRef.
+    #[arg(
+        long,
+        value_name = "DOMAIN",
+        env = "INFERGATE_CLUSTER_DOMAIN",
+        default_value = "cluster.local"
+    )]
+    cluster_domain: String,
     /// Time limit of one sidecar admin probe, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     probe_timeout_ms: u64,
@@ -164,6 +175,7 @@ fn run_controller(args: RunArgs) -> anyhow::Result<()> {
                 .filter(|ns| !ns.is_empty()),
             kubernetes_version: args.kubernetes_version,
             status_token_sha256: status_token.as_ref().map(StatusToken::sha256_hex),
+            cluster_domain: args.cluster_domain,
         },
         status_token,
         namespace: args.namespace,
@@ -222,6 +234,7 @@ fn main() -> ExitCode {
             operator_namespace,
             kubernetes_version,
             status_token_file,
+            cluster_domain,
             uid,
         } => read_status_token(status_token_file.as_deref()).and_then(|token| {
             let settings = OperatorSettings {
@@ -230,6 +243,7 @@ fn main() -> ExitCode {
                 operator_namespace,
                 kubernetes_version,
                 status_token_sha256: token.as_ref().map(StatusToken::sha256_hex),
+                cluster_domain,
             };
             render_file(&file, &settings, uid).map(|text| print!("{text}"))
         }),

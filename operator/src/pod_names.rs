@@ -15,6 +15,11 @@ pub const HOOK_VOLUME: &str = "infergate-hook";
 /// (`server.drain_hook_dir`): read-only in the model container, whose hook runs it there (its
 /// image has no sidecar binary of its own).
 pub const HOOK_DIR: &str = "/var/run/infergate/hook";
+/// Name of the volume holding the client ports' certificate (the Secret of `spec.tls`).
+pub const TLS_VOLUME: &str = "infergate-tls";
+/// Where that volume is mounted in the sidecar, whole (not by `subPath`, which a renewed Secret
+/// would never reach).
+pub const TLS_DIR: &str = "/etc/infergate/tls";
 /// Prefix of the volumes holding label files (`infergate-labels-<index of the model>`).
 pub const LABELS_VOLUME_PREFIX: &str = "infergate-labels-";
 /// Prefix reserved for the operator's volumes.

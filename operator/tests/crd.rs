@@ -94,7 +94,16 @@ fn printer_columns_resolve_on_a_sample_status() {
         .collect();
     assert_eq!(
         names,
-        ["Ready", "Replicas", "Model", "Extensions", "URL", "Age"]
+        [
+            "Ready",
+            "Replicas",
+            "Model",
+            "Extensions",
+            "TLS",
+            "Cert-Expires",
+            "URL",
+            "Age"
+        ]
     );
     let object = json!({
         "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
@@ -102,7 +111,9 @@ fn printer_columns_resolve_on_a_sample_status() {
             "readyReplicas": 2,
             "model": {"name": "densenet_onnx", "ready": true, "count": 1},
             "extensionsSummary": "3/4 active",
-            "url": {"rest": "http://x.ml.svc:8000", "grpc": "x.ml.svc:8001"},
+            "tls": {"summary": "Mutual", "notAfter": "2027-01-15T08:00:00Z",
+                    "http": {"state": "Mutual"}, "grpc": {"state": "Mutual"}},
+            "url": {"rest": "https://x.ml.svc:8000", "grpc": "x.ml.svc:8001"},
             "conditions": [
                 {"type": "Available", "status": "True"},
                 {"type": "Ready", "status": "False"},
@@ -114,7 +125,9 @@ fn printer_columns_resolve_on_a_sample_status() {
         json!(2),
         json!("densenet_onnx"),
         json!("3/4 active"),
-        json!("http://x.ml.svc:8000"),
+        json!("Mutual"),
+        json!("2027-01-15T08:00:00Z"),
+        json!("https://x.ml.svc:8000"),
         json!("2026-01-01T00:00:00Z"),
     ];
     for (column, want) in columns.iter().zip(want) {
@@ -260,7 +273,7 @@ fn cel_rules_compile_within_the_cost_budget() {
     let compiled = compile_schema(&schema());
     let mut rules = Vec::new();
     compiled_rules(&compiled, &mut rules);
-    assert_eq!(rules.len(), 20, "rules found: {rules:#?}");
+    assert_eq!(rules.len(), 22, "rules found: {rules:#?}");
     for (rule, warnings) in rules {
         assert!(warnings.is_empty(), "{rule}: {warnings:?}");
     }
@@ -502,6 +515,38 @@ fn invalid_specs_are_rejected() {
                 ),
             ],
             "SingleReplica allows at most one replica",
+        ),
+        (
+            "TLS where sidecars forward sequences",
+            vec![
+                ("/spec/tls", json!({"secretName": "cert"})),
+                (
+                    "/spec/extensions/sequence",
+                    json!({"enabled": true, "routing": "Sidecar"}),
+                ),
+            ],
+            "tls with extensions.sequence.routing Sidecar is not supported yet",
+        ),
+        (
+            "TLS from both a Secret and an issuer",
+            vec![(
+                "/spec/tls",
+                json!({"secretName": "cert", "issuerRef": {"name": "ca"}}),
+            )],
+            "tls takes exactly one of secretName",
+        ),
+        (
+            "TLS from neither",
+            vec![("/spec/tls", json!({"mutual": true}))],
+            "tls takes exactly one of secretName",
+        ),
+        (
+            "an issuer of an unknown kind",
+            vec![(
+                "/spec/tls",
+                json!({"issuerRef": {"name": "ca", "kind": "Vault"}}),
+            )],
+            "Vault",
         ),
         (
             "duplicate model names",

@@ -52,6 +52,7 @@ fn healthy(pod: &str) -> PodReport {
                 kind: "upstream".into(),
                 models: vec!["m".into()],
             },
+            ..AdminStatus::default()
         }),
     }
 }

@@ -250,3 +250,78 @@ async fn healthy_degraded_and_silent_pods() {
     assert_eq!(status.model, None);
     drop((healthy, degraded, silent));
 }
+
+/// `status.tls` as the sidecars serve it: a sidecar whose ports take mutual TLS, read through
+/// its admin port, which stays plain HTTP for the operator's prober.
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_is_reported_as_the_sidecars_serve_it() {
+    let binary = sidecar_binary();
+    let data = common::repo_root().join("sidecar/tests/data/tls");
+    let file = |name: &str| data.join(name).display().to_string();
+    let (cert, key, ca) = (file("server-v1.crt"), file("server.key"), file("ca.crt"));
+    let mutual = start_sidecar(
+        &binary,
+        &[
+            "--grpc-use-ssl-mutual=true",
+            "--grpc-server-cert",
+            &cert,
+            "--grpc-server-key",
+            &key,
+            "--grpc-root-cert",
+            &ca,
+            "--http-use-ssl-mutual=true",
+            "--http-server-cert",
+            &cert,
+            "--http-server-key",
+            &key,
+            "--http-root-cert",
+            &ca,
+        ],
+    );
+    let plain = start_sidecar(&binary, &[]);
+    let map = HashMap::from([
+        (format!("10.0.0.1:{ADMIN_PORT}"), mutual.admin.clone()),
+        (format!("10.0.0.2:{ADMIN_PORT}"), plain.admin.clone()),
+    ]);
+    let prober = Prober::new(Duration::from_secs(2), map);
+    let isvc = with_spec(
+        "svc",
+        &format!("{MINIMAL}  tls:\n    secretName: svc-cert\n    mutual: true\n"),
+    );
+    let deployment = common::deployment_with_status(true, 2, 2);
+    let status_of = |reports| {
+        compute(
+            &isvc,
+            &Observed {
+                deployment: Some(&deployment),
+                pods: &[],
+                refusal: None,
+                reports,
+                now: Time(Timestamp::from_second(1_700_000_000).unwrap()),
+            },
+            None,
+        )
+        .tls
+        .unwrap()
+    };
+
+    let reports = prober
+        .probe_ready_pods(&[pod("a-mutual", "10.0.0.1")], ADMIN_PORT)
+        .await;
+    let tls = status_of(&reports);
+    assert_eq!(tls.summary, "Mutual", "{tls:?}");
+    assert_eq!(
+        (tls.http.state.as_str(), tls.grpc.state.as_str()),
+        ("Mutual", "Mutual")
+    );
+    // The expiry of sidecar/tests/data/tls/server-v1.crt, as the sidecar read it.
+    assert_eq!(tls.not_after.as_deref(), Some("2036-11-28T22:24:11Z"));
+
+    // A pod still in plaintext (an earlier generation, mid-rollout) beside it.
+    let pods = [pod("a-mutual", "10.0.0.1"), pod("b-plain", "10.0.0.2")];
+    let reports = prober.probe_ready_pods(&pods, ADMIN_PORT).await;
+    let tls = status_of(&reports);
+    assert_eq!(tls.summary, "Mixed", "{tls:?}");
+    assert_eq!(tls.grpc.pods_reporting, 2);
+    drop((mutual, plain));
+}

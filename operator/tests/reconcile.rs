@@ -142,8 +142,9 @@ fn missing(path: &str) -> Step {
     step(Method::GET, path, StatusCode::NOT_FOUND, not_found())
 }
 
-/// The reads that find no HorizontalPodAutoscaler, NetworkPolicy, ScaledObject or PodMonitor (a spec without
-/// autoscaling or monitoring still looks, so that one dropped from the spec is deleted).
+/// The reads that find no HorizontalPodAutoscaler, NetworkPolicy, ScaledObject, PodMonitor or
+/// Certificate (a spec without autoscaling, monitoring or an issuer still looks, so that one
+/// dropped from the spec is deleted).
 fn no_autoscaler_or_monitor() -> Vec<Step> {
     vec![
         missing(&format!(
@@ -155,6 +156,9 @@ fn no_autoscaler_or_monitor() -> Vec<Step> {
         missing(&format!("/apis/keda.sh/v1alpha1{NS}/scaledobjects/svc")),
         missing(&format!(
             "/apis/monitoring.coreos.com/v1{NS}/podmonitors/svc"
+        )),
+        missing(&format!(
+            "/apis/cert-manager.io/v1{NS}/certificates/svc-tls"
         )),
     ]
 }
@@ -194,13 +198,13 @@ async fn create_applies_every_child_then_writes_status() {
     assert_eq!(seen[4].body, expected);
     assert_eq!(seen[4].body, apply::as_applied(&want.deployment).unwrap());
     assert_eq!(seen[8].body, apply::as_applied(&pdb).unwrap());
-    let pods = &seen[13];
+    let pods = &seen[14];
     assert!(
         pods.query
             .contains("labelSelector=app.kubernetes.io%2Finstance%3Dsvc"),
         "{pods:?}"
     );
-    let status = &seen[14].body;
+    let status = &seen[15].body;
     assert_eq!(status["apiVersion"], "infergate.dev/v1alpha1");
     assert_eq!(status["kind"], "InferenceService");
     assert_eq!(status["status"]["observedGeneration"], 1);

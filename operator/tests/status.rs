@@ -67,6 +67,7 @@ fn healthy(extra: &[AdminExtension]) -> AdminStatus {
             kind: "upstream".into(),
             models: vec!["densenet".into(), "resnet".into()],
         },
+        ..AdminStatus::default()
     }
 }
 

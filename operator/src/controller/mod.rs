@@ -6,6 +6,7 @@
 //! | [`reconcile`] | one reconcile: apply children, probe pods, write status, events; backoff |
 //! | [`apply`] | server-side apply with one field manager, skipped when nothing changed |
 //! | [`status`] | pure: status and conditions from the Deployment, the pods and the probe results |
+//! | [`tls_status`] | pure: `status.tls` from the sidecars' reports of their client ports |
 //! | [`failures`] | pure: failures the Deployment and the pods report, in plain words |
 //! | [`probe`] | `GET /status` on each ready pod's sidecar admin port, bounded in time |
 //! | [`leader`] | Lease-based leader election |
@@ -20,6 +21,7 @@ pub mod probe;
 pub mod rbac;
 pub mod reconcile;
 pub mod status;
+pub mod tls_status;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -65,6 +65,11 @@ pub const CLUSTER_RULES: &[Rule] = &[
         resources: &["podmonitors"],
         verbs: &["get", "create", "patch", "delete"],
     },
+    Rule {
+        api_groups: &["cert-manager.io"],
+        resources: &["certificates"],
+        verbs: &["get", "create", "patch", "delete"],
+    },
     // Sidecars that route sequences watch their peers' EndpointSlices: the operator gives their
     // pods a Role for that, and may grant only what it holds itself.
     Rule {

@@ -329,14 +329,24 @@ async fn apply_children(
     // Other projects' kinds. One that is not wanted is still looked for, so that an autoscaler
     // or monitor dropped from the spec goes too; where the cluster does not serve the kind, that
     // read answers 404 and nothing more happens.
-    for (wanted, resource) in [
-        (&children.scaled_object, render::scaled_object_resource()),
-        (&children.pod_monitor, render::pod_monitor_resource()),
+    let certificate = crate::crd::certificate_secret_name(&name);
+    for (wanted, resource, object_name) in [
+        (
+            &children.scaled_object,
+            render::scaled_object_resource(),
+            &name,
+        ),
+        (&children.pod_monitor, render::pod_monitor_resource(), &name),
+        (
+            &children.certificate,
+            render::certificate_resource(),
+            &certificate,
+        ),
     ] {
         let api = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource);
         let outcome = match wanted {
             Some(object) => apply::apply_typed(&api, object, &resource).await?.0,
-            None => apply::delete_owned(&api, &name, &uid).await?,
+            None => apply::delete_owned(&api, object_name, &uid).await?,
         };
         ctx.count(outcome);
     }

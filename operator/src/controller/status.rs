@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use serde::Deserialize;
 
 use super::failures::{self, Failure};
+use super::tls_status::{AdminTls, tls_status};
 use crate::crd::{
     ConditionType, ExtensionState, ExtensionStatus, FailureInfo, Implementation, InferenceService,
     InferenceServiceStatus, ModelStatus,
@@ -34,6 +35,8 @@ pub struct AdminStatus {
     pub extensions: Vec<AdminExtension>,
     #[serde(default)]
     pub backend: AdminBackend,
+    #[serde(default)]
+    pub tls: AdminTls,
 }
 
 /// One extension as a sidecar reports it.
@@ -240,6 +243,10 @@ pub fn compute(
         extensions_summary: Some(format!("{active}/{} active", requested.len())),
         extensions,
         last_failure_info: last_failure_info(failure, generation, &observed.now, previous),
+        tls: Some(tls_status(
+            isvc,
+            &answered.iter().map(|a| &a.tls).collect::<Vec<_>>(),
+        )),
     }
 }
 

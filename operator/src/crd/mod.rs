@@ -23,6 +23,7 @@
 //! - `rollout.rs`: `spec.rollout`, the Deployment's strategy and the checks on its limits.
 //! - `autoscaling.rs`: `spec.autoscaling` and `spec.monitoring`.
 //! - `network.rs`: `spec.networkPolicy`.
+//! - `tls.rs`: `spec.tls`, the certificate of the client ports, from a Secret or cert-manager.
 //! - `status.rs`: `status`, what the operator observed, and the condition types.
 //! - `schema.rs`: the open schemas given to embedded Kubernetes types (`schema_with`).
 //! - `generate.rs`: the CRD derived from the types, tidied, as JSON and as YAML.
@@ -41,6 +42,7 @@ mod sidecar;
 mod spec;
 mod status;
 mod storage;
+mod tls;
 mod tracing;
 mod upstream;
 
@@ -57,8 +59,9 @@ pub use sidecar::{LogFormat, LogLevel, SidecarMode, SidecarPorts, SidecarSpec};
 pub use spec::{GROUP, InferenceService, InferenceServiceSpec, KIND, VERSION};
 pub use status::{
     ConditionType, ExtensionState, ExtensionStatus, FailureInfo, Implementation,
-    InferenceServiceStatus, ModelStatus, ServiceUrls,
+    InferenceServiceStatus, ModelStatus, PortTls, ServiceUrls, TlsStatus,
 };
 pub use storage::{ModelStorage, SecretKeyRef, UriFrom};
+pub use tls::{IssuerKind, IssuerRef, TlsSpec, certificate_secret_name};
 pub use tracing::{TraceLevel, TracingSpec};
 pub use upstream::{Upstream, UpstreamProtocol};

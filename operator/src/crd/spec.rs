@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     AutoscalingSpec, Extensions, InferenceServiceStatus, ModelContainer, ModelSettings,
     MonitoringSpec, NetworkPolicySpec, PodOverrides, RolloutSpec, ServiceSpec, SidecarSpec,
-    Upstream,
+    TlsSpec, Upstream,
 };
 
 /// API group of the custom resource.
@@ -64,6 +64,19 @@ pub const KIND: &str = "InferenceService";
         description = "Requested protocol extensions that are active, e.g. 3/4 active"
     ),
     printcolumn(
+        name = "TLS",
+        type_ = "string",
+        json_path = ".status.tls.summary",
+        description = "TLS on the client ports as the sidecars serve it: Off, On or Mutual"
+    ),
+    printcolumn(
+        name = "Cert-Expires",
+        type_ = "string",
+        json_path = ".status.tls.notAfter",
+        description = "When the first certificate the sidecars serve expires",
+        priority = "1"
+    ),
+    printcolumn(
         name = "URL",
         type_ = "string",
         json_path = ".status.url.rest",
@@ -98,7 +111,10 @@ pub const KIND: &str = "InferenceService";
     ).message("a model.ports entry uses upstream.restPort, which is declared for you").field_path(".model.ports"),
     validation = Rule::new(
         "!self.extensions.sequence.enabled || self.extensions.sequence.routing != 'SingleReplica' || self.replicas <= 1"
-    ).message("extensions.sequence.routing SingleReplica allows at most one replica").field_path(".replicas")
+    ).message("extensions.sequence.routing SingleReplica allows at most one replica").field_path(".replicas"),
+    validation = Rule::new(
+        "!has(self.tls) || !self.extensions.sequence.enabled || self.extensions.sequence.routing != 'Sidecar'"
+    ).message("tls with extensions.sequence.routing Sidecar is not supported yet: sidecars forward sequences to each other in plaintext; use routing Stream or ClientIP").field_path(".tls")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceServiceSpec {
@@ -148,6 +164,10 @@ pub struct InferenceServiceSpec {
     /// that deny ingress by default. Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_policy: Option<NetworkPolicySpec>,
+    /// TLS on the sidecar's HTTP and gRPC ports, from a Secret or from cert-manager. Unset:
+    /// plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
 }
 
 fn default_replicas() -> i32 {

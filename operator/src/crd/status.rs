@@ -45,6 +45,37 @@ pub struct InferenceServiceStatus {
     /// replaced by the next failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure_info: Option<FailureInfo>,
+    /// TLS on the client ports, as the sidecars report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsStatus>,
+}
+
+/// TLS on the client ports, as the ready pods' sidecars report it on their admin port.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsStatus {
+    /// The TLS column: Off, On or Mutual where every reporting pod serves both ports alike;
+    /// Pending while no pod has reported; Mixed while pods disagree (during a rollout).
+    pub summary: String,
+    /// The REST port's TLS.
+    pub http: PortTls,
+    /// The gRPC port's TLS.
+    pub grpc: PortTls,
+    /// When the first of the certificates the pods serve expires (RFC 3339), as the sidecars
+    /// read it from the certificate they loaded last: a renewal that reached the pods moves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<String>,
+}
+
+/// One port's TLS across the reporting pods.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PortTls {
+    /// Off, On, Mutual, Pending or Mixed (as the summary).
+    pub state: String,
+    /// How many pods reported on this port.
+    #[serde(default)]
+    pub pods_reporting: i32,
 }
 
 /// A failure the operator saw, with its cause.

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use infergate_config::{BackendConfig, SidecarConfig, UpstreamConfig, UpstreamModel};
+use infergate_config::{BackendConfig, SidecarConfig, TlsSettings, UpstreamConfig, UpstreamModel};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
@@ -57,6 +57,19 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
     server.log_level = spec.sidecar.log_level.as_str().to_string();
     server.log_format = spec.sidecar.log_format.as_str().to_string();
     server.allow_client_shm = spec.extensions.system_shared_memory.enabled;
+    if let Some(tls) = &spec.tls {
+        // Both client ports serve the Secret's certificate; the sidecar re-reads the files as
+        // the kubelet updates the mounted Secret (server.tls_reload_seconds).
+        let settings = TlsSettings {
+            use_ssl: true,
+            use_ssl_mutual: tls.mutual,
+            server_cert: Some(tls_file("tls.crt")),
+            server_key: Some(tls_file("tls.key")),
+            root_cert: tls.mutual.then(|| tls_file("ca.crt")),
+        };
+        server.grpc_tls = settings.clone();
+        server.http_tls = settings;
+    }
     if let Some(threads) = spec.sidecar.worker_threads {
         server.worker_threads = threads;
     }
@@ -129,6 +142,11 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
         .map(|p| format!("http://127.0.0.1:{}", port(p)));
     config.backend = BackendConfig::Upstream(upstream);
     config
+}
+
+/// A key of the `spec.tls` Secret, as the sidecar finds it.
+fn tls_file(key: &str) -> String {
+    format!("{}/{key}", crate::pod_names::TLS_DIR)
 }
 
 /// Largest staging pool the operator asks for.

@@ -12,15 +12,17 @@
 //!
 //! Probes, and why they never make the sidecar wait for the model server:
 //!
-//! - The sidecar's **startup** and **liveness** probes are `GET /v2/health/live` on its own HTTP
-//!   port. That route answers 200 as soon as the sidecar serves, whatever the model server does.
-//!   This matters for the native sidecar: the kubelet does not start the next container (the
-//!   model server) until the sidecar's startup probe passes, so a startup probe that waited for
-//!   the model would deadlock the pod.
-//! - The sidecar's **readiness** probe is `GET /v2/health/ready`, which turns 200 once the sidecar
-//!   has discovered the model server's models and the model server reports ready. Readiness does
-//!   not gate the start of other containers; it only decides whether the pod receives traffic, so
-//!   the model's load time is covered by it without blocking anything.
+//! - The sidecar's probes are on its **admin port**, which answers `/livez` and `/readyz` in
+//!   plain HTTP to anyone, whatever TLS or credentials the client ports ask for (`spec.tls`):
+//!   the kubelet presents neither.
+//! - Its **startup** and **liveness** probes are `/livez`, which answers as soon as the sidecar
+//!   serves, whatever the model server does. This matters for the native sidecar: the kubelet
+//!   does not start the next container (the model server) until the sidecar's startup probe
+//!   passes, so a startup probe that waited for the model would deadlock the pod.
+//! - Its **readiness** probe is `/readyz`, which passes once the sidecar has discovered the model
+//!   server's models and the model server reports ready. Readiness does not gate the start of
+//!   other containers; it only decides whether the pod receives traffic, so the model's load time
+//!   is covered by it without blocking anything.
 //! - The model server gets TCP **startup** and **liveness** probes on its gRPC port: the startup
 //!   probe's budget (`model.probes`) is the time the model may take to load, and the liveness
 //!   probe restarts a model server that stopped listening. It has no readiness probe of its own:
@@ -46,7 +48,7 @@ use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
     EnvVarSource, ExecAction, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
     ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecurityContext, TCPSocketAction, Volume, VolumeMount,
+    SecretVolumeSource, SecurityContext, TCPSocketAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -61,7 +63,7 @@ use crate::crd::{InferenceService, InferenceServiceSpec, SidecarMode, UpstreamPr
 
 pub use crate::pod_names::{
     CONFIG_VOLUME, HOOK_DIR, HOOK_VOLUME, LABELS_VOLUME_PREFIX, MODEL_CONTAINER,
-    RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME,
+    RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, TLS_DIR, TLS_VOLUME, UPSTREAM_PORT_NAME,
     UPSTREAM_REST_PORT_NAME,
 };
 
@@ -221,6 +223,17 @@ fn volumes(isvc: &InferenceService) -> Vec<Volume> {
         }),
         ..Volume::default()
     });
+    if let Some(tls) = &spec.tls {
+        // The whole Secret, so that the kubelet's updates (a renewal) reach the sidecar.
+        volumes.push(Volume {
+            name: TLS_VOLUME.to_string(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(tls.secret(&isvc.name_any())),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
     let shm = &spec.extensions.system_shared_memory;
     if shm.enabled {
         volumes.push(Volume {
@@ -362,6 +375,15 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
         },
         hook_mount(false),
     ];
+    if spec.tls.is_some() {
+        // Only the sidecar sees the key.
+        mounts.push(VolumeMount {
+            name: TLS_VOLUME.to_string(),
+            mount_path: TLS_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
     if spec.extensions.system_shared_memory.enabled {
         mounts.push(shm_mount());
     }

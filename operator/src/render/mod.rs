@@ -12,6 +12,7 @@
 //! | ScaledObject (keda.sh/v1alpha1) | `<name>` | `autoscaling.engine: KEDA` |
 //! | PodMonitor (monitoring.coreos.com/v1) | `<name>` | `monitoring.podMonitor` |
 //! | NetworkPolicy (ingress to the sidecar's ports) | `<name>` | `networkPolicy` |
+//! | Certificate (cert-manager.io/v1), kept in the Secret `<name>-tls` | `<name>-tls` | `tls.issuerRef` |
 //! | Service (headless, gRPC), Role, RoleBinding | `<name>-peers`, `<name>-sequence-peers` | `extensions.sequence.routing: Sidecar` |
 //! | ServiceAccount | `<name>-sequence-peers` | the same, without `pod.serviceAccountName` |
 //!
@@ -20,6 +21,7 @@
 //! change for the life of the resource.
 
 mod autoscaling;
+mod certificate;
 mod config;
 mod deployment;
 mod monitoring;
@@ -44,6 +46,7 @@ use crate::crd::{InferenceService, ServiceUrls};
 use crate::validate;
 
 pub use autoscaling::{PENDING_METRIC, QUEUE_TIME_METRIC, scaled_object_resource};
+pub use certificate::certificate_resource;
 pub use config::{CONFIG_FILE, CONFIG_KEY, LABELS_DIR, sidecar_config};
 pub use deployment::{
     MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME,
@@ -89,6 +92,9 @@ pub struct OperatorSettings {
     /// their pods; `None` where it has none (the sidecars then answer `/status` on loopback
     /// only, and the resource's status cannot say which extensions are live).
     pub status_token_sha256: Option<String>,
+    /// The cluster's DNS domain (`cluster.local` unless the cluster was set up otherwise), for
+    /// the fully qualified name in the Certificates of `tls.issuerRef`.
+    pub cluster_domain: String,
 }
 
 impl Default for OperatorSettings {
@@ -99,6 +105,7 @@ impl Default for OperatorSettings {
             operator_namespace: None,
             kubernetes_version: KubernetesVersion::DEFAULT,
             status_token_sha256: None,
+            cluster_domain: "cluster.local".to_string(),
         }
     }
 }
@@ -189,6 +196,8 @@ pub struct Children {
     pub scaled_object: Option<DynamicObject>,
     /// Present with `monitoring.podMonitor`.
     pub pod_monitor: Option<DynamicObject>,
+    /// Present with `tls.issuerRef`.
+    pub certificate: Option<DynamicObject>,
     /// Present with `networkPolicy`.
     pub network_policy: Option<NetworkPolicy>,
     /// Present with `extensions.sequence.routing: Sidecar`.
@@ -200,6 +209,10 @@ impl Children {
     /// first, so that new pods find them).
     pub fn to_values(&self) -> Result<Vec<serde_json::Value>, serde_json::Error> {
         let mut out = vec![typed(&self.config_map)?];
+        // Before the Deployment: its pods mount the Secret cert-manager makes from it.
+        if let Some(certificate) = &self.certificate {
+            out.push(serde_json::to_value(certificate)?);
+        }
         // Before the Deployment: its pods need the service account.
         if let Some(peers) = &self.peers {
             out.push(typed(&peers.service)?);
@@ -229,6 +242,9 @@ impl Children {
     /// Metadata of every object, in apply order.
     pub fn metas(&self) -> Vec<&ObjectMeta> {
         let mut out = vec![&self.config_map.metadata];
+        if let Some(certificate) = &self.certificate {
+            out.push(&certificate.metadata);
+        }
         if let Some(peers) = &self.peers {
             out.push(&peers.service.metadata);
             if let Some(account) = &peers.service_account {
@@ -312,6 +328,7 @@ pub fn build_children(
         hpa: autoscaling::hpa(isvc, &owner),
         scaled_object: autoscaling::scaled_object(isvc, &owner),
         pod_monitor: monitoring::pod_monitor(isvc, &owner),
+        certificate: certificate::certificate(isvc, &owner, &settings.cluster_domain),
         network_policy: network::network_policy(isvc, settings, &owner),
         peers: peers::peer_objects(isvc, &owner),
     })
@@ -362,8 +379,13 @@ pub fn service_urls(isvc: &InferenceService) -> ServiceUrls {
         None => isvc.name_any(),
     };
     let ports = &isvc.spec.sidecar.ports;
+    let scheme = if isvc.spec.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     ServiceUrls {
-        rest: format!("http://{host}:{}", ports.http),
+        rest: format!("{scheme}://{host}:{}", ports.http),
         grpc: format!("{host}:{}", ports.grpc),
     }
 }

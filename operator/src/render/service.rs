@@ -44,13 +44,15 @@ pub(super) fn service(isvc: &InferenceService, owner: &OwnerReference) -> Servic
 /// HTTP and gRPC, and metrics when asked for.
 fn service_ports(isvc: &InferenceService) -> Vec<ServicePort> {
     let ports = &isvc.spec.sidecar.ports;
+    // With TLS both ports are HTTP over TLS (gRPC negotiates h2 by ALPN).
+    let tls = isvc.spec.tls.is_some();
     let mut out = vec![
         ServicePort {
             name: Some("http".to_string()),
             port: ports.http,
             target_port: Some(IntOrString::String("http".to_string())),
             protocol: Some("TCP".to_string()),
-            app_protocol: Some("http".to_string()),
+            app_protocol: Some(if tls { "https" } else { "http" }.to_string()),
             ..ServicePort::default()
         },
         ServicePort {
@@ -58,8 +60,8 @@ fn service_ports(isvc: &InferenceService) -> Vec<ServicePort> {
             port: ports.grpc,
             target_port: Some(IntOrString::String("grpc".to_string())),
             protocol: Some("TCP".to_string()),
-            // gRPC is HTTP/2 without TLS: the standard name for that.
-            app_protocol: Some("kubernetes.io/h2c".to_string()),
+            // gRPC without TLS is HTTP/2 in clear text: the standard name for that.
+            app_protocol: Some(if tls { "https" } else { "kubernetes.io/h2c" }.to_string()),
             ..ServicePort::default()
         },
     ];

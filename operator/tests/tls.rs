@@ -1,0 +1,201 @@
+//! `spec.tls`: the Secret mounted in the sidecar only, both client ports serving it, the
+//! Certificate cert-manager keeps, and what clients are told (URL, appProtocol).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+mod common;
+
+use common::{MINIMAL, all_containers, pod, volume, with_spec};
+use infergate_operator::render::{self, Children, OperatorSettings};
+use serde_json::json;
+
+fn build(tls: &str) -> Children {
+    let isvc = with_spec("resnet", &format!("{MINIMAL}  tls: {tls}\n"));
+    render::build_children(&isvc, &OperatorSettings::default())
+        .unwrap_or_else(|e| panic!("render failed: {e}"))
+}
+
+fn sidecar_config(children: &Children) -> infergate_config::SidecarConfig {
+    let text = &children.config_map.data.as_ref().unwrap()["config.yaml"];
+    let config = infergate_config::yaml::from_str(text).unwrap();
+    config.validate(&[]).unwrap();
+    config
+}
+
+#[test]
+fn a_secret_of_the_users_is_mounted_whole_in_the_sidecar_alone() {
+    let children = build("{secretName: resnet-cert}");
+    let pod = pod(&children);
+    let secret = volume(pod, "infergate-tls").secret.as_ref().unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("resnet-cert"));
+    // Whole, not by subPath: the kubelet's update of a renewed Secret reaches the files.
+    assert!(secret.items.is_none());
+    for container in all_containers(pod) {
+        let mounts: Vec<_> = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter(|m| m.name == "infergate-tls")
+            .collect();
+        if container.name == "infergate" {
+            assert_eq!(mounts.len(), 1);
+            assert_eq!(mounts[0].mount_path, "/etc/infergate/tls");
+            assert_eq!(mounts[0].read_only, Some(true));
+            assert!(mounts[0].sub_path.is_none());
+        } else {
+            assert!(mounts.is_empty(), "{} sees the key", container.name);
+        }
+    }
+    assert!(children.certificate.is_none());
+}
+
+#[test]
+fn both_client_ports_serve_the_secret_and_mutual_asks_for_its_ca() {
+    let config = sidecar_config(&build("{secretName: resnet-cert}"));
+    let server = &config.server;
+    assert!(server.http_tls.use_ssl && server.grpc_tls.use_ssl);
+    assert!(!server.http_tls.use_ssl_mutual);
+    assert_eq!(
+        server.grpc_tls.server_cert.as_deref(),
+        Some("/etc/infergate/tls/tls.crt")
+    );
+    assert_eq!(
+        server.grpc_tls.server_key.as_deref(),
+        Some("/etc/infergate/tls/tls.key")
+    );
+    assert_eq!(server.grpc_tls.root_cert, None);
+    assert_eq!(server.http_tls, server.grpc_tls);
+
+    let config = sidecar_config(&build("{secretName: resnet-cert, mutual: true}"));
+    for tls in [&config.server.http_tls, &config.server.grpc_tls] {
+        assert!(tls.use_ssl_mutual);
+        assert_eq!(tls.root_cert.as_deref(), Some("/etc/infergate/tls/ca.crt"));
+    }
+}
+
+#[test]
+fn the_probes_stay_on_the_plain_admin_port() {
+    let children = build("{secretName: resnet-cert, mutual: true}");
+    let sidecar = all_containers(pod(&children))
+        .into_iter()
+        .find(|c| c.name == "infergate")
+        .unwrap();
+    for probe in [
+        &sidecar.startup_probe,
+        &sidecar.liveness_probe,
+        &sidecar.readiness_probe,
+    ] {
+        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(
+            serde_json::to_value(&get.port).unwrap(),
+            json!("admin"),
+            "{get:?}"
+        );
+        assert_eq!(get.scheme, None, "the kubelet probes in plain HTTP");
+    }
+}
+
+#[test]
+fn clients_are_told_https() {
+    let children = build("{secretName: resnet-cert}");
+    let service = serde_json::to_value(&children.service).unwrap();
+    let protocols: Vec<&str> = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["appProtocol"].as_str().unwrap())
+        .collect();
+    assert_eq!(protocols, ["https", "https"]);
+    let isvc = with_spec("resnet", &format!("{MINIMAL}  tls: {{secretName: c}}\n"));
+    assert_eq!(
+        render::service_urls(&isvc).rest,
+        "https://resnet.ml.svc:8000"
+    );
+    let plain = with_spec("resnet", MINIMAL);
+    assert_eq!(
+        render::service_urls(&plain).rest,
+        "http://resnet.ml.svc:8000"
+    );
+}
+
+#[test]
+fn an_issuer_gets_a_certificate_for_the_services_names_in_the_mounted_secret() {
+    let children = build("{issuerRef: {name: team-ca}, mutual: true}");
+    let certificate = serde_json::to_value(children.certificate.as_ref().unwrap()).unwrap();
+    assert_eq!(certificate["apiVersion"], "cert-manager.io/v1");
+    assert_eq!(certificate["kind"], "Certificate");
+    assert_eq!(certificate["metadata"]["name"], "resnet-tls");
+    assert_eq!(certificate["metadata"]["namespace"], "ml");
+    assert_eq!(
+        certificate["metadata"]["ownerReferences"][0]["kind"],
+        "InferenceService"
+    );
+    let spec = &certificate["spec"];
+    assert_eq!(spec["secretName"], "resnet-tls");
+    assert_eq!(
+        spec["issuerRef"],
+        json!({"name": "team-ca", "kind": "Issuer", "group": "cert-manager.io"})
+    );
+    assert_eq!(
+        spec["dnsNames"],
+        json!([
+            "resnet",
+            "resnet.ml",
+            "resnet.ml.svc",
+            "resnet.ml.svc.cluster.local"
+        ])
+    );
+    assert_eq!(spec["privateKey"]["rotationPolicy"], "Always");
+    let secret = volume(pod(&children), "infergate-tls")
+        .secret
+        .as_ref()
+        .unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("resnet-tls"));
+    // Applied before the Deployment whose pods mount its Secret.
+    let kinds: Vec<String> = children
+        .to_values()
+        .unwrap()
+        .iter()
+        .map(|v| v["kind"].as_str().unwrap().to_string())
+        .collect();
+    let position = |kind: &str| kinds.iter().position(|k| k == kind).unwrap();
+    assert!(
+        position("Certificate") < position("Deployment"),
+        "{kinds:?}"
+    );
+}
+
+#[test]
+fn a_cluster_issuer_and_another_cluster_domain() {
+    let isvc = with_spec(
+        "resnet",
+        &format!("{MINIMAL}  tls: {{issuerRef: {{name: corp, kind: ClusterIssuer}}}}\n"),
+    );
+    let settings = OperatorSettings {
+        cluster_domain: "corp.example".into(),
+        ..OperatorSettings::default()
+    };
+    let children = render::build_children(&isvc, &settings).unwrap();
+    let certificate = serde_json::to_value(children.certificate.as_ref().unwrap()).unwrap();
+    assert_eq!(certificate["spec"]["issuerRef"]["kind"], "ClusterIssuer");
+    assert_eq!(
+        certificate["spec"]["dnsNames"][3],
+        "resnet.ml.svc.corp.example"
+    );
+}
+
+#[test]
+fn without_tls_nothing_changes() {
+    let isvc = with_spec("resnet", MINIMAL);
+    let children = render::build_children(&isvc, &OperatorSettings::default()).unwrap();
+    assert!(children.certificate.is_none());
+    assert!(
+        pod(&children)
+            .volumes
+            .iter()
+            .flatten()
+            .all(|v| v.name != "infergate-tls")
+    );
+    let config = sidecar_config(&children);
+    assert!(config.server.http_tls.is_off() && config.server.grpc_tls.is_off());
+}
