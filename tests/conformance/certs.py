@@ -28,17 +28,18 @@ def ca(folder: Path, name: str = "ca") -> Pair:
     return Pair(cert, key)
 
 
-def signed(folder: Path, name: str, by: Pair, server: bool, serial: int = 1) -> Pair:
-    """A certificate for `localhost` signed by `by`: a server's (serverAuth, the names
-    localhost and 127.0.0.1) or a client's (clientAuth)."""
+def signed(folder: Path, name: str, by: Pair, server: bool, serial: int = 1,
+           names: tuple[str, ...] = ("DNS:localhost", "IP:127.0.0.1"), days: int = 2) -> Pair:
+    """A certificate signed by `by`, for `names` (`localhost` and 127.0.0.1 unless told), valid
+    `days`: a server's (serverAuth) or a client's (clientAuth)."""
     key, csr, cert = folder / f"{name}.key", folder / f"{name}.csr", folder / f"{name}.crt"
     ext = folder / f"{name}.ext"
     usage = "serverAuth" if server else "clientAuth"
     ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
-                   f"extendedKeyUsage={usage}\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n")
+                   f"extendedKeyUsage={usage}\nsubjectAltName={','.join(names)}\n")
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
              "-subj", f"/CN=localhost/OU={name}", cwd=folder)
     _openssl("x509", "-req", "-in", str(csr), "-CA", str(by.cert), "-CAkey", str(by.key),
-             "-set_serial", str(serial), "-days", "2", "-out", str(cert), "-extfile", str(ext),
+             "-set_serial", str(serial), "-days", str(days), "-out", str(cert), "-extfile", str(ext),
              cwd=folder)
     return Pair(cert, key)

@@ -1,0 +1,123 @@
+"""Calls a Service whose sidecars serve mutual TLS, from a client pod that holds the CA, its own
+client certificate and a stranger's (another CA's), and tells what was served and refused.
+
+    tls.py HOST CERTS_DIR
+        tritonclient over gRPC and HTTP with the client certificate (the `simple` model's sums),
+        then the refusals: no certificate, the stranger's, plaintext HTTP and plaintext gRPC,
+        and the served certificate's serial number and expiry
+    tls.py HOST CERTS_DIR --serial
+        only the served certificate's serial number and expiry (a new connection each time)
+
+HOST is the Service's DNS name, resolved through the pod's hostAliases (the node has no cluster
+DNS), and checked against the certificate's names as any client would. The last line of output
+is a JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import socket
+import ssl
+import sys
+
+import numpy as np
+
+HTTP_PORT = 8000
+GRPC_PORT = 8001
+
+
+def context(certs: str, who: str | None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=f"{certs}/ca.crt")
+    if who is not None:
+        ctx.load_cert_chain(f"{certs}/{who}.crt", f"{certs}/{who}.key")
+    return ctx
+
+
+def served_certificate(host: str, certs: str) -> dict:
+    """The serving certificate of a new connection to the gRPC port, verified against the CA and
+    the host name, with the client certificate (the port asks for one)."""
+    with socket.create_connection((host, GRPC_PORT), timeout=10) as raw:
+        with context(certs, "client").wrap_socket(raw, server_hostname=host) as tls:
+            cert = tls.getpeercert()
+    return {"serial": cert["serialNumber"], "not_after": cert["notAfter"]}
+
+
+def refused(call) -> str:
+    """"refused" when the call fails, or what it answered."""
+    try:
+        return f"served: {call()}"
+    except Exception:  # noqa: BLE001 - any failure to be served is the point
+        return "refused"
+
+
+def https_get(host: str, certs: str, who: str | None) -> int:
+    conn = http.client.HTTPSConnection(host, HTTP_PORT, context=context(certs, who), timeout=10)
+    conn.request("GET", "/v2/health/ready")
+    return conn.getresponse().status
+
+
+def plain_http(host: str) -> int:
+    conn = http.client.HTTPConnection(host, HTTP_PORT, timeout=10)
+    conn.request("GET", "/v2/health/ready")
+    return conn.getresponse().status
+
+
+def grpc_simple(host: str, certs: str, who: str | None, ssl_on: bool = True) -> bool:
+    import tritonclient.grpc as grpcclient
+    options = {"ssl": True, "root_certificates": f"{certs}/ca.crt"} if ssl_on else {}
+    if ssl_on and who is not None:
+        options.update(private_key=f"{certs}/{who}.key", certificate_chain=f"{certs}/{who}.crt")
+    client = grpcclient.InferenceServerClient(f"{host}:{GRPC_PORT}", **options)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inputs = [grpcclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for i in inputs:
+        i.set_data_from_numpy(a)
+    result = client.infer("simple", inputs, client_timeout=10)
+    return bool((result.as_numpy("OUTPUT0") == 2 * a).all())
+
+
+def http_simple(host: str, certs: str) -> bool:
+    import tritonclient.http as httpclient
+    options = {"ca_certs": f"{certs}/ca.crt", "certfile": f"{certs}/client.crt",
+               "keyfile": f"{certs}/client.key"}
+    client = httpclient.InferenceServerClient(f"{host}:{HTTP_PORT}", ssl=True,
+                                              ssl_options=options, connection_timeout=20,
+                                              network_timeout=20)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inputs = [httpclient.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+    for i in inputs:
+        i.set_data_from_numpy(a, binary_data=True)
+    result = client.infer("simple", inputs)
+    return bool((result.as_numpy("OUTPUT0") == 2 * a).all())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("host")
+    parser.add_argument("certs")
+    parser.add_argument("--serial", action="store_true")
+    args = parser.parse_args()
+    host, certs = args.host, args.certs
+    out = {"certificate": served_certificate(host, certs)}
+    if not args.serial:
+        out.update({
+            "grpc_with_certificate": grpc_simple(host, certs, "client"),
+            "http_with_certificate": http_simple(host, certs),
+            "https_ready_with_certificate": https_get(host, certs, "client"),
+            "grpc_without_certificate": refused(lambda: grpc_simple(host, certs, None)),
+            "grpc_with_strangers_certificate": refused(
+                lambda: grpc_simple(host, certs, "stranger")),
+            "https_without_certificate": refused(lambda: https_get(host, certs, None)),
+            "https_with_strangers_certificate": refused(
+                lambda: https_get(host, certs, "stranger")),
+            "plaintext_http": refused(lambda: plain_http(host)),
+            "plaintext_grpc": refused(lambda: grpc_simple(host, certs, None, ssl_on=False)),
+        })
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
