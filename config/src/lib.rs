@@ -9,7 +9,7 @@ pub mod yaml;
 
 use serde::{Deserialize, Serialize};
 
-pub use restricted::{RestrictedCategory, RestrictedOption, Restriction, Restrictions};
+pub use restricted::{KeySource, RestrictedCategory, RestrictedOption, Restriction, Restrictions};
 pub use trace::{TraceConfig, TraceLevel, TraceMode};
 pub use validate::ConfigError;
 
@@ -115,6 +115,17 @@ pub struct ServerSettings {
     /// `triton-grpc-protocol-<key>` and a refused call ends with `UNAVAILABLE`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub grpc_restricted_protocol: Vec<String>,
+    /// As `http_restricted_api`, with the key in a file: `<api>[,<api>...]:<key>=<path>`. The
+    /// file holds the value alone (a trailing newline is not part of it), so a mounted Secret
+    /// can hold it; it is read again every `key_reload_seconds`, a changed key taking effect
+    /// without a restart, and a file that no longer reads leaving the last key in force.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub http_restricted_api_file: Vec<String>,
+    /// As `grpc_restricted_protocol`, with the key in a file, as `http_restricted_api_file`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub grpc_restricted_protocol_file: Vec<String>,
+    /// How often key files are read again, in seconds.
+    pub key_reload_seconds: u64,
     /// Triton's `--trace-config`: settings `[<mode>,]<name>=<value>` (`mode=opentelemetry`,
     /// `level=TIMESTAMPS`, `rate=N`, `count=N`, `opentelemetry,url=HOST:PORT/v1/traces`, ...):
     /// OpenTelemetry spans of sampled requests, exported over OTLP/HTTP.
@@ -141,17 +152,56 @@ pub struct ServerSettings {
     /// Service's name is not read (hygiene: whoever may write slices can copy labels too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequence_peers_labels: Option<String>,
+    /// TLS towards the other replicas' sidecars, required where the gRPC port serves TLS and
+    /// sequences are routed across replicas.
+    #[serde(default, skip_serializing_if = "PeerTlsSettings::is_off")]
+    pub sequence_peers_tls: PeerTlsSettings,
+}
+
+/// TLS towards sequence peers: a peer gets a forwarded request only once it has proved a
+/// certificate that chains to `root_cert` for `server_name` (the peers Service's DNS name, not
+/// the address it was dialled at).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PeerTlsSettings {
+    /// PEM: the roots peers' certificates must chain to. Set: peers are dialled over TLS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root_cert: Option<String>,
+    /// The DNS name every peer's certificate must carry.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
+    /// PEM: the certificate presented where peers ask for one (their port's mutual TLS); it
+    /// must allow client authentication.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_cert: Option<String>,
+    /// PEM: that certificate's key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_key: Option<String>,
+}
+
+impl PeerTlsSettings {
+    pub fn is_off(&self) -> bool {
+        *self == PeerTlsSettings::default()
+    }
 }
 
 impl ServerSettings {
     /// The parsed `http_restricted_api`.
     pub fn http_restrictions(&self) -> Result<Restrictions, String> {
-        Restrictions::parse(&self.http_restricted_api, RestrictedOption::Http)
+        Restrictions::parse_with_files(
+            &self.http_restricted_api,
+            &self.http_restricted_api_file,
+            RestrictedOption::Http,
+        )
     }
 
     /// The parsed `grpc_restricted_protocol`.
     pub fn grpc_restrictions(&self) -> Result<Restrictions, String> {
-        Restrictions::parse(&self.grpc_restricted_protocol, RestrictedOption::Grpc)
+        Restrictions::parse_with_files(
+            &self.grpc_restricted_protocol,
+            &self.grpc_restricted_protocol_file,
+            RestrictedOption::Grpc,
+        )
     }
 
     /// The parsed `trace_config`.
@@ -197,11 +247,15 @@ impl Default for ServerSettings {
             worker_threads: 1,
             http_restricted_api: Vec::new(),
             grpc_restricted_protocol: Vec::new(),
+            http_restricted_api_file: Vec::new(),
+            grpc_restricted_protocol_file: Vec::new(),
+            key_reload_seconds: 5,
             trace_config: Vec::new(),
             sequence_peers: Vec::new(),
             sequence_self: None,
             sequence_peers_service: None,
             sequence_peers_labels: None,
+            sequence_peers_tls: PeerTlsSettings::default(),
         }
     }
 }

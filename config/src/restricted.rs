@@ -51,13 +51,21 @@ impl RestrictedCategory {
     }
 }
 
-/// The header (gRPC: metadata key) a restricted category wants, and its value.
+/// The header (gRPC: metadata key) a restricted category wants, and where its value is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Restriction {
     /// As configured (with the gRPC prefix where it applies); header names are matched without
     /// regard to case.
     pub header: String,
-    pub value: String,
+    pub key: KeySource,
+}
+
+/// Where a restricted category's key is: in the setting itself (Triton's form), or in a file
+/// (`--http-restricted-api-file`), so that a mounted Secret can hold it and change it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    Value(String),
+    File(String),
 }
 
 /// The restriction of each category; none restricted by default.
@@ -107,44 +115,69 @@ impl Restrictions {
     /// one setting only. Beyond Triton, a key that cannot be a header name is refused too (no
     /// client could send it).
     pub fn parse(settings: &[String], option: RestrictedOption) -> Result<Self, String> {
+        Restrictions::parse_with_files(settings, &[], option)
+    }
+
+    /// Parses `settings` as [`Restrictions::parse`] does, and `files`, each
+    /// `<category>[,<category>...]:<key>=<path>`, whose key is the file's content. A category
+    /// may appear in one setting of either list only.
+    pub fn parse_with_files(
+        settings: &[String],
+        files: &[String],
+        option: RestrictedOption,
+    ) -> Result<Self, String> {
         let mut restrictions = Restrictions::default();
         for setting in settings {
-            let format_error = || {
-                format!(
-                    "--{} option format is '<config name>:<setting>=<value>'. Got {setting}",
-                    option.flag()
-                )
-            };
-            let (categories, rest) = setting.split_once(':').ok_or_else(format_error)?;
-            let (key, value) = rest.split_once('=').ok_or_else(format_error)?;
-            if categories.is_empty() || key.is_empty() || value.is_empty() {
-                return Err(format_error());
-            }
-            if !key.bytes().all(is_token_byte) {
-                return Err(format!(
-                    "--{}: '{key}' is not a header name (letters, digits and !#$%&'*+-.^_`|~)",
-                    option.flag()
-                ));
-            }
-            for name in categories.split(',') {
-                let category = RestrictedCategory::ALL
-                    .into_iter()
-                    .find(|c| c.as_str() == name)
-                    .ok_or_else(|| format!("unknown restricted {} '{name}'", option.feature()))?;
-                let slot = &mut restrictions.by_category[category.index()];
-                if slot.is_some() {
-                    return Err(format!(
-                        "restricted {} '{name}' can not be specified in multiple config groups",
-                        option.feature()
-                    ));
-                }
-                *slot = Some(Restriction {
-                    header: format!("{}{key}", option.prefix()),
-                    value: value.to_string(),
-                });
-            }
+            restrictions.add(setting, option, false)?;
+        }
+        for setting in files {
+            restrictions.add(setting, option, true)?;
         }
         Ok(restrictions)
+    }
+
+    fn add(&mut self, setting: &str, option: RestrictedOption, file: bool) -> Result<(), String> {
+        let flag = if file {
+            format!("{}-file", option.flag())
+        } else {
+            option.flag().to_string()
+        };
+        let format_error = || {
+            let value = if file { "path" } else { "value" };
+            format!("--{flag} option format is '<config name>:<setting>=<{value}>'. Got {setting}")
+        };
+        let (categories, rest) = setting.split_once(':').ok_or_else(format_error)?;
+        let (key, value) = rest.split_once('=').ok_or_else(format_error)?;
+        if categories.is_empty() || key.is_empty() || value.is_empty() {
+            return Err(format_error());
+        }
+        if !key.bytes().all(is_token_byte) {
+            return Err(format!(
+                "--{flag}: '{key}' is not a header name (letters, digits and !#$%&'*+-.^_`|~)"
+            ));
+        }
+        for name in categories.split(',') {
+            let category = RestrictedCategory::ALL
+                .into_iter()
+                .find(|c| c.as_str() == name)
+                .ok_or_else(|| format!("unknown restricted {} '{name}'", option.feature()))?;
+            let slot = &mut self.by_category[category.index()];
+            if slot.is_some() {
+                return Err(format!(
+                    "restricted {} '{name}' can not be specified in multiple config groups",
+                    option.feature()
+                ));
+            }
+            *slot = Some(Restriction {
+                header: format!("{}{key}", option.prefix()),
+                key: if file {
+                    KeySource::File(value.to_string())
+                } else {
+                    KeySource::Value(value.to_string())
+                },
+            });
+        }
+        Ok(())
     }
 
     pub fn get(&self, category: RestrictedCategory) -> Option<&Restriction> {

@@ -145,11 +145,44 @@ impl SidecarConfig {
                 );
             }
         }
-        if s.tls_reload_seconds == 0 || s.tls_reload_seconds > 3600 {
+        let peers = &s.sequence_peers_tls;
+        let routed = !s.sequence_peers.is_empty() || s.sequence_peers_service.is_some();
+        if !peers.is_off() {
+            if peers.root_cert.is_none() || peers.server_name.is_none() {
+                err(
+                    "server.sequence_peers_tls",
+                    "needs root_cert and server_name (the name peers' certificates carry)".into(),
+                );
+            }
+            if peers.client_cert.is_some() != peers.client_key.is_some() {
+                err(
+                    "server.sequence_peers_tls",
+                    "client_cert and client_key go together".into(),
+                );
+            }
+        } else if routed && s.grpc_tls.enabled() {
             err(
-                "server.tls_reload_seconds",
-                "must be between 1 and 3600".into(),
+                "server.sequence_peers_tls",
+                "the gRPC port serves TLS, so peers do too: set root_cert and server_name (and client_cert and client_key where the port is mutual)".into(),
             );
+        }
+        if routed
+            && s.grpc_tls.use_ssl_mutual
+            && peers.root_cert.is_some()
+            && peers.client_cert.is_none()
+        {
+            err(
+                "server.sequence_peers_tls",
+                "the gRPC port is mutual TLS, so peers ask for a certificate: set client_cert and client_key".into(),
+            );
+        }
+        for (name, seconds) in [
+            ("server.tls_reload_seconds", s.tls_reload_seconds),
+            ("server.key_reload_seconds", s.key_reload_seconds),
+        ] {
+            if seconds == 0 || seconds > 3600 {
+                err(name, "must be between 1 and 3600".into());
+            }
         }
         let l = &self.limits;
         if l.max_http_body_bytes < 1024 {

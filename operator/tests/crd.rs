@@ -273,7 +273,7 @@ fn cel_rules_compile_within_the_cost_budget() {
     let compiled = compile_schema(&schema());
     let mut rules = Vec::new();
     compiled_rules(&compiled, &mut rules);
-    assert_eq!(rules.len(), 22, "rules found: {rules:#?}");
+    assert_eq!(rules.len(), 21, "rules found: {rules:#?}");
     for (rule, warnings) in rules {
         assert!(warnings.is_empty(), "{rule}: {warnings:?}");
     }
@@ -515,17 +515,6 @@ fn invalid_specs_are_rejected() {
                 ),
             ],
             "SingleReplica allows at most one replica",
-        ),
-        (
-            "TLS where sidecars forward sequences",
-            vec![
-                ("/spec/tls", json!({"secretName": "cert"})),
-                (
-                    "/spec/extensions/sequence",
-                    json!({"enabled": true, "routing": "Sidecar"}),
-                ),
-            ],
-            "tls with extensions.sequence.routing Sidecar is not supported yet",
         ),
         (
             "TLS from both a Secret and an issuer",

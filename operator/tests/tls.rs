@@ -199,3 +199,56 @@ fn without_tls_nothing_changes() {
     let config = sidecar_config(&children);
     assert!(config.server.http_tls.is_off() && config.server.grpc_tls.is_off());
 }
+
+const SIDECAR_ROUTING: &str = "  extensions:\n    sequence: {enabled: true, routing: Sidecar}\n";
+
+#[test]
+fn sidecars_that_route_sequences_dial_each_other_over_tls_for_the_peers_name() {
+    let isvc = with_spec(
+        "resnet",
+        &format!("{MINIMAL}{SIDECAR_ROUTING}  tls: {{secretName: resnet-cert, mutual: true}}\n"),
+    );
+    let children = render::build_children(&isvc, &OperatorSettings::default()).unwrap();
+    let peers = sidecar_config(&children).server.sequence_peers_tls;
+    assert_eq!(
+        peers.root_cert.as_deref(),
+        Some("/etc/infergate/tls/ca.crt")
+    );
+    assert_eq!(peers.server_name.as_deref(), Some("resnet-peers.ml.svc"));
+    // Their ports are mutual: each presents the service's certificate.
+    assert_eq!(
+        peers.client_cert.as_deref(),
+        Some("/etc/infergate/tls/tls.crt")
+    );
+    assert_eq!(
+        peers.client_key.as_deref(),
+        Some("/etc/infergate/tls/tls.key")
+    );
+
+    let isvc = with_spec(
+        "resnet",
+        &format!("{MINIMAL}{SIDECAR_ROUTING}  tls: {{secretName: resnet-cert}}\n"),
+    );
+    let children = render::build_children(&isvc, &OperatorSettings::default()).unwrap();
+    let peers = sidecar_config(&children).server.sequence_peers_tls;
+    assert!(peers.root_cert.is_some() && peers.client_cert.is_none());
+}
+
+#[test]
+fn the_certificate_of_sidecars_that_route_sequences_names_the_peers_service_too() {
+    let isvc = with_spec(
+        "resnet",
+        &format!("{MINIMAL}{SIDECAR_ROUTING}  tls: {{issuerRef: {{name: ca}}, mutual: true}}\n"),
+    );
+    let children = render::build_children(&isvc, &OperatorSettings::default()).unwrap();
+    let certificate = serde_json::to_value(children.certificate.as_ref().unwrap()).unwrap();
+    let names = certificate["spec"]["dnsNames"].as_array().unwrap();
+    assert!(names.contains(&json!("resnet-peers.ml.svc")), "{names:?}");
+    assert!(names.contains(&json!("resnet.ml.svc")), "{names:?}");
+    assert!(
+        certificate["spec"]["usages"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("client auth"))
+    );
+}

@@ -147,6 +147,15 @@ pub struct Args {
     /// with UNAVAILABLE. Given, these replace server.grpc_restricted_protocol.
     #[arg(long, value_name = "PROTOCOLS:KEY=VALUE")]
     pub grpc_restricted_protocol: Vec<String>,
+    /// As --http-restricted-api, with the value read from a file (a mounted Secret), read again
+    /// every server.key_reload_seconds: a changed key takes effect without a restart. Given,
+    /// these replace server.http_restricted_api_file.
+    #[arg(long, value_name = "APIS:KEY=PATH")]
+    pub http_restricted_api_file: Vec<String>,
+    /// As --grpc-restricted-protocol, with the value read from a file, as
+    /// --http-restricted-api-file. Given, these replace server.grpc_restricted_protocol_file.
+    #[arg(long, value_name = "PROTOCOLS:KEY=PATH")]
+    pub grpc_restricted_protocol_file: Vec<String>,
     /// Triton's trace settings, `[<mode>,]<name>=<value>`, repeatable: `mode=opentelemetry`,
     /// `level=TIMESTAMPS`, `rate=N`, `count=N`, `opentelemetry,url=HOST:PORT/v1/traces`,
     /// `opentelemetry,resource=KEY=VALUE`, `opentelemetry,bsp_schedule_delay=MS`, ... Sampled
@@ -307,6 +316,12 @@ impl Args {
         }
         if !self.grpc_restricted_protocol.is_empty() {
             s.grpc_restricted_protocol = self.grpc_restricted_protocol.clone();
+        }
+        if !self.http_restricted_api_file.is_empty() {
+            s.http_restricted_api_file = self.http_restricted_api_file.clone();
+        }
+        if !self.grpc_restricted_protocol_file.is_empty() {
+            s.grpc_restricted_protocol_file = self.grpc_restricted_protocol_file.clone();
         }
         if !self.trace_config.is_empty() {
             s.trace_config = self.trace_config.clone();

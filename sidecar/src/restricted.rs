@@ -2,9 +2,18 @@
 //! `--grpc-restricted-protocol` set them: a request to a restricted category is served only when
 //! it carries the category's header (gRPC: metadata key) with exactly its value. Which category
 //! a request belongs to is the port's business (`http/restricted.rs`, `grpc/restricted.rs`).
+//!
+//! A key may also be read from a file (`--http-restricted-api-file`), such as a mounted Secret:
+//! [`Guard::reload`] reads such files again, and a changed key takes effect for the next request.
+
+use std::path::PathBuf;
 
 use http::{HeaderMap, HeaderName};
-use infergate_config::{RestrictedCategory, Restrictions};
+use infergate_config::{KeySource, RestrictedCategory, Restrictions};
+use parking_lot::RwLock;
+
+/// Largest key file read: a key is a line, and anything larger is a mistake (a wrong path).
+const MAX_KEY_FILE_BYTES: u64 = 4096;
 
 /// The restrictions of a port, with the refusal each one answers.
 #[derive(Debug, Default)]
@@ -16,8 +25,18 @@ pub struct Guard {
 #[derive(Debug)]
 struct Rule {
     header: HeaderName,
-    value: String,
+    key: Key,
     refusal: String,
+}
+
+/// A rule's key: fixed, or the content of a file as last read.
+#[derive(Debug)]
+enum Key {
+    Fixed(String),
+    File {
+        path: PathBuf,
+        value: RwLock<String>,
+    },
 }
 
 impl Guard {
@@ -40,9 +59,20 @@ impl Guard {
             };
             let header = HeaderName::from_bytes(restriction.header.as_bytes())
                 .map_err(|_| format!("'{}' is not a header name", restriction.header))?;
+            let key = match &restriction.key {
+                KeySource::Value(value) => Key::Fixed(value.clone()),
+                KeySource::File(path) => {
+                    let path = PathBuf::from(path);
+                    let value = read_key(&path)?;
+                    Key::File {
+                        path,
+                        value: RwLock::new(value),
+                    }
+                }
+            };
             guard.rules[category as usize] = Some(Rule {
                 header,
-                value: restriction.value.clone(),
+                key,
                 refusal: format!("{what}, expecting header '{}'", restriction.header),
             });
         }
@@ -62,6 +92,37 @@ impl Guard {
         self.rules.iter().all(Option::is_none)
     }
 
+    /// Whether a key comes from a file (then [`Guard::reload`] has something to do).
+    pub fn has_key_files(&self) -> bool {
+        self.rules
+            .iter()
+            .flatten()
+            .any(|rule| matches!(rule.key, Key::File { .. }))
+    }
+
+    /// Reads the key files again. A changed key replaces the old one; a file that does not read,
+    /// or reads empty, leaves the last key in force (a Secret being rewritten, a mistake) and
+    /// says so in the log. Blocking: call it off the runtime's workers.
+    pub fn reload(&self) {
+        for rule in self.rules.iter().flatten() {
+            let Key::File { path, value } = &rule.key else {
+                continue;
+            };
+            match read_key(path) {
+                Ok(new) if *value.read() != new => {
+                    *value.write() = new;
+                    tracing::info!(header = %rule.header, path = %path.display(), "restricted-API key read again from its file");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(
+                    header = %rule.header,
+                    error = %e,
+                    "restricted-API key file does not read; the key read before stays in force"
+                ),
+            }
+        }
+    }
+
     /// Whether a request of `category` with these headers may be served; otherwise the refusal's
     /// message. The header's name is matched without regard to case, its value exactly (and in
     /// constant time, `same_secret`); with the header repeated, the first counts.
@@ -70,13 +131,51 @@ impl Guard {
             Some(rule)
                 if headers
                     .get(&rule.header)
-                    .is_none_or(|v| !same_secret(v.as_bytes(), rule.value.as_bytes())) =>
+                    .is_none_or(|v| !rule.key.matches(v.as_bytes())) =>
             {
                 Err(&rule.refusal)
             }
             _ => Ok(()),
         }
     }
+}
+
+impl Key {
+    fn matches(&self, given: &[u8]) -> bool {
+        match self {
+            Key::Fixed(value) => same_secret(given, value.as_bytes()),
+            Key::File { value, .. } => same_secret(given, value.read().as_bytes()),
+        }
+    }
+}
+
+/// A key file's content without its trailing line end (`echo key > file` and many editors add
+/// one), refused when empty or larger than [`MAX_KEY_FILE_BYTES`]. Errors name the file, never
+/// its content.
+fn read_key(path: &std::path::Path) -> Result<String, String> {
+    let shown = path.display();
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("key file {shown}: {e}"))?
+        .len();
+    if size > MAX_KEY_FILE_BYTES {
+        return Err(format!(
+            "key file {shown} holds {size} bytes, more than a key ({MAX_KEY_FILE_BYTES} at most)"
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("key file {shown}: {e}"))?;
+    let key = text.trim_end_matches(['\n', '\r']);
+    if key.is_empty() {
+        return Err(format!("key file {shown} is empty"));
+    }
+    if key
+        .bytes()
+        .any(|b| !(b == b'\t' || (b' '..=b'~').contains(&b)))
+    {
+        return Err(format!(
+            "key file {shown} holds characters no header value can carry (one line of printable ASCII is a key)"
+        ));
+    }
+    Ok(key.to_string())
 }
 
 /// Whether `given` is `expected`, in a time that depends on `expected`'s length alone: how long
@@ -159,6 +258,99 @@ mod tests {
         assert!(!same_secret(b"key-value2", b"key-value"));
         assert!(!same_secret(b"", b"key-value"));
         assert!(same_secret(b"", b""));
+    }
+
+    #[test]
+    fn a_key_file_is_read_at_start_and_again_when_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin-key");
+        std::fs::write(&path, "first-key\n").unwrap();
+        let files = vec![format!("logging,trace:admin-key={}", path.display())];
+        let restrictions =
+            Restrictions::parse_with_files(&[], &files, RestrictedOption::Http).unwrap();
+        let g = Guard::http(&restrictions).unwrap();
+        assert!(g.has_key_files());
+        let logging = RestrictedCategory::Logging;
+        // The line end is not part of the key.
+        assert_eq!(
+            g.check(logging, &headers(&[("admin-key", "first-key")])),
+            Ok(())
+        );
+        assert!(
+            g.check(logging, &headers(&[("admin-key", "first-key ")]))
+                .is_err()
+        );
+
+        // A Secret's update, as the kubelet makes it: the file replaced.
+        std::fs::write(&path, "second-key").unwrap();
+        assert_eq!(
+            g.check(logging, &headers(&[("admin-key", "first-key")])),
+            Ok(())
+        );
+        g.reload();
+        assert!(
+            g.check(logging, &headers(&[("admin-key", "first-key")]))
+                .is_err()
+        );
+        assert_eq!(
+            g.check(
+                RestrictedCategory::Trace,
+                &headers(&[("admin-key", "second-key")])
+            ),
+            Ok(())
+        );
+
+        // Gone or emptied: the last key stays in force, nobody gets in without one.
+        std::fs::write(&path, "").unwrap();
+        g.reload();
+        std::fs::remove_file(&path).unwrap();
+        g.reload();
+        assert_eq!(
+            g.check(logging, &headers(&[("admin-key", "second-key")])),
+            Ok(())
+        );
+        assert!(g.check(logging, &headers(&[])).is_err());
+    }
+
+    #[test]
+    fn a_key_file_that_cannot_be_a_key_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let guard_of = |content: Option<&[u8]>| {
+            let path = dir.path().join("key");
+            let _ = std::fs::remove_file(&path);
+            if let Some(content) = content {
+                std::fs::write(&path, content).unwrap();
+            }
+            let files = vec![format!("logging:k={}", path.display())];
+            let restrictions =
+                Restrictions::parse_with_files(&[], &files, RestrictedOption::Grpc).unwrap();
+            Guard::grpc(&restrictions).map(|_| ())
+        };
+        assert!(guard_of(None).unwrap_err().contains("key file"));
+        assert!(guard_of(Some(b"\n")).unwrap_err().contains("is empty"));
+        assert!(
+            guard_of(Some(&[b'k'; 5000]))
+                .unwrap_err()
+                .contains("more than a key")
+        );
+        assert!(
+            guard_of(Some(b"two\nlines"))
+                .unwrap_err()
+                .contains("no header value")
+        );
+        assert_eq!(guard_of(Some(b"secret\r\n")), Ok(()));
+        // An error names the file, never what it holds.
+        let refused = guard_of(Some(b"s3cr3t\nx")).unwrap_err();
+        assert!(!refused.contains("s3cr3t"), "{refused}");
+    }
+
+    #[test]
+    fn a_category_keyed_in_a_setting_and_in_a_file_is_refused() {
+        let settings = vec!["logging:k=v".to_string()];
+        let files = vec!["logging:k=/dev/null".to_string()];
+        let refused =
+            Restrictions::parse_with_files(&settings, &files, RestrictedOption::Http).unwrap_err();
+        assert!(refused.contains("multiple config groups"), "{refused}");
     }
 
     #[test]

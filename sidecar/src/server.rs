@@ -160,15 +160,38 @@ fn port_tls(
     Tls::load(files, alpn).map(Some)
 }
 
-/// Binds and starts serving; returns once every listener accepts connections.
+/// The TLS sequence peers are dialled with, where it is configured.
+fn peer_tls(
+    settings: &infergate_config::PeerTlsSettings,
+) -> Result<Option<Arc<crate::tls::ClientTls>>, String> {
+    let (Some(root), Some(name)) = (&settings.root_cert, &settings.server_name) else {
+        return Ok(None);
+    };
+    let identity = settings
+        .client_cert
+        .as_ref()
+        .zip(settings.client_key.as_ref())
+        .map(|(cert, key)| (cert.into(), key.into()));
+    let files = crate::tls::ClientTlsFiles {
+        root: root.into(),
+        identity,
+    };
+    crate::tls::ClientTls::load(files, name).map(Some)
+}
+
 /// The peers sequences are routed across: the fixed list, or the Service whose pods they are.
 fn sequence_peers(
     server: &ServerSettings,
     limits: &Limits,
 ) -> anyhow::Result<Option<Arc<crate::peers::Peers>>> {
     use crate::peers::kubernetes::Target;
-    use crate::peers::membership::Members;
+    use crate::peers::membership::{Dial, Members};
     let max_message_bytes = usize::try_from(limits.max_grpc_message_bytes).unwrap_or(usize::MAX);
+    let dial = Dial {
+        max_message_bytes,
+        tls: peer_tls(&server.sequence_peers_tls)
+            .map_err(|e| anyhow::anyhow!("sequence peers' TLS: {e}"))?,
+    };
     let peers = match (
         &server.sequence_peers_service,
         server.sequence_peers.as_slice(),
@@ -177,7 +200,7 @@ fn sequence_peers(
             let mut target = Target::from_setting(service, server.grpc_port)
                 .map_err(|e| anyhow::anyhow!("--sequence-peers-service: {e}"))?;
             target.labels = server.sequence_peers_labels.clone();
-            let members = Members::discovered(&target.me, max_message_bytes)
+            let members = Members::discovered(&target.me, dial)
                 .map_err(|e| anyhow::anyhow!("--sequence-peers-service: {e}"))?;
             crate::peers::Peers::new(members, Some(target))
         }
@@ -187,7 +210,7 @@ fn sequence_peers(
                 list,
                 server.sequence_self.as_deref(),
                 server.grpc_port,
-                max_message_bytes,
+                dial,
             )
             .map_err(|e| anyhow::anyhow!("--sequence-peers: {e}"))?;
             crate::peers::Peers::new(members, None)
@@ -196,6 +219,7 @@ fn sequence_peers(
     Ok(Some(Arc::new(peers)))
 }
 
+/// Binds and starts serving; returns once every listener accepts connections.
 pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result<Running> {
     if let Some(dir) = &config.server.drain_hook_dir {
         install_drain_hook(std::path::Path::new(dir))?;
@@ -246,6 +270,14 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     for tls in [&state.http_tls, &state.grpc_tls].into_iter().flatten() {
         background.push(tokio::spawn(tls.clone().watch(every)));
     }
+    if let Some(tls) = state.peers.as_ref().and_then(|p| p.tls()) {
+        background.push(tokio::spawn(tls.watch(every)));
+    }
+    // And changed restricted-API keys, where they come from files.
+    if state.http_restricted.has_key_files() || state.grpc_restricted.has_key_files() {
+        let every = Duration::from_secs(config.server.key_reload_seconds);
+        background.push(tokio::spawn(reload_key_files(state.clone(), every)));
+    }
 
     for (listener, port, router) in [
         (admin, "admin", crate::admin::router(state.clone())),
@@ -290,6 +322,22 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
 /// Copies the preStop hook, `infergate-drain` beside this binary, into `dir`: a volume the model
 /// server's container mounts, whose hook runs it there (the hook must reach the admin port on
 /// loopback, so it runs in the pod; `infergate-drain` is static, so it runs in any image).
+/// Reads the restricted-API key files of both ports again every `every`, until aborted.
+async fn reload_key_files(state: SharedState, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let state = state.clone();
+        // Reading files blocks: off the runtime's workers.
+        let _ = tokio::task::spawn_blocking(move || {
+            state.http_restricted.reload();
+            state.grpc_restricted.reload();
+        })
+        .await;
+    }
+}
+
 fn install_drain_hook(dir: &std::path::Path) -> anyhow::Result<()> {
     use anyhow::Context;
     let me = std::env::current_exe().context("cannot find this binary")?;

@@ -161,11 +161,13 @@ def test_kubectl_get_shows_the_printer_columns(cluster, triton):
     wait_available(cluster, namespace, name)
     cluster.kubectl("wait", f"infsvc/{name}", "-n", namespace, "--for=condition=Ready", "--timeout=60s")
     out = cluster.kubectl("get", "infsvc", "-n", namespace).stdout.splitlines()
-    assert out[0].split() == ["NAME", "READY", "REPLICAS", "MODEL", "EXTENSIONS", "AGE"]
+    assert out[0].split() == ["NAME", "READY", "REPLICAS", "MODEL", "EXTENSIONS", "TLS", "AGE"]
     row = out[1].split()
     assert row[:4] == [name, "True", "1", "densenet_onnx"]
+    # What the sidecar serves, as it reports it.
+    assert row[6] == "Off", row  # after "4/4 active"
     wide = cluster.kubectl("get", "infsvc", "-n", namespace, "-o", "wide").stdout.splitlines()
-    assert "URL" in wide[0].split()
+    assert {"URL", "CERT-EXPIRES"} <= set(wide[0].split())
     assert f"http://{name}.{namespace}.svc:8000" in wide[1]
 
 

@@ -1,7 +1,7 @@
 """`spec.tls` against the real API server: the Certificate of an issuer validated by cert-manager's
 own CRD (fetched from its Go module), the Secret mounted in the sidecar, the status that says
-TLS is pending until the sidecars report it, the Certificate deleted when the spec moves to a
-Secret of the user's, and the rules the API server enforces."""
+what the sidecars serve (not what the spec asks for), the Certificate deleted when the spec moves to a
+Secret of the user's, and the rule the API server enforces."""
 
 from __future__ import annotations
 
@@ -50,10 +50,13 @@ def test_an_issuer_gets_a_certificate_that_cert_managers_schema_admits(
     assert cert["metadata"]["ownerReferences"][0]["kind"] == "InferenceService"
     wait_for("the Deployment", lambda: exists(cluster, namespace, "deployment", name), timeout=60)
     assert tls_volume(cluster, namespace, name)["secret"]["secretName"] == f"{name}-tls"
-    status = wait_for("status.tls", lambda: isvc(cluster, namespace, name).get("status", {})
-                      .get("tls"), timeout=60)
-    # No pod serves yet: what the spec asks for is pending, not claimed.
-    assert status["summary"] == "Pending", status
+    # Status says what the sidecars serve, not what the spec asks for: this suite's pods (kwok's)
+    # are answered for by one real sidecar in plaintext, and that is what is reported.
+    status = wait_for("a pod's report in status.tls", lambda: (
+        isvc(cluster, namespace, name).get("status", {}).get("tls", {})
+        .get("http", {}).get("podsReporting") and isvc(cluster, namespace, name)["status"]["tls"]),
+        timeout=60)
+    assert status["summary"] == "Off", status
     assert isvc(cluster, namespace, name)["status"]["url"]["rest"].startswith("https://")
 
     # A Secret of the user's instead: the Certificate goes, the pods mount that Secret.
@@ -73,18 +76,11 @@ def test_an_issuer_gets_a_certificate_that_cert_managers_schema_admits(
              .startswith("http://"), timeout=60)
 
 
-@pytest.mark.parametrize("tls, sequence, words", [
-    ({"secretName": "a", "issuerRef": {"name": "b"}}, None, "tls takes exactly one of"),
-    ({"mutual": True}, None, "tls takes exactly one of"),
-    ({"secretName": "a"}, {"enabled": True, "routing": "Sidecar"},
-     "tls with extensions.sequence.routing Sidecar is not supported yet"),
-])
-def test_the_api_server_refuses_what_cannot_serve(cluster, namespace, tls, sequence, words):
-    doc = triton()
-    doc["spec"]["tls"] = tls
-    if sequence:
-        doc["spec"]["extensions"] = {"sequence": sequence}
-    result = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
-                             input=json.dumps(doc), check=False)
-    assert result.returncode != 0
-    assert words in result.stderr, result.stderr
+def test_the_api_server_refuses_tls_without_one_source(cluster, namespace):
+    for tls in ({"secretName": "a", "issuerRef": {"name": "b"}}, {"mutual": True}):
+        doc = triton()
+        doc["spec"]["tls"] = tls
+        result = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
+                                 input=json.dumps(doc), check=False)
+        assert result.returncode != 0, tls
+        assert "tls takes exactly one of" in result.stderr, result.stderr

@@ -29,12 +29,14 @@ def ca(folder: Path, name: str = "ca") -> Pair:
 
 
 def signed(folder: Path, name: str, by: Pair, server: bool, serial: int = 1,
-           names: tuple[str, ...] = ("DNS:localhost", "IP:127.0.0.1"), days: int = 2) -> Pair:
+           names: tuple[str, ...] = ("DNS:localhost", "IP:127.0.0.1"), days: int = 2,
+           client_too: bool = False) -> Pair:
     """A certificate signed by `by`, for `names` (`localhost` and 127.0.0.1 unless told), valid
-    `days`: a server's (serverAuth) or a client's (clientAuth)."""
+    `days`: a server's (serverAuth; with `client_too`, clientAuth as well) or a client's
+    (clientAuth)."""
     key, csr, cert = folder / f"{name}.key", folder / f"{name}.csr", folder / f"{name}.crt"
     ext = folder / f"{name}.ext"
-    usage = "serverAuth" if server else "clientAuth"
+    usage = ("serverAuth,clientAuth" if client_too else "serverAuth") if server else "clientAuth"
     ext.write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
                    f"extendedKeyUsage={usage}\nsubjectAltName={','.join(names)}\n")
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),

@@ -114,8 +114,9 @@ def test_http_restriction_comes_before_the_method(restricted):
     assert (r.status_code, r.json()) == (404, {"error": "Not Found"})
 
 
-def audit_lines(server, mark: str) -> list[dict]:
-    """The audit lines (JSON) the sidecar wrote for calls carrying `mark` in their name."""
+def audit_lines(server, mark: str, want: int = 1) -> list[dict]:
+    """The audit lines (JSON) the sidecar wrote for calls carrying `mark` in their name, once
+    there are `want` of them (the log is read as it is written) or after 5 s."""
     deadline = time.monotonic() + 5
     while True:
         lines = []
@@ -126,7 +127,7 @@ def audit_lines(server, mark: str) -> list[dict]:
                 continue
             if doc.get("target") == "audit" and mark in doc.get("call", ""):
                 lines.append(doc)
-        if lines or time.monotonic() > deadline:
+        if len(lines) >= want or time.monotonic() > deadline:
             return lines
         time.sleep(0.05)
 
@@ -139,7 +140,7 @@ def test_control_calls_leave_an_audit_line_with_the_key_name_never_its_value(res
     requests.post(f"{base}/v2/repository/models/audit_http/unload", timeout=10)
     requests.post(f"{base}/v2/repository/models/audit_http/unload",
                   headers={"admin-key": "admin-value"}, timeout=10)
-    [refused, allowed] = audit_lines(restricted, "audit_http")
+    [refused, allowed] = audit_lines(restricted, "audit_http", want=2)
     for line, verdict in ((refused, False), (allowed, True)):
         assert line["protocol"] == "http" and line["api"] == "model-repository", line
         assert line["call"] == "POST /v2/repository/models/audit_http/unload", line
@@ -260,3 +261,76 @@ def test_a_bad_setting_stops_the_server(flags, message):
     code, stderr = sidecar_exit(*flags)
     assert code == 2, stderr
     assert message in stderr
+
+
+# ------------------------------------------------------------------------------------ key files
+
+def test_keys_read_from_files_change_without_a_restart(tmp_path):
+    """`--http-restricted-api-file` and `--grpc-restricted-protocol-file`: the key is a file's
+    content (a mounted Secret), read again every `server.key_reload_seconds`. After the file
+    changes the new key is served and the old one refused, by the same process; a file that
+    stops reading leaves the last key in force."""
+    http_key, grpc_key = tmp_path / "http-key", tmp_path / "grpc-key"
+    http_key.write_text("first-http\n")
+    grpc_key.write_text("first-grpc\n")
+    config = tmp_path / "config.yaml"
+    config.write_text("server:\n  key_reload_seconds: 1\n")
+    server = conftest._start_sidecar(tmp_path, model_control=None, extra_args=[
+        "--config", str(config),
+        f"--http-restricted-api-file=logging,model-repository:admin-key={http_key}",
+        f"--grpc-restricted-protocol-file=model-repository:admin-key={grpc_key}"])
+    try:
+        base = f"http://{server.http}"
+
+        def logging(key):
+            headers = {"admin-key": key} if key is not None else {}
+            return requests.get(f"{base}/v2/logging", headers=headers, timeout=10).status_code
+
+        def grpc_index(key):
+            client = grpcclient.InferenceServerClient(server.grpc)
+            try:
+                client.get_model_repository_index(headers={f"{PREFIX}admin-key": key})
+                return "served"
+            except InferenceServerException as e:
+                return e.status()
+
+        assert (logging(None), logging("first-http"), logging("first-httpx")) == (403, 200, 403)
+        assert grpc_index("first-grpc") == "served"
+        assert grpc_index("first-http") == "StatusCode.UNAVAILABLE"
+
+        # As the kubelet updates a mounted Secret: the file replaced under the same name.
+        for path, key in ((http_key, "second-http"), (grpc_key, "second-grpc")):
+            path.with_suffix(".new").write_text(key)
+            path.with_suffix(".new").rename(path)
+        deadline = time.monotonic() + 10
+        while logging("second-http") != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (logging("second-http"), logging("first-http")) == (200, 403)
+        deadline = time.monotonic() + 10
+        while grpc_index("second-grpc") != "served" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert grpc_index("first-grpc") == "StatusCode.UNAVAILABLE"
+
+        # A file that no longer reads: the last key stays, nobody gets in without it.
+        http_key.unlink()
+        time.sleep(2.5)
+        assert (logging("second-http"), logging(None)) == (200, 403)
+        assert server.process.poll() is None
+        log = "\n".join(server.log_lines)
+        for secret in ("first-http", "second-http", "first-grpc", "second-grpc"):
+            assert secret not in log, secret
+    finally:
+        conftest._stop(server.process)
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "key file"),
+    ("\n", "is empty"),
+], ids=["missing", "empty"])
+def test_a_key_file_that_holds_no_key_stops_the_server(tmp_path, content, message):
+    path = tmp_path / "key"
+    if content is not None:
+        path.write_text(content)
+    code, stderr = sidecar_exit(f"--http-restricted-api-file=logging:admin-key={path}")
+    assert code != 0, stderr
+    assert message in stderr, stderr

@@ -8,7 +8,7 @@ fn parse(settings: &[&str], option: RestrictedOption) -> Result<Restrictions, St
 fn restriction(header: &str, value: &str) -> Option<Restriction> {
     Some(Restriction {
         header: header.into(),
-        value: value.into(),
+        key: KeySource::Value(value.into()),
     })
 }
 

@@ -111,10 +111,7 @@ pub const KIND: &str = "InferenceService";
     ).message("a model.ports entry uses upstream.restPort, which is declared for you").field_path(".model.ports"),
     validation = Rule::new(
         "!self.extensions.sequence.enabled || self.extensions.sequence.routing != 'SingleReplica' || self.replicas <= 1"
-    ).message("extensions.sequence.routing SingleReplica allows at most one replica").field_path(".replicas"),
-    validation = Rule::new(
-        "!has(self.tls) || !self.extensions.sequence.enabled || self.extensions.sequence.routing != 'Sidecar'"
-    ).message("tls with extensions.sequence.routing Sidecar is not supported yet: sidecars forward sequences to each other in plaintext; use routing Stream or ClientIP").field_path(".tls")
+    ).message("extensions.sequence.routing SingleReplica allows at most one replica").field_path(".replicas")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceServiceSpec {

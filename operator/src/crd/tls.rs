@@ -18,13 +18,16 @@ pub struct TlsSpec {
     /// A Secret of the resource's namespace, as cert-manager and `kubectl create secret tls`
     /// make them: tls.crt (the certificate and its chain), tls.key, and ca.crt (the root of the
     /// clients' certificates) where mutual is set. Mounted as a volume in the sidecar only.
+    /// Where sidecars route sequences (extensions.sequence.routing Sidecar) they forward to
+    /// each other over TLS: ca.crt is then required, and the certificate must also name
+    /// <name>-peers.<namespace>.svc and, with mutual, allow client authentication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,
     /// A cert-manager issuer: the operator renders a Certificate <name>-tls for the Service's
     /// DNS names (<name>, <name>.<namespace>, <name>.<namespace>.svc and
-    /// <name>.<namespace>.svc.cluster.local), which cert-manager keeps, renewed, in the Secret
-    /// <name>-tls.
+    /// <name>.<namespace>.svc.cluster.local, and the same of <name>-peers where sidecars route
+    /// sequences), which cert-manager keeps, renewed, in the Secret <name>-tls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub issuer_ref: Option<IssuerRef>,
     /// Mutual TLS: clients must present a certificate signed by the Secret's ca.crt (for

@@ -32,8 +32,8 @@ fn dns_names(name: &str, namespace: &str, cluster_domain: &str) -> Vec<String> {
 }
 
 /// The Certificate `<name>-tls`, where `tls.issuerRef` is set. Its private key is made anew at
-/// each renewal (`rotationPolicy: Always`), and it is a server certificate only: the pods present
-/// no client certificate to anyone.
+/// each renewal (`rotationPolicy: Always`). It is a server certificate, and a client one too
+/// where the sidecars forward sequences to each other (under mutual TLS they present it).
 pub(super) fn certificate(
     isvc: &InferenceService,
     owner: &OwnerReference,
@@ -43,6 +43,18 @@ pub(super) fn certificate(
     let name = isvc.name_any();
     let namespace = isvc.namespace().unwrap_or_default();
     let secret = certificate_secret_name(&name);
+    let mut names = dns_names(&name, &namespace, cluster_domain);
+    let mut usages = vec!["digital signature", "key encipherment", "server auth"];
+    if isvc.spec.extensions.sequence.routed_by_sidecars() {
+        // Sidecars forward sequences to each other through the peers Service and check this
+        // name; where the ports are mutual, each presents this certificate as a client.
+        names.extend(dns_names(
+            &super::peers_name(isvc),
+            &namespace,
+            cluster_domain,
+        ));
+        usages.push("client auth");
+    }
     let mut object = DynamicObject::new(&secret, &certificate_resource());
     object.metadata = child_meta(isvc, secret.clone(), owner);
     object.data = json!({
@@ -50,8 +62,8 @@ pub(super) fn certificate(
             "secretName": secret,
             "issuerRef": {"name": issuer.name, "kind": issuer.kind.as_str(), "group": issuer.group},
             "commonName": format!("{name}.{namespace}.svc"),
-            "dnsNames": dns_names(&name, &namespace, cluster_domain),
-            "usages": ["digital signature", "key encipherment", "server auth"],
+            "dnsNames": names,
+            "usages": usages,
             "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
         }
     });

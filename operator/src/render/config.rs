@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use infergate_config::{BackendConfig, SidecarConfig, TlsSettings, UpstreamConfig, UpstreamModel};
+use infergate_config::{
+    BackendConfig, PeerTlsSettings, SidecarConfig, TlsSettings, UpstreamConfig, UpstreamModel,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
@@ -69,6 +71,17 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
         };
         server.grpc_tls = settings.clone();
         server.http_tls = settings;
+        if spec.extensions.sequence.routed_by_sidecars() {
+            // Peers are dialled over TLS too, and trusted only with the service's certificate
+            // for the peers Service's name; where their ports are mutual, this sidecar presents
+            // the same certificate.
+            server.sequence_peers_tls = PeerTlsSettings {
+                root_cert: Some(tls_file("ca.crt")),
+                server_name: Some(peers_host(isvc)),
+                client_cert: tls.mutual.then(|| tls_file("tls.crt")),
+                client_key: tls.mutual.then(|| tls_file("tls.key")),
+            };
+        }
     }
     if let Some(threads) = spec.sidecar.worker_threads {
         server.worker_threads = threads;
@@ -142,6 +155,15 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
         .map(|p| format!("http://127.0.0.1:{}", port(p)));
     config.backend = BackendConfig::Upstream(upstream);
     config
+}
+
+/// The peers Service's name inside the cluster, which the peers' certificates carry.
+pub(super) fn peers_host(isvc: &InferenceService) -> String {
+    let peers = super::peers_name(isvc);
+    match isvc.namespace() {
+        Some(ns) => format!("{peers}.{ns}.svc"),
+        None => peers,
+    }
 }
 
 /// A key of the `spec.tls` Secret, as the sidecar finds it.

@@ -42,6 +42,24 @@ impl PeerState {
 
 pub type PeerClient = GrpcInferenceServiceClient<H2Channel>;
 
+/// How a peer is dialled: the largest message either way, and TLS where the peers' gRPC ports
+/// serve it.
+#[derive(Clone, Debug)]
+pub struct Dial {
+    pub max_message_bytes: usize,
+    pub tls: Option<Arc<crate::tls::ClientTls>>,
+}
+
+impl Dial {
+    /// Plaintext, messages up to `max_message_bytes`.
+    pub fn plain(max_message_bytes: usize) -> Dial {
+        Dial {
+            max_message_bytes,
+            tls: None,
+        }
+    }
+}
+
 pub struct Peer {
     /// As listed: what the ranking hashes, the same on every peer.
     pub address: String,
@@ -50,14 +68,16 @@ pub struct Peer {
 }
 
 impl Peer {
-    fn connect(address: &str, max_message_bytes: usize) -> Result<Peer, String> {
+    fn connect(address: &str, dial: &Dial) -> Result<Peer, String> {
+        let max_message_bytes = dial.max_message_bytes;
         let settings = H2Settings {
             connect_timeout: Duration::from_secs(1),
             stream_window: 16 << 20,
             connection_window: 32 << 20,
         };
-        let channel = H2Channel::lazy(&format!("http://{address}"), settings)
-            .map_err(|e| format!("peer '{address}': {e}"))?;
+        let channel =
+            H2Channel::lazy_with_tls(&format!("http://{address}"), settings, dial.tls.clone())
+                .map_err(|e| format!("peer '{address}': {e}"))?;
         Ok(Peer {
             address: address.to_string(),
             client: GrpcInferenceServiceClient::new(channel)
@@ -90,7 +110,7 @@ pub struct List {
 pub struct Members {
     list: RwLock<Arc<List>>,
     me: String,
-    max_message_bytes: usize,
+    dial: Dial,
 }
 
 impl Members {
@@ -100,14 +120,14 @@ impl Members {
         list: &[String],
         me: Option<&str>,
         grpc_port: u16,
-        max_message_bytes: usize,
+        dial: Dial,
     ) -> Result<Members, String> {
         let mut peers: Vec<Arc<Peer>> = Vec::with_capacity(list.len());
         for address in list {
             if peers.iter().any(|p| p.address == *address) {
                 return Err(format!("peer {address} is listed twice"));
             }
-            peers.push(Arc::new(Peer::connect(address, max_message_bytes)?));
+            peers.push(Arc::new(Peer::connect(address, &dial)?));
         }
         let me = match me {
             Some(me) => list
@@ -119,19 +139,24 @@ impl Members {
         Ok(Members {
             me: list[me].clone(),
             list: RwLock::new(Arc::new(List { peers, me })),
-            max_message_bytes,
+            dial,
         })
     }
 
     /// A list that discovery fills: this sidecar (`me`, its address as the others list it) alone
     /// until [`Members::replace`] is first called.
-    pub fn discovered(me: &str, max_message_bytes: usize) -> Result<Members, String> {
-        let peers = vec![Arc::new(Peer::connect(me, max_message_bytes)?)];
+    pub fn discovered(me: &str, dial: Dial) -> Result<Members, String> {
+        let peers = vec![Arc::new(Peer::connect(me, &dial)?)];
         Ok(Members {
             me: me.to_string(),
             list: RwLock::new(Arc::new(List { peers, me: 0 })),
-            max_message_bytes,
+            dial,
         })
+    }
+
+    /// The TLS peers are dialled with, if any.
+    pub fn tls(&self) -> Option<&Arc<crate::tls::ClientTls>> {
+        self.dial.tls.as_ref()
     }
 
     /// This sidecar's address.
@@ -165,7 +190,7 @@ impl Members {
                 peers.push(peer.clone());
                 continue;
             }
-            match Peer::connect(address, self.max_message_bytes) {
+            match Peer::connect(address, &self.dial) {
                 Ok(peer) => peers.push(Arc::new(peer)),
                 Err(e) => tracing::warn!(error = %e, "sequence peer left out"),
             }
@@ -244,7 +269,7 @@ mod tests {
 
     #[tokio::test]
     async fn discovery_replaces_the_list_keeping_this_sidecar_and_the_states_it_probed() {
-        let members = Members::discovered("10.0.0.5:8001", 1 << 20).unwrap();
+        let members = Members::discovered("10.0.0.5:8001", Dial::plain(1 << 20)).unwrap();
         assert_eq!(addresses(&members.current()), ["10.0.0.5:8001"]);
 
         members.replace(&["10.0.0.7:8001".into(), "10.0.0.6:8001".into()]);
@@ -282,11 +307,11 @@ mod tests {
     #[tokio::test]
     async fn a_fixed_list_finds_this_sidecar_or_refuses() {
         let list = ["127.0.0.1:9101".to_string(), "127.0.0.1:9102".to_string()];
-        let members = Members::fixed(&list, None, 9102, 1 << 20).unwrap();
+        let members = Members::fixed(&list, None, 9102, Dial::plain(1 << 20)).unwrap();
         assert_eq!(members.me(), "127.0.0.1:9102");
         assert_eq!(members.current().me, 1);
         let twice = ["127.0.0.1:9101".to_string(), "127.0.0.1:9101".to_string()];
-        assert!(Members::fixed(&twice, None, 9101, 1 << 20).is_err());
-        assert!(Members::fixed(&list, None, 9200, 1 << 20).is_err());
+        assert!(Members::fixed(&twice, None, 9101, Dial::plain(1 << 20)).is_err());
+        assert!(Members::fixed(&list, None, 9200, Dial::plain(1 << 20)).is_err());
     }
 }

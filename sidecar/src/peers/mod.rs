@@ -118,6 +118,11 @@ impl Peers {
         self.members.me()
     }
 
+    /// The TLS the other peers are dialled with, if any (its files are watched for renewals).
+    pub fn tls(&self) -> Option<Arc<crate::tls::ClientTls>> {
+        self.members.tls().cloned()
+    }
+
     /// The peers and their states, this sidecar's (ready or not) included.
     pub fn states(&self, ready: bool) -> Vec<(String, PeerState)> {
         let list = self.members.current();

@@ -19,9 +19,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use tokio_rustls::TlsAcceptor;
 
+mod client;
 mod client_auth;
 mod x509;
 
+pub use client::{ClientTls, ClientTlsFiles};
 use client_auth::ClientCertificates;
 
 /// What a port's TLS is made of.

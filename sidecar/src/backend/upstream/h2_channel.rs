@@ -46,6 +46,8 @@ pub struct H2Channel {
 struct Shared {
     authority: Authority,
     settings: Settings,
+    /// TLS over the TCP connection, where the peer serves it.
+    tls: Option<Arc<crate::tls::ClientTls>>,
     /// The live connection, if any; held while connecting so concurrent calls share one attempt.
     connection: Mutex<Option<Connection>>,
 }
@@ -60,6 +62,16 @@ struct Connection {
 impl H2Channel {
     /// A channel to `http://host:port` that connects on its first call.
     pub fn lazy(url: &str, settings: Settings) -> Result<Self, String> {
+        Self::lazy_with_tls(url, settings, None)
+    }
+
+    /// The same, speaking TLS over the connection where `tls` is given (the URL's scheme stays
+    /// `http`: it names the address, the TLS is the caller's choice).
+    pub fn lazy_with_tls(
+        url: &str,
+        settings: Settings,
+        tls: Option<Arc<crate::tls::ClientTls>>,
+    ) -> Result<Self, String> {
         let uri: Uri = url.parse().map_err(|e| format!("{e}"))?;
         if uri.scheme() != Some(&Scheme::HTTP) {
             return Err("the scheme must be grpc:// (plaintext HTTP/2)".into());
@@ -72,6 +84,7 @@ impl H2Channel {
             shared: Arc::new(Shared {
                 authority,
                 settings,
+                tls,
                 connection: Mutex::new(None),
             }),
         })
@@ -105,11 +118,34 @@ impl Shared {
                 )
             })??;
         tcp.set_nodelay(true)?;
+        match &self.tls {
+            None => self.start(tcp).await,
+            Some(tls) => {
+                let (connector, name) = tls.connector();
+                let handshake = connector.connect(name, tcp);
+                let stream = tokio::time::timeout(self.settings.connect_timeout, handshake)
+                    .await
+                    .map_err(|_| {
+                        io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("the TLS handshake with {address} timed out"),
+                        )
+                    })??;
+                self.start(stream).await
+            }
+        }
+    }
+
+    /// HTTP/2 over an open connection, driven by a task of its own.
+    async fn start<T>(&self, io: T) -> Result<Connection, BoxError>
+    where
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (sender, connection) = h2::client::Builder::new()
             .enable_push(false)
             .initial_window_size(self.settings.stream_window)
             .initial_connection_window_size(self.settings.connection_window)
-            .handshake(tcp)
+            .handshake(io)
             .await?;
         let open = Arc::new(AtomicBool::new(true));
         let driver_open = open.clone();
@@ -135,7 +171,11 @@ impl Shared {
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
         head.uri = Uri::builder()
-            .scheme(Scheme::HTTP)
+            .scheme(if self.tls.is_some() {
+                Scheme::HTTPS
+            } else {
+                Scheme::HTTP
+            })
             .authority(self.authority.clone())
             .path_and_query(path)
             .build()?;

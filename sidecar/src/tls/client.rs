@@ -1,0 +1,141 @@
+//! TLS towards sequence peers: the other replicas' sidecars, whose gRPC ports serve TLS (and
+//! mutual TLS) with the InferenceService's certificate. A peer is trusted only when it proves a
+//! certificate that chains to the configured roots *for the peers Service's name*, whatever
+//! address it was dialled at: anyone can put an address into an EndpointSlice, only the service
+//! holds its key. Where the peers ask for a client certificate, this sidecar presents its own
+//! serving certificate (it carries `clientAuth` as well).
+//!
+//! The files are read again when they change, as the port's own are ([`super::Tls`]): new
+//! connections use the new roots and certificate.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use parking_lot::{Mutex, RwLock};
+use rustls::ClientConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{PrivateKeyDer, ServerName};
+use tokio_rustls::TlsConnector;
+
+use super::read_certs;
+
+/// What the TLS towards peers is made of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientTlsFiles {
+    /// The roots the peers' certificates must chain to.
+    pub root: PathBuf,
+    /// The certificate (and key) to present where peers ask for one.
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+/// The TLS towards peers, kept up to date with its files.
+pub struct ClientTls {
+    files: ClientTlsFiles,
+    /// The name every peer's certificate must carry.
+    server_name: ServerName<'static>,
+    connector: RwLock<TlsConnector>,
+    seen: Mutex<Vec<Option<SystemTime>>>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("files", &self.files)
+            .field("server_name", &self.server_name)
+            .finish()
+    }
+}
+
+impl ClientTls {
+    /// Loads the files; `server_name` is the DNS name peers' certificates must carry.
+    pub fn load(files: ClientTlsFiles, server_name: &str) -> Result<Arc<ClientTls>, String> {
+        let server_name = ServerName::try_from(server_name.to_string())
+            .map_err(|e| format!("'{server_name}' is not a server name: {e}"))?;
+        let connector = TlsConnector::from(Arc::new(build(&files)?));
+        let seen = modified(&files);
+        Ok(Arc::new(ClientTls {
+            files,
+            server_name,
+            connector: RwLock::new(connector),
+            seen: Mutex::new(seen),
+        }))
+    }
+
+    /// The connector for a new connection, and the name the peer must prove.
+    pub fn connector(&self) -> (TlsConnector, ServerName<'static>) {
+        (self.connector.read().clone(), self.server_name.clone())
+    }
+
+    /// Loads the files again if any changed since last time; keeps the current configuration
+    /// when they do not load.
+    pub fn reload_if_changed(&self) {
+        let now = modified(&self.files);
+        {
+            let mut seen = self.seen.lock();
+            if *seen == now {
+                return;
+            }
+            *seen = now;
+        }
+        match build(&self.files) {
+            Ok(config) => {
+                *self.connector.write() = TlsConnector::from(Arc::new(config));
+                tracing::info!(root = %self.files.root.display(), "TLS towards sequence peers loaded again");
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "TLS files for sequence peers changed but do not load; the ones loaded before are kept"
+            ),
+        }
+    }
+
+    /// Looks at the files every `every`, until aborted.
+    pub async fn watch(self: Arc<Self>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let tls = self.clone();
+            let _ = tokio::task::spawn_blocking(move || tls.reload_if_changed()).await;
+        }
+    }
+}
+
+fn build(files: &ClientTlsFiles) -> Result<ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in read_certs(&files.root)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: {e}", files.root.display()))?;
+    }
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let mut config = match &files.identity {
+        Some((cert, key)) => {
+            let certs = read_certs(cert)?;
+            let key =
+                PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| format!("{}: {e}", cert.display()))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(config)
+}
+
+fn modified(files: &ClientTlsFiles) -> Vec<Option<SystemTime>> {
+    let mut paths = vec![&files.root];
+    if let Some((cert, key)) = &files.identity {
+        paths.extend([cert, key]);
+    }
+    paths
+        .into_iter()
+        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .collect()
+}
