@@ -126,6 +126,12 @@ pub struct ServerSettings {
     pub grpc_restricted_protocol_file: Vec<String>,
     /// How often key files are read again, in seconds.
     pub key_reload_seconds: u64,
+    /// APIs (restricted-API category names, comma-separated entries: `logging,trace`) served
+    /// on both ports only to callers in the pod, on loopback; others get Triton's restricted
+    /// answer (HTTP 403, gRPC `UNAVAILABLE`) whatever key they carry. Empty by default, as
+    /// Triton's APIs are open; the operator renders the control APIs here unless told otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pod_only_api: Vec<String>,
     /// Triton's `--trace-config`: settings `[<mode>,]<name>=<value>` (`mode=opentelemetry`,
     /// `level=TIMESTAMPS`, `rate=N`, `count=N`, `opentelemetry,url=HOST:PORT/v1/traces`, ...):
     /// OpenTelemetry spans of sampled requests, exported over OTLP/HTTP.
@@ -204,6 +210,21 @@ impl ServerSettings {
         )
     }
 
+    /// The parsed `pod_only_api`.
+    pub fn pod_only_categories(&self) -> Result<Vec<RestrictedCategory>, String> {
+        let mut out = Vec::new();
+        for name in self.pod_only_api.iter().flat_map(|entry| entry.split(',')) {
+            let category = RestrictedCategory::ALL
+                .into_iter()
+                .find(|c| c.as_str() == name.trim())
+                .ok_or_else(|| format!("unknown api '{name}'"))?;
+            if !out.contains(&category) {
+                out.push(category);
+            }
+        }
+        Ok(out)
+    }
+
     /// The parsed `trace_config`.
     pub fn trace(&self) -> Result<TraceConfig, String> {
         TraceConfig::parse(&self.trace_config)
@@ -250,6 +271,7 @@ impl Default for ServerSettings {
             http_restricted_api_file: Vec::new(),
             grpc_restricted_protocol_file: Vec::new(),
             key_reload_seconds: 5,
+            pod_only_api: Vec::new(),
             trace_config: Vec::new(),
             sequence_peers: Vec::new(),
             sequence_self: None,

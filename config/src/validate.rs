@@ -62,6 +62,9 @@ impl SidecarConfig {
         if let Err(e) = s.grpc_restrictions() {
             err("server.grpc_restricted_protocol", e);
         }
+        if let Err(e) = s.pod_only_categories() {
+            err("server.pod_only_api", e);
+        }
         if let Err(e) = s.trace() {
             err("server.trace_config", e);
         }

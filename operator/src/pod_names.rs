@@ -20,6 +20,10 @@ pub const TLS_VOLUME: &str = "infergate-tls";
 /// Where that volume is mounted in the sidecar, whole (not by `subPath`, which a renewed Secret
 /// would never reach).
 pub const TLS_DIR: &str = "/etc/infergate/tls";
+/// Name of the volume holding the control APIs' key (the Secret of `spec.auth.controlAPIs.key`).
+pub const AUTH_VOLUME: &str = "infergate-auth";
+/// Where that volume is mounted in the sidecar, whole.
+pub const AUTH_DIR: &str = "/etc/infergate/auth";
 /// Prefix of the volumes holding label files (`infergate-labels-<index of the model>`).
 pub const LABELS_VOLUME_PREFIX: &str = "infergate-labels-";
 /// Prefix reserved for the operator's volumes.

@@ -95,6 +95,15 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
         );
     }
 
+    // The control APIs' key (also a rule of the schema).
+    let control = &spec.auth.control_apis;
+    if control.from == crate::crd::ControlFrom::Key && control.key.is_none() {
+        problems.push(
+            "auth.controlAPIs.from Key needs auth.controlAPIs.key (the Secret that holds the key)"
+                .to_string(),
+        );
+    }
+
     // Ports: a number or a name used twice in the pod makes the Service's named target ports
     // ambiguous or a listener fail.
     let side = &spec.sidecar.ports;

@@ -273,7 +273,7 @@ fn cel_rules_compile_within_the_cost_budget() {
     let compiled = compile_schema(&schema());
     let mut rules = Vec::new();
     compiled_rules(&compiled, &mut rules);
-    assert_eq!(rules.len(), 21, "rules found: {rules:#?}");
+    assert_eq!(rules.len(), 23, "rules found: {rules:#?}");
     for (rule, warnings) in rules {
         assert!(warnings.is_empty(), "{rule}: {warnings:?}");
     }
@@ -515,6 +515,19 @@ fn invalid_specs_are_rejected() {
                 ),
             ],
             "SingleReplica allows at most one replica",
+        ),
+        (
+            "control APIs by key without the key",
+            vec![("/spec/auth", json!({"controlAPIs": {"from": "Key"}}))],
+            "controlAPIs.from Key needs controlAPIs.key",
+        ),
+        (
+            "a control key that would not be read",
+            vec![(
+                "/spec/auth",
+                json!({"controlAPIs": {"from": "Pod", "key": {"secretName": "k"}}}),
+            )],
+            "controlAPIs.key is read only with controlAPIs.from Key",
         ),
         (
             "TLS from both a Secret and an issuer",

@@ -1,8 +1,8 @@
-//! Audit lines for calls to the control APIs that a restricted-API key guards: the model
-//! repository, logging, trace settings and shared memory, over REST and gRPC (the admin port
-//! writes its own, `admin_access.rs`). Each such call leaves a line (target `audit`) with who
-//! called (the connection's address), with what credential (the name of the key's header, never
-//! its value), what was called, and whether the key let it through.
+//! Audit lines for calls to the control APIs that a restricted-API key or the pod-only rule
+//! guards: the model repository, logging, trace settings and shared memory, over REST and gRPC
+//! (the admin port writes its own, `admin_access.rs`). Each such call leaves a line (target
+//! `audit`) with who called (the connection's address), with what credential (the name of the
+//! key's header, never its value, or the pod), what was called, and whether it was let through.
 //!
 //! A control API no key guards (Triton's defaults) writes none: the log then stays Triton's,
 //! line for line, which tools and Triton's own QA count (`L0_logging` counts the lines that name
@@ -22,7 +22,8 @@ pub fn is_control(category: RestrictedCategory) -> bool {
     )
 }
 
-/// One control call, as the port's guard judged it, if a key guards its category. It is named
+/// One control call, as the port's guard judged it, if a key or the pod-only rule guards its
+/// category. It is named
 /// by its method and path (`POST /v2/logging`), or by its path alone (a gRPC method's).
 pub fn control_call(
     protocol: &str,
@@ -33,7 +34,7 @@ pub fn control_call(
     guard: &Guard,
     allowed: bool,
 ) {
-    let Some(key) = guard.key_name(category) else {
+    let Some(credential) = guard.credential(category) else {
         return;
     };
     let call = match method {
@@ -42,7 +43,6 @@ pub fn control_call(
     };
     let call = call.as_str();
     let caller = caller.map_or_else(|| "unknown".to_string(), |c| c.shown());
-    let credential = format!("key {key}");
     let api = category.as_str();
     if allowed {
         tracing::info!(target: "audit", protocol, api, call, %caller, %credential, allowed, "control call");

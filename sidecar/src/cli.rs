@@ -156,6 +156,11 @@ pub struct Args {
     /// --http-restricted-api-file. Given, these replace server.grpc_restricted_protocol_file.
     #[arg(long, value_name = "PROTOCOLS:KEY=PATH")]
     pub grpc_restricted_protocol_file: Vec<String>,
+    /// APIs served only to callers in the pod (on loopback), on both ports: comma-separated
+    /// restricted-API names (logging, trace, model-repository, ...), repeatable. Others are
+    /// refused whatever key they carry. Given, these replace server.pod_only_api.
+    #[arg(long, value_name = "APIS")]
+    pub pod_only_api: Vec<String>,
     /// Triton's trace settings, `[<mode>,]<name>=<value>`, repeatable: `mode=opentelemetry`,
     /// `level=TIMESTAMPS`, `rate=N`, `count=N`, `opentelemetry,url=HOST:PORT/v1/traces`,
     /// `opentelemetry,resource=KEY=VALUE`, `opentelemetry,bsp_schedule_delay=MS`, ... Sampled
@@ -322,6 +327,9 @@ impl Args {
         }
         if !self.grpc_restricted_protocol_file.is_empty() {
             s.grpc_restricted_protocol_file = self.grpc_restricted_protocol_file.clone();
+        }
+        if !self.pod_only_api.is_empty() {
+            s.pod_only_api = self.pod_only_api.clone();
         }
         if !self.trace_config.is_empty() {
             s.trace_config = self.trace_config.clone();

@@ -12,6 +12,8 @@ use http::{HeaderMap, HeaderName};
 use infergate_config::{KeySource, RestrictedCategory, Restrictions};
 use parking_lot::RwLock;
 
+use crate::caller::Caller;
+
 /// Largest key file read: a key is a line, and anything larger is a mistake (a wrong path).
 const MAX_KEY_FILE_BYTES: u64 = 4096;
 
@@ -20,6 +22,9 @@ const MAX_KEY_FILE_BYTES: u64 = 4096;
 pub struct Guard {
     /// Indexed by category, in `RestrictedCategory::ALL`'s order.
     rules: [Option<Rule>; RestrictedCategory::ALL.len()],
+    /// Categories served only to callers in the pod (on loopback), with the refusal, by the
+    /// same index (`server.pod_only_api`).
+    pod_only: [Option<String>; RestrictedCategory::ALL.len()],
 }
 
 #[derive(Debug)]
@@ -51,6 +56,19 @@ impl Guard {
         Guard::new(restrictions, "This protocol is restricted")
     }
 
+    /// The same guard, serving `categories` only to callers in the pod (on loopback): others are
+    /// refused with `This API is restricted to clients in the server's pod` (`protocol` on
+    /// gRPC), Triton's words for a restriction, whatever key they carry.
+    pub fn pod_only(mut self, categories: &[RestrictedCategory], grpc: bool) -> Self {
+        let what = if grpc { "protocol" } else { "API" };
+        for category in categories {
+            self.pod_only[*category as usize] = Some(format!(
+                "This {what} is restricted to clients in the server's pod (server.pod_only_api)"
+            ));
+        }
+        self
+    }
+
     fn new(restrictions: &Restrictions, what: &str) -> Result<Self, String> {
         let mut guard = Guard::default();
         for category in RestrictedCategory::ALL {
@@ -79,17 +97,24 @@ impl Guard {
         Ok(guard)
     }
 
-    /// The name of the header that carries `category`'s key, where one is required: what an
-    /// audit line may say of the credential (never its value).
-    pub fn key_name(&self, category: RestrictedCategory) -> Option<&str> {
-        self.rules[category as usize]
+    /// What `category` asks of a caller, where it asks anything: what an audit line may say of
+    /// the credential (the key's header name, never its value; or the pod).
+    pub fn credential(&self, category: RestrictedCategory) -> Option<String> {
+        let key = self.rules[category as usize]
             .as_ref()
-            .map(|rule| rule.header.as_str())
+            .map(|rule| format!("key {}", rule.header));
+        let pod = self.pod_only[category as usize]
+            .as_ref()
+            .map(|_| "the pod (loopback)".to_string());
+        match (pod, key) {
+            (Some(pod), Some(key)) => Some(format!("{pod} and {key}")),
+            (pod, key) => pod.or(key),
+        }
     }
 
     /// Whether nothing is restricted (then no request needs a look).
     pub fn is_empty(&self) -> bool {
-        self.rules.iter().all(Option::is_none)
+        self.rules.iter().all(Option::is_none) && self.pod_only.iter().all(Option::is_none)
     }
 
     /// Whether a key comes from a file (then [`Guard::reload`] has something to do).
@@ -123,10 +148,21 @@ impl Guard {
         }
     }
 
-    /// Whether a request of `category` with these headers may be served; otherwise the refusal's
-    /// message. The header's name is matched without regard to case, its value exactly (and in
+    /// Whether a request of `category` with these headers, from `caller`, may be served;
+    /// otherwise the refusal's message. A pod-only category is refused to a caller off loopback
+    /// first. The header's name is matched without regard to case, its value exactly (and in
     /// constant time, `same_secret`); with the header repeated, the first counts.
-    pub fn check(&self, category: RestrictedCategory, headers: &HeaderMap) -> Result<(), &str> {
+    pub fn check(
+        &self,
+        category: RestrictedCategory,
+        headers: &HeaderMap,
+        caller: Option<Caller>,
+    ) -> Result<(), &str> {
+        if let Some(refusal) = &self.pod_only[category as usize]
+            && !crate::caller::is_local(caller)
+        {
+            return Err(refusal);
+        }
         match &self.rules[category as usize] {
             Some(rule)
                 if headers
@@ -221,29 +257,33 @@ mod tests {
         );
         let refusal = "This API is restricted, expecting header 'Infer-Key'";
         let infer = RestrictedCategory::Inference;
-        assert_eq!(g.check(infer, &headers(&[])), Err(refusal));
-        assert_eq!(g.check(infer, &headers(&[("test", "1")])), Err(refusal));
+        assert_eq!(g.check(infer, &headers(&[]), None), Err(refusal));
         assert_eq!(
-            g.check(infer, &headers(&[("infer-key", "Infer-Value")])),
+            g.check(infer, &headers(&[("test", "1")]), None),
             Err(refusal)
         );
         assert_eq!(
-            g.check(infer, &headers(&[("infer-key", "infer-value")])),
+            g.check(infer, &headers(&[("infer-key", "Infer-Value")]), None),
+            Err(refusal)
+        );
+        assert_eq!(
+            g.check(infer, &headers(&[("infer-key", "infer-value")]), None),
             Ok(())
         );
         assert_eq!(
-            g.check(infer, &headers(&[("INFER-KEY", "infer-value")])),
+            g.check(infer, &headers(&[("INFER-KEY", "infer-value")]), None),
             Ok(())
         );
         assert_eq!(
             g.check(
                 infer,
-                &headers(&[("infer-key", "x"), ("infer-key", "infer-value")])
+                &headers(&[("infer-key", "x"), ("infer-key", "infer-value")]),
+                None
             ),
             Err(refusal)
         );
         assert_eq!(
-            g.check(RestrictedCategory::Statistics, &headers(&[])),
+            g.check(RestrictedCategory::Statistics, &headers(&[]), None),
             Ok(())
         );
         assert!(!g.is_empty());
@@ -261,6 +301,41 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_only_api_is_served_on_loopback_alone_whatever_the_key() {
+        let local = Some(Caller("127.0.0.1:5000".parse().unwrap()));
+        let mapped = Some(Caller("[::ffff:127.0.0.1]:5000".parse().unwrap()));
+        let remote = Some(Caller("10.1.2.3:5000".parse().unwrap()));
+        let g = guard(&["logging:admin-key=v"], RestrictedOption::Grpc).pod_only(
+            &[RestrictedCategory::Logging, RestrictedCategory::Trace],
+            true,
+        );
+        let refusal =
+            "This protocol is restricted to clients in the server's pod (server.pod_only_api)";
+        let trace = RestrictedCategory::Trace;
+        assert_eq!(g.check(trace, &headers(&[]), local), Ok(()));
+        assert_eq!(g.check(trace, &headers(&[]), mapped), Ok(()));
+        assert_eq!(g.check(trace, &headers(&[]), remote), Err(refusal));
+        assert_eq!(g.check(trace, &headers(&[]), None), Err(refusal));
+        // Where a key guards the API too, both hold: the pod first, then the key.
+        let logging = RestrictedCategory::Logging;
+        let key = headers(&[("triton-grpc-protocol-admin-key", "v")]);
+        assert_eq!(g.check(logging, &key, remote), Err(refusal));
+        assert_eq!(g.check(logging, &key, local), Ok(()));
+        assert!(g.check(logging, &headers(&[]), local).is_err());
+        assert_eq!(
+            g.credential(logging).as_deref(),
+            Some("the pod (loopback) and key triton-grpc-protocol-admin-key")
+        );
+        assert_eq!(g.credential(trace).as_deref(), Some("the pod (loopback)"));
+        assert_eq!(g.credential(RestrictedCategory::Inference), None);
+        assert_eq!(
+            g.check(RestrictedCategory::Inference, &headers(&[]), remote),
+            Ok(())
+        );
+        assert!(!Guard::default().pod_only(&[trace], false).is_empty());
+    }
+
+    #[test]
     fn a_key_file_is_read_at_start_and_again_when_it_changes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("admin-key");
@@ -273,29 +348,30 @@ mod tests {
         let logging = RestrictedCategory::Logging;
         // The line end is not part of the key.
         assert_eq!(
-            g.check(logging, &headers(&[("admin-key", "first-key")])),
+            g.check(logging, &headers(&[("admin-key", "first-key")]), None),
             Ok(())
         );
         assert!(
-            g.check(logging, &headers(&[("admin-key", "first-key ")]))
+            g.check(logging, &headers(&[("admin-key", "first-key ")]), None)
                 .is_err()
         );
 
         // A Secret's update, as the kubelet makes it: the file replaced.
         std::fs::write(&path, "second-key").unwrap();
         assert_eq!(
-            g.check(logging, &headers(&[("admin-key", "first-key")])),
+            g.check(logging, &headers(&[("admin-key", "first-key")]), None),
             Ok(())
         );
         g.reload();
         assert!(
-            g.check(logging, &headers(&[("admin-key", "first-key")]))
+            g.check(logging, &headers(&[("admin-key", "first-key")]), None)
                 .is_err()
         );
         assert_eq!(
             g.check(
                 RestrictedCategory::Trace,
-                &headers(&[("admin-key", "second-key")])
+                &headers(&[("admin-key", "second-key")]),
+                None
             ),
             Ok(())
         );
@@ -306,10 +382,10 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         g.reload();
         assert_eq!(
-            g.check(logging, &headers(&[("admin-key", "second-key")])),
+            g.check(logging, &headers(&[("admin-key", "second-key")]), None),
             Ok(())
         );
-        assert!(g.check(logging, &headers(&[])).is_err());
+        assert!(g.check(logging, &headers(&[]), None).is_err());
     }
 
     #[test]
@@ -359,14 +435,16 @@ mod tests {
         assert_eq!(
             g.check(
                 RestrictedCategory::Health,
-                &headers(&[("infer-key", "infer-value")])
+                &headers(&[("infer-key", "infer-value")]),
+                None
             ),
             Err("This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'")
         );
         assert_eq!(
             g.check(
                 RestrictedCategory::Health,
-                &headers(&[("triton-grpc-protocol-infer-key", "infer-value")])
+                &headers(&[("triton-grpc-protocol-infer-key", "infer-value")]),
+                None
             ),
             Ok(())
         );

@@ -53,16 +53,22 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
             Repository::empty(loader)
         }
     };
+    let pod_only = config
+        .server
+        .pod_only_categories()
+        .map_err(|e| anyhow::anyhow!("--pod-only-api: {e}"))?;
     let http_restricted = config
         .server
         .http_restrictions()
         .and_then(|r| Guard::http(&r))
-        .map_err(|e| anyhow::anyhow!("--http-restricted-api: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("--http-restricted-api: {e}"))?
+        .pod_only(&pod_only, false);
     let grpc_restricted = config
         .server
         .grpc_restrictions()
         .and_then(|r| Guard::grpc(&r))
-        .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?
+        .pod_only(&pod_only, true);
     let peers = sequence_peers(&config.server, &config.limits)?;
     let http_tls = port_tls(&config.server.http_tls, &["h2", "http/1.1"])
         .map_err(|e| anyhow::anyhow!("HTTP port TLS: {e}"))?;

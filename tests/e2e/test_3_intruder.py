@@ -1,8 +1,10 @@
-"""A pod that is not the sidecar's own, without credentials, against the sidecars' admin port:
-in the examples' namespace (the client pod) and from another namespace. The kubelet's probes'
-paths answer anyone (they say only live or ready); draining is refused (only the pod's own
-preStop hook, on loopback, may); `/status` is refused without the operator's token, and served
-with it. After the tries every pod is still Ready and in its Service."""
+"""A pod that is not the sidecar's own, without credentials, against the sidecars: in the
+examples' namespace (the client pod) and from another namespace. On the admin port, the kubelet's
+probes' paths answer anyone (they say only live or ready); draining is refused (only the pod's
+own preStop hook, on loopback, may); `/status` is refused without the operator's token, and
+served with it. On the REST port, the control APIs are the pod's alone by default
+(`spec.auth`): silencing the log, tracing every call, loading or unloading a model are refused.
+After the tries every pod is still Ready and in its Service."""
 
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ def assert_refused(got: dict, ip: str):
     # A refusal says nothing of the sidecar: no upstream, no model, no extension.
     for refusal in (got["status"][1], got["status_wrong_token"][1], got["drain"][1]):
         assert "upstream" not in refusal and "extensions" not in refusal, (ip, refusal)
+    for call in ("silence_the_log", "trace_everything", "load_a_model", "unload_a_model"):
+        assert got[call][0] == 403, (ip, call, got)
+        assert "restricted to clients in the server's pod" in got[call][1], (ip, call, got)
     assert got["readyz_after"][0] == 200 and got["ready_after"][0] == 200, (ip, got)
 
 

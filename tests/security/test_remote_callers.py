@@ -356,3 +356,74 @@ def test_the_hook_fails_loudly_where_no_sidecar_answers(tmp_path):
     out = subprocess.run([str(hook), f"--port={port}", "--seconds=0"], capture_output=True,
                          text=True, timeout=30)
     assert out.returncode == 1 and "cannot reach the sidecar's admin port" in out.stderr, out
+
+
+# Run in the namespace: the control APIs' calls that change what the server does for everyone.
+CONTROL_CALLS = textwrap.dedent("""
+    import json, sys
+    import requests
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    host, http_port, grpc_port = sys.argv[1], sys.argv[2], sys.argv[3]
+    http = f"http://{host}:{http_port}"
+    got = {}
+    def rest(name, method, path, body=None):
+        r = requests.request(method, http + path, json=body, timeout=10)
+        got[name] = [r.status_code, r.json().get("error") if r.status_code != 200 else None]
+    rest("silence_the_log", "POST", "/v2/logging",
+         {"log_error": False, "log_warning": False, "log_info": False})
+    rest("trace_everything", "POST", "/v2/trace/setting", {"trace_rate": "1"})
+    rest("unload", "POST", "/v2/repository/models/simple/unload")
+    rest("index", "POST", "/v2/repository/index")
+    rest("infer", "POST", "/v2/models/simple/infer",
+         {"inputs": [{"name": n, "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+                     for n in ("INPUT0", "INPUT1")]})
+    client = grpcclient.InferenceServerClient(f"{host}:{grpc_port}")
+    def grpc(name, call):
+        try:
+            call()
+            got[name] = ["OK", None]
+        except InferenceServerException as e:
+            got[name] = [e.status(), e.message()]
+    grpc("grpc_log_settings", lambda: client.update_log_settings({"log_info": False}))
+    grpc("grpc_unload", lambda: client.unload_model("simple"))
+    grpc("grpc_live", lambda: client.is_server_live())
+    print(json.dumps(got))
+""")
+
+
+def test_pod_only_control_apis_refuse_a_caller_outside_the_pod(tmp_path, namespace):
+    """`--pod-only-api` (what the operator renders by default for the control APIs): a caller
+    outside the pod cannot silence the log, turn tracing on, or unload a model, over either
+    protocol, and inference is still served to it; the same calls on loopback are served."""
+    sidecar = Sidecar(tmp_path, ["--pod-only-api=logging,trace,model-repository",
+                                 "--model-control-mode=explicit", "--log-format=json"])
+    try:
+        got = subprocess.run(
+            ["ip", "netns", "exec", namespace, PYTHON, "-c", CONTROL_CALLS, HOST_SIDE,
+             str(sidecar.http), str(sidecar.grpc)],
+            check=True, capture_output=True, text=True, timeout=120)
+        got = json.loads(got.stdout.strip().splitlines()[-1])
+        words = "This API is restricted to clients in the server's pod (server.pod_only_api)"
+        for call in ("silence_the_log", "trace_everything", "unload", "index"):
+            assert got[call] == [403, words], (call, got)
+        assert got["infer"] == [200, None], got
+        grpc_words = words.replace("API", "protocol")
+        for call in ("grpc_log_settings", "grpc_unload"):
+            assert got[call] == ["StatusCode.UNAVAILABLE", grpc_words], (call, got)
+        assert got["grpc_live"] == ["OK", None], got
+        # Nothing changed: the model is still there and the log still says what it did.
+        local = f"http://127.0.0.1:{sidecar.http}"
+        assert requests.get(f"{local}/v2/models/simple/ready", timeout=10).status_code == 200
+        assert requests.get(f"{local}/v2/logging", timeout=10).json()["log_info"] is True
+        # From the pod (loopback), the same calls are served.
+        r = requests.post(f"{local}/v2/trace/setting", json={"trace_rate": "2"}, timeout=10)
+        assert r.status_code == 200, r.text
+        audit = (tmp_path / f"sidecar-{sidecar.http}.log").read_text()
+        refused = [json.loads(line) for line in audit.splitlines()
+                   if '"control call refused"' in line]
+        assert refused and all(line["credential"] == "the pod (loopback)" for line in refused)
+        assert any(line["caller"].startswith(CALLER_SIDE) for line in refused), refused
+    finally:
+        sidecar.stop()

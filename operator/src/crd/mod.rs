@@ -23,11 +23,13 @@
 //! - `rollout.rs`: `spec.rollout`, the Deployment's strategy and the checks on its limits.
 //! - `autoscaling.rs`: `spec.autoscaling` and `spec.monitoring`.
 //! - `network.rs`: `spec.networkPolicy`.
+//! - `auth.rs`: `spec.auth`, who may call the control APIs.
 //! - `tls.rs`: `spec.tls`, the certificate of the client ports, from a Secret or cert-manager.
 //! - `status.rs`: `status`, what the operator observed, and the condition types.
 //! - `schema.rs`: the open schemas given to embedded Kubernetes types (`schema_with`).
 //! - `generate.rs`: the CRD derived from the types, tidied, as JSON and as YAML.
 
+mod auth;
 mod autoscaling;
 mod extensions;
 mod generate;
@@ -46,6 +48,7 @@ mod tls;
 mod tracing;
 mod upstream;
 
+pub use auth::{AuthSpec, CONTROL_APIS, ControlApis, ControlFrom, ControlKey};
 pub use autoscaling::{AutoscalingEngine, AutoscalingMetric, AutoscalingSpec, MonitoringSpec};
 pub use extensions::{CudaSharedMemory, Extensions, Sequence, SequenceRouting, SystemSharedMemory};
 pub use generate::{crd, crd_json, crd_yaml, openapi_schema};

@@ -41,6 +41,12 @@ pub struct PodOverrides {
     /// Service account of the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
+    /// Whether the pods get a token of their service account. Unset: only where the sidecars
+    /// need one (extensions.sequence.routing Sidecar watches EndpointSlices); no container
+    /// gets a credential to the API server it does not use. Set true for a model server that
+    /// calls the API server itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automount_service_account_token: Option<bool>,
     /// Secrets for pulling the images.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub image_pull_secrets: Vec<LocalObjectReference>,
@@ -92,6 +98,7 @@ impl Default for PodOverrides {
             priority_class_name: None,
             runtime_class_name: None,
             service_account_name: None,
+            automount_service_account_token: None,
             image_pull_secrets: Vec::new(),
             security_context: None,
             termination_grace_period_seconds: default_grace(),

@@ -7,7 +7,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AutoscalingSpec, Extensions, InferenceServiceStatus, ModelContainer, ModelSettings,
+    AuthSpec, AutoscalingSpec, Extensions, InferenceServiceStatus, ModelContainer, ModelSettings,
     MonitoringSpec, NetworkPolicySpec, PodOverrides, RolloutSpec, ServiceSpec, SidecarSpec,
     TlsSpec, Upstream,
 };
@@ -165,6 +165,10 @@ pub struct InferenceServiceSpec {
     /// plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
+    /// Who may call the control APIs (model repository, logging, trace). Unset: the pod's own
+    /// containers only.
+    #[serde(default)]
+    pub auth: AuthSpec,
 }
 
 fn default_replicas() -> i32 {

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
 use super::child_meta;
-use crate::crd::{InferenceService, UpstreamProtocol};
+use crate::crd::{CONTROL_APIS, ControlFrom, InferenceService, UpstreamProtocol};
 
 /// Key of the configuration in the ConfigMap.
 pub const CONFIG_KEY: &str = "config.yaml";
@@ -59,6 +59,20 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
     server.log_level = spec.sidecar.log_level.as_str().to_string();
     server.log_format = spec.sidecar.log_format.as_str().to_string();
     server.allow_client_shm = spec.extensions.system_shared_memory.enabled;
+    // Who may change what the service does for everyone (spec.auth); shared memory is the pod's
+    // alone either way (the sidecar serves it on loopback only).
+    let control = &spec.auth.control_apis;
+    match (control.from, &control.key) {
+        (ControlFrom::Pod, _) => server.pod_only_api = vec![CONTROL_APIS.to_string()],
+        (ControlFrom::Key, Some(key)) => {
+            let file = format!("{}/{}", crate::pod_names::AUTH_DIR, key.secret_key);
+            let setting = format!("{CONTROL_APIS}:{}={file}", key.header);
+            server.http_restricted_api_file = vec![setting.clone()];
+            server.grpc_restricted_protocol_file = vec![setting];
+        }
+        // Refused by the schema and by `validate::spec`.
+        (ControlFrom::Key, None) | (ControlFrom::Anyone, _) => {}
+    }
     if let Some(tls) = &spec.tls {
         // Both client ports serve the Secret's certificate; the sidecar re-reads the files as
         // the kubelet updates the mounted Secret (server.tls_reload_seconds).

@@ -62,10 +62,19 @@ use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, select
 use crate::crd::{InferenceService, InferenceServiceSpec, SidecarMode, UpstreamProtocol};
 
 pub use crate::pod_names::{
-    CONFIG_VOLUME, HOOK_DIR, HOOK_VOLUME, LABELS_VOLUME_PREFIX, MODEL_CONTAINER,
-    RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, TLS_DIR, TLS_VOLUME, UPSTREAM_PORT_NAME,
-    UPSTREAM_REST_PORT_NAME,
+    AUTH_DIR, AUTH_VOLUME, CONFIG_VOLUME, HOOK_DIR, HOOK_VOLUME, LABELS_VOLUME_PREFIX,
+    MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, TLS_DIR, TLS_VOLUME,
+    UPSTREAM_PORT_NAME, UPSTREAM_REST_PORT_NAME,
 };
+
+/// The Secret of the control APIs' key, where they take one.
+fn control_key(spec: &InferenceServiceSpec) -> Option<&crate::crd::ControlKey> {
+    let control = &spec.auth.control_apis;
+    control
+        .key
+        .as_ref()
+        .filter(|_| control.from == crate::crd::ControlFrom::Key)
+}
 
 /// The hook binary in the sidecar's own image (a regular sidecar's hook runs it there).
 const HOOK_IN_SIDECAR_IMAGE: &str = "/usr/local/bin/infergate-drain";
@@ -127,6 +136,10 @@ pub(super) fn deployment(
         priority_class_name: pod.priority_class_name.clone(),
         runtime_class_name: pod.runtime_class_name.clone(),
         service_account_name: super::peers::service_account_name(isvc),
+        automount_service_account_token: Some(
+            pod.automount_service_account_token
+                .unwrap_or_else(|| spec.extensions.sequence.routed_by_sidecars()),
+        ),
         image_pull_secrets: non_empty(&pod.image_pull_secrets),
         security_context: pod.security_context.clone(),
         termination_grace_period_seconds: Some(pod.termination_grace_period_seconds),
@@ -223,6 +236,17 @@ fn volumes(isvc: &InferenceService) -> Vec<Volume> {
         }),
         ..Volume::default()
     });
+    if let Some(key) = control_key(spec) {
+        // The whole Secret, so that a changed key reaches the sidecar.
+        volumes.push(Volume {
+            name: AUTH_VOLUME.to_string(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(key.secret_name.clone()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
     if let Some(tls) = &spec.tls {
         // The whole Secret, so that the kubelet's updates (a renewal) reach the sidecar.
         volumes.push(Volume {
@@ -375,6 +399,14 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
         },
         hook_mount(false),
     ];
+    if control_key(spec).is_some() {
+        mounts.push(VolumeMount {
+            name: AUTH_VOLUME.to_string(),
+            mount_path: AUTH_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
     if spec.tls.is_some() {
         // Only the sidecar sees the key.
         mounts.push(VolumeMount {

@@ -43,15 +43,15 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // Without a key configured there is nothing to refuse or audit.
+        // Without a key or a pod-only API configured there is nothing to refuse or audit.
         let guard = &self.state.grpc_restricted;
         let path = request.uri().path();
         if !guard.is_empty()
             && let Some(category) = category(path)
         {
-            let refused = guard.check(category, request.headers()).err();
+            let caller = Caller::of(request.extensions());
+            let refused = guard.check(category, request.headers(), caller).err();
             if audit::is_control(category) {
-                let caller = Caller::of(request.extensions());
                 let allowed = refused.is_none();
                 audit::control_call("grpc", category, None, path, caller, guard, allowed);
             }

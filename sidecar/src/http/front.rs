@@ -97,13 +97,13 @@ where
         let path = request.uri().path();
         // Triton's verbose line for each request (`--log-verbose=1`).
         tracing::debug!("HTTP request: {} {path}", request.method());
-        // Triton refuses a restricted API before it looks at anything else. Without a key
-        // configured there is nothing to refuse or audit, and no path to classify.
+        // Triton refuses a restricted API before it looks at anything else. Without a key or a
+        // pod-only API configured there is nothing to refuse or audit, and no path to classify.
         let guard = &self.state.http_restricted;
         if !guard.is_empty()
             && let Some(category) = restricted::category(path)
         {
-            let refused = restricted::refusal(guard, category, request.headers());
+            let refused = restricted::refusal(guard, category, request.headers(), self.caller);
             if audit::is_control(category) {
                 let method = Some(request.method().as_str());
                 let (caller, allowed) = (self.caller, refused.is_none());

@@ -9,15 +9,17 @@ use http::{HeaderMap, StatusCode};
 use infergate_config::RestrictedCategory;
 
 use super::answer::json_error;
+use crate::caller::Caller;
 use crate::restricted::Guard;
 
-/// The refusal of a request of `category` with `headers`, if the guard refuses it.
+/// The refusal of a request of `category` with `headers` from `caller`, if the guard refuses it.
 pub fn refusal(
     guard: &Guard,
     category: RestrictedCategory,
     headers: &HeaderMap,
+    caller: Option<Caller>,
 ) -> Option<Response> {
-    let message = guard.check(category, headers).err()?;
+    let message = guard.check(category, headers, caller).err()?;
     Some(json_error(StatusCode::FORBIDDEN, message))
 }
 

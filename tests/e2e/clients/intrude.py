@@ -1,6 +1,8 @@
-"""What a pod without the pod's credentials gets from a sidecar's admin port (8003), as an
-attacker in the cluster would try it: the probes' paths, a drain, and the status with no token,
-with a wrong one, and (given --token) with the operator's.
+"""What a pod without the pod's credentials gets from a sidecar, as an attacker in the cluster
+would try it: on the admin port (8003), the probes' paths, a drain, and the status with no token,
+with a wrong one, and (given --token) with the operator's; on the REST port (8000), the control
+APIs that change what the service does for everyone (the log settings, the trace settings, a
+model load and unload).
 
 Run inside the client image (passed to `python3 -` on standard input):
 
@@ -25,6 +27,16 @@ def get(url, token=None):
         return [e.code, e.read().decode(errors="replace")[:300]]
 
 
+def post(url, body):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return [r.status, r.read().decode(errors="replace")[:300]]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode(errors="replace")[:300]]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("ip")
@@ -37,6 +49,11 @@ def main():
         "drain": get(f"{admin}/drain?seconds=0"),
         "status": get(f"{admin}/status"),
         "status_wrong_token": get(f"{admin}/status", token="not-the-operators-token-0123456789"),
+        "silence_the_log": post(f"http://{args.ip}:8000/v2/logging",
+                                {"log_error": False, "log_warning": False, "log_info": False}),
+        "trace_everything": post(f"http://{args.ip}:8000/v2/trace/setting", {"trace_rate": "1"}),
+        "load_a_model": post(f"http://{args.ip}:8000/v2/repository/models/simple/load", {}),
+        "unload_a_model": post(f"http://{args.ip}:8000/v2/repository/models/simple/unload", {}),
         # Still ready after the tries: the drain did not take the pod out of its Service.
         "readyz_after": get(f"{admin}/readyz"),
         "ready_after": get(f"http://{args.ip}:8000/v2/health/ready"),

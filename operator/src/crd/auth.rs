@@ -1,0 +1,84 @@
+//! `spec.auth`: who may call the control APIs (the model repository, logging and trace
+//! settings), which change what the service does for every client.
+
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Who may call what. Inference, health, metadata and statistics stay open to every client of
+/// the Service, as in Triton (restrict who reaches the Service with networkPolicy).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    /// The control APIs: load and unload of models and the repository index, the log settings,
+    /// the trace settings. Shared memory is served to the pod's own containers only, whatever
+    /// this says.
+    #[serde(default, rename = "controlAPIs")]
+    pub control_apis: ControlApis,
+}
+
+/// Who may call the control APIs.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(
+    validation = Rule::new("self.from != 'Key' || has(self.key)")
+        .message("controlAPIs.from Key needs controlAPIs.key (the Secret that holds the key)"),
+    validation = Rule::new("self.from == 'Key' || !has(self.key)")
+        .message("controlAPIs.key is read only with controlAPIs.from Key")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlApis {
+    /// Pod (the default): only the pod's own containers, on loopback, may call them; any other
+    /// caller gets Triton's restricted-API answer (HTTP 403, gRPC UNAVAILABLE). Key: callers
+    /// that send the key of `key` in its header, from anywhere. Anyone: every client of the
+    /// Service, as Triton leaves them.
+    #[serde(default)]
+    pub from: ControlFrom,
+    /// With from Key: where the key is. The Secret is mounted in the sidecar and read again as it
+    /// changes, so a new key takes effect without a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<ControlKey>,
+}
+
+/// Who may call the control APIs.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ControlFrom {
+    /// The pod's own containers only.
+    #[default]
+    Pod,
+    /// Callers with the key.
+    Key,
+    /// Every client.
+    Anyone,
+}
+
+/// A key in a Secret of the resource's namespace, and the header that carries it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlKey {
+    /// The Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// The Secret's key holding the value (one line).
+    #[serde(default = "default_secret_key")]
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub secret_key: String,
+    /// The header clients send it in (gRPC: the metadata key triton-grpc-protocol-<header>, as
+    /// Triton names restricted protocols' keys).
+    #[serde(default = "default_header")]
+    #[schemars(
+        length(min = 1, max = 64),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub header: String,
+}
+
+fn default_secret_key() -> String {
+    "key".to_string()
+}
+
+fn default_header() -> String {
+    "infergate-control-key".to_string()
+}
+
+/// The control APIs, by their restricted-API names.
+pub const CONTROL_APIS: &str = "model-repository,logging,trace";
