@@ -57,7 +57,8 @@ fn render_prints_a_yaml_stream() {
             "RoleBinding",
             "Deployment",
             "Service",
-            "PodDisruptionBudget"
+            "PodDisruptionBudget",
+            "NetworkPolicy"
         ]
     );
     assert!(stdout.contains("image: sc:1"));
@@ -93,7 +94,8 @@ fn render_reads_several_documents_and_skips_other_kinds() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let docs = infergate_operator::yaml::documents(&text(&out.stdout)).unwrap();
-    assert_eq!(docs.len(), 6);
+    // Per resource: ConfigMap, Deployment, Service, NetworkPolicy.
+    assert_eq!(docs.len(), 8);
     assert!(text(&out.stderr).contains("skipping v1 ConfigMap"));
 }
 

@@ -53,15 +53,38 @@ fn the_policy_admits_clients_the_operator_and_scrapers_to_the_sidecars_ports_onl
 }
 
 #[test]
-fn anyone_may_call_without_clients_and_any_namespaces_operator_without_its_namespace() {
-    let isvc = with_spec("svc", &format!("{MINIMAL}  networkPolicy: {{}}\n"));
+fn by_default_anyone_may_call_and_the_monitoring_namespace_scrape() {
+    // The field unset and the field empty give the same policy.
+    for spec in [
+        MINIMAL.to_string(),
+        format!("{MINIMAL}  networkPolicy: {{}}\n"),
+    ] {
+        let isvc = with_spec("svc", &spec);
+        let children = render::build_children(&isvc, &OperatorSettings::default()).unwrap();
+        let policy = serde_json::to_value(children.network_policy.unwrap()).unwrap();
+        let ingress = policy["spec"]["ingress"].as_array().unwrap();
+        assert_eq!(ingress.len(), 3);
+        assert!(ingress[0].get("from").is_none(), "{}", ingress[0]);
+        // Without its own namespace, the operator's pods of any namespace.
+        assert_eq!(ingress[1]["from"][0]["namespaceSelector"], json!({}));
+        assert_eq!(
+            ingress[2],
+            json!({"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+                   "ports": [{"port": 8002, "protocol": "TCP"}]})
+        );
+        assert!(
+            !policy.to_string().contains("9001"),
+            "no rule for the model server"
+        );
+    }
+}
+
+#[test]
+fn enabled_false_renders_none() {
+    let isvc = with_spec(
+        "svc",
+        &format!("{MINIMAL}  networkPolicy: {{enabled: false}}\n"),
+    );
     let children = render::build_children(&isvc, &OperatorSettings::default()).unwrap();
-    let policy = serde_json::to_value(children.network_policy.unwrap()).unwrap();
-    let ingress = policy["spec"]["ingress"].as_array().unwrap();
-    assert_eq!(ingress.len(), 2, "no scrapers, no metrics rule");
-    assert!(ingress[0].get("from").is_none(), "{}", ingress[0]);
-    assert_eq!(ingress[1]["from"][0]["namespaceSelector"], json!({}));
-    // None without the field.
-    let plain = render::build_children(&with_spec("svc", MINIMAL), &OperatorSettings::default());
-    assert!(plain.unwrap().network_policy.is_none());
+    assert!(children.network_policy.is_none());
 }

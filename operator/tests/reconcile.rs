@@ -52,8 +52,14 @@ async fn run(
     (result, seen, ctx)
 }
 
+/// A resource without the NetworkPolicy rendered by default: these tests follow the apply of a
+/// few children step by step, and the policy's own apply is no different from the PDB's
+/// (`tests/network.rs` checks what is rendered, `tests/cluster` that it is stored and deleted).
 fn service(replicas: i32) -> InferenceService {
-    let mut isvc = with_spec("svc", &format!("  replicas: {replicas}\n{MINIMAL}"));
+    let mut isvc = with_spec(
+        "svc",
+        &format!("  replicas: {replicas}\n{MINIMAL}  networkPolicy: {{enabled: false}}\n"),
+    );
     isvc.metadata.generation = Some(1);
     isvc
 }

@@ -260,7 +260,7 @@ fn owner_references_and_labels() {
         ),
     );
     let children = build(&isvc);
-    assert_eq!(children.metas().len(), 4);
+    assert_eq!(children.metas().len(), 5); // ConfigMap, Deployment, Service, PDB, NetworkPolicy
     for meta in children.metas() {
         let owners = meta.owner_references.as_ref().unwrap();
         assert_eq!(owners.len(), 1);

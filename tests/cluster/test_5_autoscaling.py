@@ -149,7 +149,18 @@ def test_a_network_policy_is_stored_and_follows_the_spec(cluster, operator, name
         == "infergate-system"
     assert policy["metadata"]["ownerReferences"][0]["kind"] == "InferenceService"
 
+    # Dropped from the spec: the default policy (clients from anywhere, the monitoring
+    # namespace's scrapers).
     del doc["spec"]["networkPolicy"]
+    apply(cluster, namespace, doc)
+    wait_for("the default NetworkPolicy", lambda: cluster.get_json(
+        "networkpolicy", name, "-n", namespace)["spec"]["ingress"][0].get("from") is None,
+        timeout=60)
+    policy = cluster.get_json("networkpolicy", name, "-n", namespace)
+    assert policy["spec"]["ingress"][2]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"}
+    # Turned off: deleted.
+    doc["spec"]["networkPolicy"] = {"enabled": False}
     apply(cluster, namespace, doc)
     wait_for("the NetworkPolicy to be deleted",
              lambda: not exists(cluster, namespace, "networkpolicy", name), timeout=60)

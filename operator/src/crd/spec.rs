@@ -157,10 +157,11 @@ pub struct InferenceServiceSpec {
     /// How the sidecars' metrics are found: the metrics port on the Service, a PodMonitor.
     #[serde(default)]
     pub monitoring: MonitoringSpec,
-    /// A NetworkPolicy admitting clients, the operator and scrapers to the pods, for namespaces
-    /// that deny ingress by default. Unset: none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network_policy: Option<NetworkPolicySpec>,
+    /// The NetworkPolicy admitting clients, the operator and scrapers to the pods' sidecar ports
+    /// and nothing to the model server's. Unset: rendered with its defaults (clients from
+    /// anywhere, the operator's pods, scrapers of the monitoring namespace); enabled false: none.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
     /// TLS on the sidecar's HTTP and gRPC ports, from a Secret or from cert-manager. Unset:
     /// plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -11,7 +11,7 @@
 //! | HorizontalPodAutoscaler (autoscaling/v2) | `<name>` | `autoscaling.engine: HPA` |
 //! | ScaledObject (keda.sh/v1alpha1) | `<name>` | `autoscaling.engine: KEDA` |
 //! | PodMonitor (monitoring.coreos.com/v1) | `<name>` | `monitoring.podMonitor` |
-//! | NetworkPolicy (ingress to the sidecar's ports) | `<name>` | `networkPolicy` |
+//! | NetworkPolicy (ingress to the sidecar's ports) | `<name>` | unless `networkPolicy.enabled: false` |
 //! | Certificate (cert-manager.io/v1), kept in the Secret `<name>-tls` | `<name>-tls` | `tls.issuerRef` |
 //! | Service (headless, gRPC), Role, RoleBinding | `<name>-peers`, `<name>-sequence-peers` | `extensions.sequence.routing: Sidecar` |
 //! | ServiceAccount | `<name>-sequence-peers` | the same, without `pod.serviceAccountName` |

@@ -1,5 +1,5 @@
-//! The NetworkPolicy `<name>`, from `spec.networkPolicy`: ingress to the pods only where the
-//! service needs it. Clients reach the sidecar's HTTP and gRPC ports, the operator its admin port
+//! The NetworkPolicy `<name>`, from `spec.networkPolicy` (rendered unless `enabled: false`):
+//! ingress to the pods only where the service needs it. Clients reach the sidecar's HTTP and gRPC ports, the operator its admin port
 //! (the status probe; without it the resource is never Ready), scrapers its metrics port. The
 //! model server's ports get no rule: clients go through the sidecar, which reaches the model
 //! server on loopback, where policies do not apply. Probes come from the kubelet on the node,
@@ -17,6 +17,10 @@ use kube::ResourceExt;
 
 use super::{OperatorSettings, child_meta, selector_labels};
 use crate::crd::InferenceService;
+
+/// The namespace whose pods may scrape the metrics port where the spec lists no scrapers: where
+/// kube-prometheus-stack and most Prometheus installs put themselves.
+pub const MONITORING_NAMESPACE: &str = "monitoring";
 
 /// `app.kubernetes.io/name` of the operator's pods, as the Helm chart labels them.
 pub const OPERATOR_POD_NAME: &str = "infergate-operator";
@@ -46,7 +50,7 @@ pub(super) fn network_policy(
     settings: &OperatorSettings,
     owner: &OwnerReference,
 ) -> Option<NetworkPolicy> {
-    let policy = isvc.spec.network_policy.as_ref()?;
+    let policy = Some(&isvc.spec.network_policy).filter(|p| p.enabled)?;
     let ports = &isvc.spec.sidecar.ports;
     let operator = if policy.operator.is_empty() {
         vec![NetworkPolicyPeer {
@@ -70,12 +74,21 @@ pub(super) fn network_policy(
             ports: Some(vec![tcp(ports.admin)]),
         },
     ];
-    if !policy.metrics_scrapers.is_empty() {
-        ingress.push(NetworkPolicyIngressRule {
-            from: Some(policy.metrics_scrapers.clone()),
-            ports: Some(vec![tcp(ports.metrics)]),
-        });
-    }
+    let scrapers = if policy.metrics_scrapers.is_empty() {
+        vec![NetworkPolicyPeer {
+            namespace_selector: Some(labels(&[(
+                "kubernetes.io/metadata.name",
+                MONITORING_NAMESPACE,
+            )])),
+            ..NetworkPolicyPeer::default()
+        }]
+    } else {
+        policy.metrics_scrapers.clone()
+    };
+    ingress.push(NetworkPolicyIngressRule {
+        from: Some(scrapers),
+        ports: Some(vec![tcp(ports.metrics)]),
+    });
     Some(NetworkPolicy {
         metadata: child_meta(isvc, isvc.name_any(), owner),
         spec: Some(NetworkPolicySpec {
