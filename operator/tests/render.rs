@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{MINIMAL, UID, all_containers, pod, volume, with_spec};
+use common::{MINIMAL, UID, all_containers, pod, sidecar_config, volume, with_spec};
 use infergate_operator::crd::InferenceService;
 use infergate_operator::render::{
     self, CONFIG_HASH_ANNOTATION, Children, DEFAULT_SIDECAR_IMAGE, KubernetesVersion,
@@ -37,13 +37,6 @@ fn mounts(c: &Container) -> Vec<(&str, &str)> {
 fn http_path(probe: &Option<Probe>) -> (&str, &IntOrString) {
     let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
     (get.path.as_deref().unwrap(), &get.port)
-}
-
-fn sidecar_config(children: &Children) -> infergate_config::SidecarConfig {
-    let text = &children.config_map.data.as_ref().unwrap()["config.yaml"];
-    let config = infergate_config::yaml::from_str(text).unwrap();
-    config.validate(&[]).unwrap();
-    config
 }
 
 #[test]

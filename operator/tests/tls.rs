@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{MINIMAL, all_containers, pod, volume, with_spec};
+use common::{MINIMAL, all_containers, pod, sidecar_config, volume, with_spec};
 use infergate_operator::render::{self, Children, OperatorSettings};
 use serde_json::json;
 
@@ -13,13 +13,6 @@ fn build(tls: &str) -> Children {
     let isvc = with_spec("resnet", &format!("{MINIMAL}  tls: {tls}\n"));
     render::build_children(&isvc, &OperatorSettings::default())
         .unwrap_or_else(|e| panic!("render failed: {e}"))
-}
-
-fn sidecar_config(children: &Children) -> infergate_config::SidecarConfig {
-    let text = &children.config_map.data.as_ref().unwrap()["config.yaml"];
-    let config = infergate_config::yaml::from_str(text).unwrap();
-    config.validate(&[]).unwrap();
-    config
 }
 
 #[test]

@@ -26,7 +26,8 @@
 //! - [`trace`]: the trace extension: its settings, and OpenTelemetry spans of sampled requests
 //!   exported over OTLP.
 //! - [`restricted`]: the APIs and protocols restricted to requests with a header, as Triton's
-//!   `--http-restricted-api` and `--grpc-restricted-protocol` set them.
+//!   `--http-restricted-api` and `--grpc-restricted-protocol` set them, or to the pod.
+//! - [`reload`]: files read again while serving (certificates, keys).
 //!
 //! Inference, whatever the wire protocol:
 //!
@@ -82,6 +83,7 @@ pub mod metrics;
 pub mod open_files;
 pub mod peers;
 pub mod protocol;
+pub mod reload;
 pub mod restricted;
 pub mod server;
 pub mod shm;

@@ -282,7 +282,11 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     // And changed restricted-API keys, where they come from files.
     if state.http_restricted.has_key_files() || state.grpc_restricted.has_key_files() {
         let every = Duration::from_secs(config.server.key_reload_seconds);
-        background.push(tokio::spawn(reload_key_files(state.clone(), every)));
+        let state = state.clone();
+        background.push(tokio::spawn(crate::reload::every(every, move || {
+            state.http_restricted.reload();
+            state.grpc_restricted.reload();
+        })));
     }
 
     for (listener, port, router) in [
@@ -328,22 +332,6 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
 /// Copies the preStop hook, `infergate-drain` beside this binary, into `dir`: a volume the model
 /// server's container mounts, whose hook runs it there (the hook must reach the admin port on
 /// loopback, so it runs in the pod; `infergate-drain` is static, so it runs in any image).
-/// Reads the restricted-API key files of both ports again every `every`, until aborted.
-async fn reload_key_files(state: SharedState, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let state = state.clone();
-        // Reading files blocks: off the runtime's workers.
-        let _ = tokio::task::spawn_blocking(move || {
-            state.http_restricted.reload();
-            state.grpc_restricted.reload();
-        })
-        .await;
-    }
-}
-
 fn install_drain_hook(dir: &std::path::Path) -> anyhow::Result<()> {
     use anyhow::Context;
     let me = std::env::current_exe().context("cannot find this binary")?;

@@ -121,3 +121,11 @@ pub fn deployment_with_status(available: bool, replicas: i32, ready: i32) -> Dep
         ..Deployment::default()
     }
 }
+
+/// The sidecar's configuration in the rendered ConfigMap, validated as the sidecar would.
+pub fn sidecar_config(children: &Children) -> infergate_config::SidecarConfig {
+    let text = &children.config_map.data.as_ref().unwrap()["config.yaml"];
+    let config = infergate_config::yaml::from_str(text).unwrap();
+    config.validate(&[]).unwrap();
+    config
+}

@@ -92,13 +92,7 @@ impl ClientTls {
 
     /// Looks at the files every `every`, until aborted.
     pub async fn watch(self: Arc<Self>, every: Duration) {
-        let mut tick = tokio::time::interval(every);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            let tls = self.clone();
-            let _ = tokio::task::spawn_blocking(move || tls.reload_if_changed()).await;
-        }
+        crate::reload::every(every, move || self.reload_if_changed()).await;
     }
 }
 
