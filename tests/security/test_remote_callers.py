@@ -93,7 +93,9 @@ class Sidecar:
 
 
 # Run in the namespace: every call a caller outside the pod might make, with what it got.
-REMOTE_CALLS = textwrap.dedent("""
+# What both scripts run in the namespace start with: the arguments, and a REST call recorded as
+# [status, error].
+CALLS_PRELUDE = textwrap.dedent("""
     import json, sys
     import numpy as np
     import requests
@@ -111,6 +113,9 @@ REMOTE_CALLS = textwrap.dedent("""
         except ValueError:
             error = None
         got[name] = [r.status_code, error]
+""")
+
+REMOTE_CALLS = CALLS_PRELUDE + textwrap.dedent("""
 
     def simple(region=None):
         inputs = [{"name": n, "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
@@ -359,18 +364,7 @@ def test_the_hook_fails_loudly_where_no_sidecar_answers(tmp_path):
 
 
 # Run in the namespace: the control APIs' calls that change what the server does for everyone.
-CONTROL_CALLS = textwrap.dedent("""
-    import json, sys
-    import requests
-    import tritonclient.grpc as grpcclient
-    from tritonclient.utils import InferenceServerException
-
-    host, http_port, grpc_port = sys.argv[1], sys.argv[2], sys.argv[3]
-    http = f"http://{host}:{http_port}"
-    got = {}
-    def rest(name, method, path, body=None):
-        r = requests.request(method, http + path, json=body, timeout=10)
-        got[name] = [r.status_code, r.json().get("error") if r.status_code != 200 else None]
+CONTROL_CALLS = CALLS_PRELUDE + textwrap.dedent("""
     rest("silence_the_log", "POST", "/v2/logging",
          {"log_error": False, "log_warning": False, "log_info": False})
     rest("trace_everything", "POST", "/v2/trace/setting", {"trace_rate": "1"})

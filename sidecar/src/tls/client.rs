@@ -8,17 +8,17 @@
 //! The files are read again when they change, as the port's own are ([`super::Tls`]): new
 //! connections use the new roots and certificate.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use rustls::ClientConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{PrivateKeyDer, ServerName};
 use tokio_rustls::TlsConnector;
 
-use super::read_certs;
+use super::{Seen, read_certs};
 
 /// What the TLS towards peers is made of.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub struct ClientTls {
     /// The name every peer's certificate must carry.
     server_name: ServerName<'static>,
     connector: RwLock<TlsConnector>,
-    seen: Mutex<Vec<Option<SystemTime>>>,
+    seen: Seen,
 }
 
 impl std::fmt::Debug for ClientTls {
@@ -53,12 +53,12 @@ impl ClientTls {
         let server_name = ServerName::try_from(server_name.to_string())
             .map_err(|e| format!("'{server_name}' is not a server name: {e}"))?;
         let connector = TlsConnector::from(Arc::new(build(&files)?));
-        let seen = modified(&files);
+        let seen = Seen::new(&files.paths());
         Ok(Arc::new(ClientTls {
             files,
             server_name,
             connector: RwLock::new(connector),
-            seen: Mutex::new(seen),
+            seen,
         }))
     }
 
@@ -70,13 +70,8 @@ impl ClientTls {
     /// Loads the files again if any changed since last time; keeps the current configuration
     /// when they do not load.
     pub fn reload_if_changed(&self) {
-        let now = modified(&self.files);
-        {
-            let mut seen = self.seen.lock();
-            if *seen == now {
-                return;
-            }
-            *seen = now;
+        if !self.seen.changed(&self.files.paths()) {
+            return;
         }
         match build(&self.files) {
             Ok(config) => {
@@ -123,13 +118,12 @@ fn build(files: &ClientTlsFiles) -> Result<ClientConfig, String> {
     Ok(config)
 }
 
-fn modified(files: &ClientTlsFiles) -> Vec<Option<SystemTime>> {
-    let mut paths = vec![&files.root];
-    if let Some((cert, key)) = &files.identity {
-        paths.extend([cert, key]);
+impl ClientTlsFiles {
+    fn paths(&self) -> Vec<&Path> {
+        let mut paths = vec![self.root.as_path()];
+        if let Some((cert, key)) = &self.identity {
+            paths.extend([cert.as_path(), key.as_path()]);
+        }
+        paths
     }
-    paths
-        .into_iter()
-        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .collect()
 }

@@ -44,7 +44,7 @@ pub struct Tls {
     alpn: Vec<Vec<u8>>,
     acceptor: RwLock<TlsAcceptor>,
     /// The files' modification times when last loaded (or tried).
-    seen: Mutex<Vec<Option<SystemTime>>>,
+    seen: Seen,
     /// The serving certificate's expiry, as read from it (seconds since the epoch).
     not_after: RwLock<Option<i64>>,
 }
@@ -60,12 +60,12 @@ impl Tls {
     pub fn load(files: TlsFiles, alpn: &[&str]) -> Result<Arc<Tls>, String> {
         let alpn: Vec<Vec<u8>> = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
         let (config, not_after) = build(&files, &alpn)?;
-        let seen = modified(&files);
+        let seen = Seen::new(&files.paths());
         Ok(Arc::new(Tls {
             files,
             alpn,
             acceptor: RwLock::new(TlsAcceptor::from(Arc::new(config))),
-            seen: Mutex::new(seen),
+            seen,
             not_after: RwLock::new(not_after),
         }))
     }
@@ -88,13 +88,8 @@ impl Tls {
     /// Loads the files again if any changed since last time; keeps the current configuration
     /// when they do not load.
     pub fn reload_if_changed(&self) {
-        let now = modified(&self.files);
-        {
-            let mut seen = self.seen.lock();
-            if *seen == now {
-                return;
-            }
-            *seen = now;
+        if !self.seen.changed(&self.files.paths()) {
+            return;
         }
         match build(&self.files, &self.alpn) {
             Ok((config, not_after)) => {
@@ -115,11 +110,38 @@ impl Tls {
     }
 }
 
-fn modified(files: &TlsFiles) -> Vec<Option<SystemTime>> {
-    let paths = [Some(&files.cert), Some(&files.key), files.root.as_ref()];
+impl TlsFiles {
+    fn paths(&self) -> Vec<&Path> {
+        let mut paths = vec![self.cert.as_path(), self.key.as_path()];
+        paths.extend(self.root.as_deref());
+        paths
+    }
+}
+
+/// The modification times of a set of files when they were last loaded (or tried): whether they
+/// changed since is what decides a reload.
+struct Seen(Mutex<Vec<Option<SystemTime>>>);
+
+impl Seen {
+    fn new(paths: &[&Path]) -> Seen {
+        Seen(Mutex::new(modified(paths)))
+    }
+
+    /// Whether any of `paths` changed since last asked; remembers what it found.
+    fn changed(&self, paths: &[&Path]) -> bool {
+        let now = modified(paths);
+        let mut seen = self.0.lock();
+        if *seen == now {
+            return false;
+        }
+        *seen = now;
+        true
+    }
+}
+
+fn modified(paths: &[&Path]) -> Vec<Option<SystemTime>> {
     paths
-        .into_iter()
-        .flatten()
+        .iter()
         .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
         .collect()
 }
