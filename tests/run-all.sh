@@ -3,11 +3,12 @@
 # conformance suite (real tritonclient and perf_analyzer) against the built sidecar binary, and
 # the operator's rendered manifests against Kubernetes' schemas, the Helm chart, and the operator,
 # chart and examples against a real Kubernetes control plane (tests/cluster/run; needs Go), the
-# user's whole path on a real node with real pods (tests/e2e/run; needs Go and root), and every
-# fuzz target for a bounded time (fuzz/run.sh; installs cargo-fuzz).
+# user's whole path on a real node with real pods (tests/e2e/run; needs Go and root).
 # Installs what it needs (Python venv with tritonclient, perf_analyzer, Debian's libb64).
+# The fuzz targets' committed corpus and past findings are replayed by the rust suite
+# (fuzz/harness/tests/replay.rs); exploring with libFuzzer is the fuzz suite, run by name.
 #
-# Usage: tests/run-all.sh                  every suite, in order (what CI runs, through .ci/run)
+# Usage: tests/run-all.sh                  every suite but fuzz, in order (what CI runs, through .ci/run)
 #        tests/run-all.sh --quick          fmt, clippy, rust, conformance
 #        tests/run-all.sh SUITE [SUITE...] only those suites (each does the setup it needs)
 #        tests/run-all.sh --list           the suites, one a line
@@ -22,10 +23,14 @@ SUITES=(fmt clippy rust conformance upstream-triton-grpc upstream-triton-rest
   upstream-triton-both cuda-forwarding kserve mlserver soak security fuzz manifests helm storage
   cluster e2e)
 QUICK=(fmt clippy rust conformance)
+# Run only when named: a fuzzing campaign explores for as long as it is given (an instrumented
+# build of about 9 minutes first), which is not a test with an end; what it found so far is
+# replayed by the rust suite on every run.
+BY_NAME_ONLY=(fuzz)
 declare -A ABOUT=(
   [fmt]="cargo fmt --check over the workspace"
   [clippy]="cargo clippy on every target, warnings are errors"
-  [rust]="the Rust unit and integration tests (cargo test --workspace)"
+  [rust]="the Rust unit and integration tests (cargo test --workspace), with every fuzz seed and past finding replayed"
   [conformance]="the conformance suite (tests/conformance) against the sidecar's built-in models"
   [upstream-triton-grpc]="the conformance suite through the sidecar in front of a real Triton, over V2 gRPC"
   [upstream-triton-rest]="the same, the sidecar speaking V2 REST to Triton"
@@ -35,7 +40,7 @@ declare -A ABOUT=(
   [mlserver]="the conformance suite through the sidecar in front of MLServer"
   [soak]="30 s of mixed HTTP, gRPC, shared-memory and sequence load (no error, no leak)"
   [security]="the sidecar as its pod runs it: uid 65532, no capabilities, read-only root (needs root)"
-  [fuzz]="every fuzz target for FUZZ_SECONDS (default 30) s (fuzz/run.sh)"
+  [fuzz]="every fuzz target explored with libFuzzer for FUZZ_SECONDS (default 30) s (fuzz/run.sh; only when named)"
   [manifests]="the operator's rendered manifests and the CRD against Kubernetes' schemas"
   [helm]="the Helm chart with real Helm: lint, template, schemas, RBAC, values schema"
   [storage]="the storage initializer against a real S3 server and HTTP (needs Go)"
@@ -47,7 +52,7 @@ usage() {
   cat <<EOF
 Usage: tests/run-all.sh [--quick | --list | --help | SUITE...]
 
-  (no argument)     every suite, in order: the whole test suite, as CI runs it
+  (no argument)     every suite but ${BY_NAME_ONLY[*]}, in order: the whole test suite, as CI runs it
   --quick           ${QUICK[*]}
   SUITE [SUITE...]  only those suites, in the order of the whole run; each does the setup it
                     needs (the sidecar build, the Python venv, the operator build)
@@ -264,8 +269,13 @@ is_suite() {
 }
 
 declare -A WANTED=()
+by_name_only() {
+  local id
+  for id in "${BY_NAME_ONLY[@]}"; do [ "$id" != "$1" ] || return 0; done
+  return 1
+}
 if [ $# -eq 0 ]; then
-  for id in "${SUITES[@]}"; do WANTED[$id]=1; done
+  for id in "${SUITES[@]}"; do by_name_only "$id" || WANTED[$id]=1; done
 fi
 for arg in "$@"; do
   case "$arg" in

@@ -1,4 +1,4 @@
-//! The bodies of the fuzz targets in `fuzz_targets/`, one module each, so that a finding can be
+//! The bodies of the fuzz targets in `libfuzzer/fuzz_targets/`, one module each, so that a finding can be
 //! replayed and debugged without libFuzzer. Every target checks properties of the answer, not
 //! only that nothing panicked.
 

@@ -11,8 +11,8 @@
 
 use std::fs::{File, OpenOptions};
 
+use arbitrary::Arbitrary;
 use infergate_sidecar::shm::{Registry, ShmLimits, cuda};
-use libfuzzer_sys::arbitrary::{self, Arbitrary};
 
 const OBJECT_BYTES: u64 = 3 * 4096;
 const NAMES: [&str; 4] = ["a", "b", "c", ""];
