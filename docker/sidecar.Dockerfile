@@ -8,6 +8,10 @@
 # Both base images are build arguments: BUILDER_IMAGE needs cargo and a C linker (the Rust image
 # by default); RUNTIME_IMAGE needs glibc and libgcc (distroless cc by default). The end-to-end
 # tests build with bases assembled from Debian packages (tests/e2e/images.sh).
+# The build stage compiles the sidecar and the operator together, in both Dockerfiles, with the
+# same command: one feature resolution, so the dependencies they share (tokio, hyper, tonic,
+# rustls, serde...) are compiled once, and the second image's build finds everything in the
+# shared target cache (id=infergate-target) and takes seconds.
 ARG BUILDER_IMAGE=docker.io/library/rust:1-bookworm
 ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot
 
@@ -16,7 +20,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,id=infergate-cargo-registry,target=/usr/local/cargo/registry \
     --mount=type=cache,id=infergate-target,target=/src/target \
-    cargo build --release --locked -p infergate-sidecar \
+    cargo build --release --locked -p infergate-sidecar -p infergate-operator \
  && install -D target/release/infergate-sidecar /out/infergate-sidecar \
  && host="$(rustc --print host-tuple)" \
  && RUSTFLAGS="-C target-feature=+crt-static -C strip=debuginfo" CARGO_TARGET_DIR=/src/target/static \
