@@ -21,6 +21,10 @@
 # Debian packages and the archives. A second run rebuilds only what changed.
 #
 #   tests/e2e/images.sh ARCHIVE_DIR     prints "IMAGE ARCHIVE IMAGE_ID" per image on stdout
+#   tests/e2e/images.sh --prebuild      only the bases, the pause image and the project's three
+#                                       images (the compiling part), into the layer cache; needs
+#                                       none of the venvs; prints nothing (tests/run-all.sh runs it
+#                                       in the background while the other suites run)
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO_ROOT"
@@ -28,8 +32,13 @@ log() { printf '[images] %s\n' "$*" >&2; }
 # shellcheck source=lib.sh
 source tests/e2e/lib.sh
 
-archives="${1:?usage: images.sh ARCHIVE_DIR}"
-mkdir -p "$archives"
+prebuild=0
+if [[ "${1:-}" == --prebuild ]]; then
+  prebuild=1
+else
+  archives="${1:?usage: images.sh ARCHIVE_DIR | --prebuild}"
+  mkdir -p "$archives"
+fi
 
 SIDECAR_IMAGE=localhost/infergate/infergate-sidecar:e2e
 OPERATOR_IMAGE=localhost/infergate/infergate-operator:e2e
@@ -108,6 +117,7 @@ done
 log "building $STORAGE_IMAGE (docker/storage-initializer.Dockerfile)"
 pm build -q --build-arg "BASE_IMAGE=$STORAGE_BASE" -f docker/storage-initializer.Dockerfile \
   -t "$STORAGE_IMAGE" . >/dev/null
+[[ "$prebuild" == 1 ]] && exit 0
 
 # ---------------------------------------------------------------- model servers and the client
 

@@ -1,8 +1,17 @@
 # Shell helpers shared by the test scripts. Source it after defining `log`.
 
 # apt_install PACKAGE...: installs the Debian packages that are missing (as root, or with sudo),
-# refreshing the package lists only when a package has no install candidate yet.
+# refreshing the package lists only when a package has no install candidate yet. Installs take
+# turns on one lock: tests/run-all.sh builds the end-to-end images (which download packages too)
+# in the background while other suites install theirs.
 apt_install() {
+  (
+    flock 9
+    apt_install_now "$@"
+  ) 9>"${TMPDIR:-/tmp}/infergate-apt.lock"
+}
+
+apt_install_now() {
   local missing=() p
   for p in "$@"; do
     # Installed, not merely known: a removed package keeps a "deinstall ... config-files" status.

@@ -34,9 +34,14 @@ for p in "${packages[@]}"; do
   compgen -G "$debs/${p}_*.deb" >/dev/null || missing+=("$p")
 done
 if ((${#missing[@]})); then
+  # The package lists may be refreshed by an install of another suite running beside this one
+  # (tests/tools/lib.sh): the download takes turns with it on the same lock.
+  exec 9>"${TMPDIR:-/tmp}/infergate-apt.lock"
+  flock 9
   (cd "$debs" && apt-get download -q -o APT::Sandbox::User=root "${missing[@]}" >/dev/null) || {
     apt-get update -qq && (cd "$debs" && apt-get download -q -o APT::Sandbox::User=root "${missing[@]}" >/dev/null)
   }
+  exec 9>&-
 fi
 for p in "${packages[@]}"; do
   # The candidate version apt would install; older downloads of the same package stay unused.
