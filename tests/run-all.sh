@@ -241,10 +241,12 @@ suite_cluster() {
   fi
 }
 
-# The e2e suite's images take most of a cold run's CPU (two release builds inside podman), while
-# the suites before it mostly wait: on servers, on pods, on the network. So a whole run starts
-# building them at once, in the background at the lowest CPU and I/O priority, and the e2e suite
-# waits for that build, then finds the images in its layer cache.
+# The Kubernetes binaries (cluster, e2e) and the e2e suite's images (two release builds inside
+# podman) take most of a cold run's CPU, while the suites before them mostly wait: on servers,
+# on pods, on the network. So a whole run starts building both at once, in the background at the
+# lowest CPU and I/O priority. The cluster suite meets that build on the binaries' lock
+# (tests/cluster/build.sh) and the e2e suite waits for the end of it; both find what they need
+# already built.
 PREBUILD_PID=""
 PREBUILD_LOG=""
 start_e2e_prebuild() {

@@ -38,6 +38,17 @@ fi
 log() { echo "[cluster-build] $*" >&2; }
 work="$CACHE/cluster/src-$K8S_VERSION"
 mkdir -p "$BIN" "$work"
+# One build at a time: tests/run-all.sh starts one in the background (tests/e2e/run --prebuild)
+# that the cluster suite may meet; the second waits, then finds the binaries built.
+exec 9>"$CACHE/cluster/build.lock"
+if ! flock -n 9; then
+    log "another build of the Kubernetes binaries is running; waiting for it"
+    flock 9
+fi
+if complete; then
+    echo "$BIN"
+    exit 0
+fi
 export GOFLAGS="-buildvcs=false -mod=mod" CGO_ENABLED=0
 # Build and module caches of their own (about 5 GB here), removed once every binary is built:
 # only the binaries (about 400 MB) stay. A failed build keeps them, so a retry is quicker.
