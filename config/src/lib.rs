@@ -95,6 +95,11 @@ pub struct ServerSettings {
     /// TLS on the HTTP port: the same settings under `--http-*` (Triton has no HTTPS of its own).
     #[serde(default, skip_serializing_if = "TlsSettings::is_off")]
     pub http_tls: TlsSettings,
+    /// TLS on the metrics port: the same settings under `--metrics-*`, for scrapers that speak
+    /// HTTPS (Prometheus' `scheme: https` with a `tls_config`). The probes' admin port stays
+    /// plain, as the kubelet's probes need.
+    #[serde(default, skip_serializing_if = "TlsSettings::is_off")]
+    pub metrics_tls: TlsSettings,
     /// How often the TLS files are looked at for a change (a renewed certificate), in seconds.
     pub tls_reload_seconds: u64,
     /// Whether clients may load and unload models (Triton's `--model-control-mode`).
@@ -263,6 +268,7 @@ impl Default for ServerSettings {
             allow_remote_shm: false,
             grpc_tls: TlsSettings::default(),
             http_tls: TlsSettings::default(),
+            metrics_tls: TlsSettings::default(),
             tls_reload_seconds: 5,
             model_control_mode: ModelControlMode::None,
             worker_threads: 1,

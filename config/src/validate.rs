@@ -134,6 +134,7 @@ impl SidecarConfig {
         for (name, tls) in [
             ("server.grpc_tls", &s.grpc_tls),
             ("server.http_tls", &s.http_tls),
+            ("server.metrics_tls", &s.metrics_tls),
         ] {
             if !tls.enabled() {
                 continue;

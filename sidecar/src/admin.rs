@@ -150,7 +150,11 @@ pub fn report(st: &SharedState) -> J {
         "shm": dev_shm(st),
         "gpu": gpu(st.shm.cuda()),
         "sequence_peers": sequence_peers(st),
-        "tls": {"http": tls(st.http_tls.as_deref()), "grpc": tls(st.grpc_tls.as_deref())},
+        "tls": {
+            "http": tls(st.http_tls.as_deref()),
+            "grpc": tls(st.grpc_tls.as_deref()),
+            "metrics": tls(st.metrics_tls.as_deref()),
+        },
     })
 }
 

@@ -126,6 +126,21 @@ pub struct Args {
     /// PEM file of the roots the HTTP clients' certificates chain to (mutual TLS).
     #[arg(long, value_name = "FILE", overrides_with = "http_root_cert")]
     pub http_root_cert: Option<String>,
+    /// TLS on the metrics port (the HTTP flags' counterpart, for scrapers that speak HTTPS).
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool, overrides_with = "metrics_use_ssl")]
+    pub metrics_use_ssl: Option<bool>,
+    /// Mutual TLS on the metrics port: scrapers present a certificate; giving it turns TLS on.
+    #[arg(long, value_name = "BOOL", value_parser = triton_bool, overrides_with = "metrics_use_ssl_mutual")]
+    pub metrics_use_ssl_mutual: Option<bool>,
+    /// PEM file of the metrics port's certificate.
+    #[arg(long, value_name = "FILE", overrides_with = "metrics_server_cert")]
+    pub metrics_server_cert: Option<String>,
+    /// PEM file of the metrics port's private key.
+    #[arg(long, value_name = "FILE", overrides_with = "metrics_server_key")]
+    pub metrics_server_key: Option<String>,
+    /// PEM file of the roots the scrapers' certificates chain to (mutual TLS).
+    #[arg(long, value_name = "FILE", overrides_with = "metrics_root_cert")]
+    pub metrics_root_cert: Option<String>,
     /// Whether clients may load and unload models: none (the default, as Triton's), explicit or
     /// poll (Triton's `--model-control-mode`; none and poll refuse load and unload).
     #[arg(long, value_name = "MODE")]
@@ -305,6 +320,15 @@ impl Args {
                 &self.http_server_cert,
                 &self.http_server_key,
                 &self.http_root_cert,
+            ],
+        );
+        apply_tls(
+            &mut s.metrics_tls,
+            [self.metrics_use_ssl, self.metrics_use_ssl_mutual],
+            [
+                &self.metrics_server_cert,
+                &self.metrics_server_key,
+                &self.metrics_root_cert,
             ],
         );
         if let Some(v) = self.model_control_mode {

@@ -74,6 +74,8 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         .map_err(|e| anyhow::anyhow!("HTTP port TLS: {e}"))?;
     let grpc_tls = port_tls(&config.server.grpc_tls, &["h2"])
         .map_err(|e| anyhow::anyhow!("gRPC port TLS: {e}"))?;
+    let metrics_tls = port_tls(&config.server.metrics_tls, &["http/1.1"])
+        .map_err(|e| anyhow::anyhow!("metrics port TLS: {e}"))?;
     let tracing = config
         .server
         .trace()
@@ -103,6 +105,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         state.allow_remote_shm = config.server.allow_remote_shm;
         state.http_tls = http_tls;
         state.grpc_tls = grpc_tls;
+        state.metrics_tls = metrics_tls;
         state.admin = crate::admin_access::AdminRules::new(
             &config.server.status_token_sha256,
             config.server.max_drain_seconds,
@@ -273,7 +276,10 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     }));
     // Renewed certificates are picked up while serving.
     let every = Duration::from_secs(config.server.tls_reload_seconds);
-    for tls in [&state.http_tls, &state.grpc_tls].into_iter().flatten() {
+    for tls in [&state.http_tls, &state.grpc_tls, &state.metrics_tls]
+        .into_iter()
+        .flatten()
+    {
         background.push(tokio::spawn(tls.clone().watch(every)));
     }
     if let Some(tls) = state.peers.as_ref().and_then(|p| p.tls()) {
@@ -289,14 +295,20 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         })));
     }
 
-    for (listener, port, router) in [
-        (admin, "admin", crate::admin::router(state.clone())),
-        (metrics, "metrics", crate::metrics::router(state.clone())),
+    // The admin port stays plain: the kubelet's probes cannot present a certificate.
+    for (listener, port, router, tls) in [
+        (admin, "admin", crate::admin::router(state.clone()), None),
+        (
+            metrics,
+            "metrics",
+            crate::metrics::router(state.clone()),
+            state.metrics_tls.clone(),
+        ),
     ] {
         let stop = signal(rx.clone());
         let limits = state.limits.clone();
         tasks.push(tokio::spawn(async move {
-            crate::http::serve::serve_http1(listener, port, router, &limits, stop).await;
+            crate::http::serve::serve_http1(listener, port, router, &limits, tls, stop).await;
         }));
     }
     drop(rx);

@@ -51,6 +51,7 @@ pub struct AppState {
     pub allow_remote_shm: bool,
     /// TLS of the HTTP and gRPC ports, where they speak it.
     pub http_tls: Option<Arc<crate::tls::Tls>>,
+    pub metrics_tls: Option<Arc<crate::tls::Tls>>,
     pub grpc_tls: Option<Arc<crate::tls::Tls>>,
     /// The model container this sidecar fronts, when the backend is `upstream`.
     pub upstream: Option<UpstreamHandle>,
@@ -254,6 +255,7 @@ impl AppState {
             shm_refused: crate::shm::Registry::refusing(REMOTE_SHM),
             allow_remote_shm: false,
             http_tls: None,
+            metrics_tls: None,
             grpc_tls: None,
             upstream: None,
             model_control: ModelControlMode::None,

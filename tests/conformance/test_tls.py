@@ -163,7 +163,8 @@ def test_grpc_over_tls_with_tritonclient(pki, tmp_path):
                                  str(pki["server"].cert)], capture_output=True, text=True)
         not_after = ssl.cert_time_to_seconds(expiry.stdout.strip().split("=", 1)[1])
         assert tls == {"http": {"enabled": False},
-                       "grpc": {"enabled": True, "mutual": False, "not_after": not_after}}, tls
+                       "grpc": {"enabled": True, "mutual": False, "not_after": not_after},
+                       "metrics": {"enabled": False}}, tls
         # A plaintext client gets nothing.
         plain = grpcclient.InferenceServerClient(f"localhost:{port}")
         with pytest.raises(InferenceServerException):
@@ -220,6 +221,52 @@ def test_http_over_tls_and_mutual_tls_with_tritonclient(pki, tmp_path):
                             "localhost", sidecar.http, context=tls_client(pki, who), timeout=5)
                         conn.request("GET", "/v2/health/live")
                         conn.getresponse()
+        finally:
+            sidecar.stop()
+
+
+def metrics_flags(pki, mutual=False):
+    return [f"--metrics-use-ssl{'-mutual' if mutual else ''}=1",
+            f"--metrics-server-cert={pki['server'].cert}",
+            f"--metrics-server-key={pki['server'].key}",
+            f"--metrics-root-cert={pki['ca'].cert}"]
+
+
+def scrape(port, context):
+    conn = http.client.HTTPSConnection("localhost", port, context=context, timeout=5)
+    conn.request("GET", "/metrics")
+    answer = conn.getresponse()
+    return answer.status, answer.read().decode()
+
+
+def test_metrics_port_over_tls_and_mutual_tls_while_the_admin_port_stays_plain(pki, tmp_path):
+    """`--metrics-use-ssl` serves the scrape over TLS (ALPN http/1.1); with `-mutual` a scraper
+    without a certificate of the roots is refused. The admin port, the kubelet's probes' port,
+    stays plain, and `/status` reports the metrics port's TLS."""
+    for mutual in (False, True):
+        sidecar = HttpsSidecar(tmp_path, http_flags(pki) + metrics_flags(pki, mutual), pki)
+        try:
+            status, text = scrape(sidecar.metrics, tls_client(pki, pki["client"]))
+            assert status == 200 and "nv_inference_request_success" in text, text[:500]
+            _, protocol = handshake(sidecar.metrics, tls_client(pki, pki["client"],
+                                                                alpn=["h2", "http/1.1"]))
+            assert protocol == "http/1.1"
+            # Plaintext to the TLS metrics port: no answer but a closed connection.
+            with pytest.raises((OSError, http.client.HTTPException)):
+                conn = http.client.HTTPConnection("127.0.0.1", sidecar.metrics, timeout=5)
+                conn.request("GET", "/metrics")
+                conn.getresponse()
+            if mutual:
+                for who in (None, pki["stranger"]):
+                    with pytest.raises((ssl.SSLError, OSError, http.client.HTTPException)):
+                        scrape(sidecar.metrics, tls_client(pki, who))
+            # The probes' port is plain HTTP, and reports the metrics port's TLS on loopback.
+            admin = f"127.0.0.1:{sidecar.admin}"
+            assert raw_request(admin, "GET", "/livez").status == 200
+            answer = raw_request(admin, "GET", "/status")
+            assert answer.status == 200, answer.body
+            reported = answer.json()["tls"]["metrics"]
+            assert reported["enabled"] is True and reported["mutual"] is mutual, reported
         finally:
             sidecar.stop()
 

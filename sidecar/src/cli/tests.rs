@@ -157,6 +157,16 @@ fn tls_flags_read_as_tritons_the_last_one_counting() {
     let config = applied(&["--http-use-ssl=0", "--http-use-ssl-mutual=off"]);
     assert!(config.server.http_tls.use_ssl && !config.server.http_tls.use_ssl_mutual);
     assert!(!config.server.grpc_tls.enabled());
+    // The metrics port's flags set its own settings, and nothing else.
+    let config = applied(&[
+        "--metrics-use-ssl=1",
+        "--metrics-server-cert=m.crt",
+        "--metrics-server-key=m.key",
+    ]);
+    let tls = &config.server.metrics_tls;
+    assert!(tls.use_ssl && !tls.use_ssl_mutual);
+    assert_eq!(tls.server_cert.as_deref(), Some("m.crt"));
+    assert!(!config.server.http_tls.enabled() && !config.server.grpc_tls.enabled());
     let refused = Args::try_parse_from(["infergate-sidecar", "--grpc-use-ssl=maybe"]);
     assert!(refused.is_err());
 }

@@ -77,12 +77,14 @@ pub async fn serve(
 }
 
 /// Serves a port of GET endpoints (metrics, admin) over HTTP/1.1, under the same header deadline
-/// as the client port and `limits.max_admin_connections`, until `stop` completes.
+/// as the client port and `limits.max_admin_connections`, over TLS where `tls` is given (ALPN
+/// `http/1.1`; the handshake under the same deadline), until `stop` completes.
 pub async fn serve_http1(
     listener: TcpListener,
     port: &'static str,
     router: Router,
     limits: &Limits,
+    tls: Option<Arc<Tls>>,
     stop: impl Future<Output = ()>,
 ) {
     let mut builder = http1::Builder::new();
@@ -96,7 +98,7 @@ pub async fn serve_http1(
             max_age: None,
             age_grace: None,
         },
-        tls: None,
+        tls,
         handshake_timeout: limits.http_header_timeout(),
     };
     let serve = move |io: Io, _| {
