@@ -172,7 +172,7 @@ class Mismatch(Exception):
     pass
 
 
-def worker_main(idx: int, addrs: dict, prefix: str, churn: bool, stop, out_q, seed: int):
+def worker_main(idx: int, addrs: dict, prefix: str, churn: bool, stop, out_q, seed: int, started):
     """One worker process. Reports {'idx', 'counts', 'errors', 'latency'} on out_q."""
     import numpy as np
     import tritonclient.grpc as grpcclient
@@ -388,6 +388,9 @@ def worker_main(idx: int, addrs: dict, prefix: str, churn: bool, stop, out_q, se
 
     kinds = list(OPS) + (["shm_churn"] if churn else [])
     weights = list(OPS.values()) + ([CHURN_WEIGHT] if churn else [])
+    # Set up (imports, clients): the warm-up counts from when every worker is here.
+    with started.get_lock():
+        started.value += 1
     try:
         while not stop.is_set():
             kind = rng.choices(kinds, weights)[0]
@@ -478,14 +481,22 @@ def main() -> int:
     ctx = mp.get_context("fork")
     stop = ctx.Event()
     out_q = ctx.Queue()
+    started = ctx.Value("i", 0)
     workers = []
     for i in range(args.workers):
         churn = args.churn_every > 0 and i % args.churn_every == args.churn_every - 1
-        p = ctx.Process(target=worker_entry, args=(i, addrs, prefix, churn, stop, out_q, seed * 1000 + i),
+        p = ctx.Process(target=worker_entry, args=(i, addrs, prefix, churn, stop, out_q, seed * 1000 + i, started),
                         daemon=True, name=f"soak-w{i}")
         p.start()
         workers.append(p)
 
+    # Importing tritonclient in 16 processes takes seconds on a busy machine: a warm-up timed from
+    # the processes' start could end before the load is all there, and the load's own connections
+    # and regions would then read as growth.
+    setup_deadline = time.monotonic() + 120
+    while (started.value < len(workers) and time.monotonic() < setup_deadline
+           and any(p.is_alive() for p in workers)):
+        time.sleep(0.1)
     phase["name"] = "warmup"
     t_load = time.monotonic()
     warm_end_t = t_load + args.seconds * args.warmup_fraction
