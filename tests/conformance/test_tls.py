@@ -55,16 +55,38 @@ def pki(tmp_path_factory):
     }
 
 
+def port_flags(port, pki, mutual=False):
+    """One port's TLS flags (`grpc`, `http`, `metrics`: the same set under each prefix)."""
+    return [f"--{port}-use-ssl{'-mutual' if mutual else ''}=1",
+            f"--{port}-server-cert={pki['server'].cert}",
+            f"--{port}-server-key={pki['server'].key}",
+            f"--{port}-root-cert={pki['ca'].cert}"]
+
+
 def grpc_flags(pki, mutual=False):
-    return [f"--grpc-use-ssl{'-mutual' if mutual else ''}=1",
-            f"--grpc-server-cert={pki['server'].cert}", f"--grpc-server-key={pki['server'].key}",
-            f"--grpc-root-cert={pki['ca'].cert}"]
+    return port_flags("grpc", pki, mutual)
 
 
 def http_flags(pki, mutual=False):
-    return [f"--http-use-ssl{'-mutual' if mutual else ''}=1",
-            f"--http-server-cert={pki['server'].cert}", f"--http-server-key={pki['server'].key}",
-            f"--http-root-cert={pki['ca'].cert}"]
+    return port_flags("http", pki, mutual)
+
+
+def assert_plaintext_refused(port, path):
+    """Plaintext HTTP to a TLS port: no answer but a closed connection."""
+    with pytest.raises((OSError, http.client.HTTPException)):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", path)
+        conn.getresponse()
+
+
+def assert_refused_without_a_certificate_of_the_roots(pki, port, path):
+    """Mutual TLS: no client certificate, or one of another CA, gets no answer."""
+    for who in (None, pki["stranger"]):
+        with pytest.raises((ssl.SSLError, OSError, http.client.HTTPException)):
+            conn = http.client.HTTPSConnection("localhost", port,
+                                               context=tls_client(pki, who), timeout=5)
+            conn.request("GET", path)
+            conn.getresponse()
 
 
 def simple_grpc(client):
@@ -209,27 +231,12 @@ def test_http_over_tls_and_mutual_tls_with_tritonclient(pki, tmp_path):
             _, protocol = handshake(sidecar.http, tls_client(pki, pki["client"],
                                                              alpn=["h2", "http/1.1"]))
             assert protocol == "h2"
-            # Plaintext HTTP to the TLS port: no answer but a closed connection.
-            with pytest.raises((OSError, http.client.HTTPException)):
-                conn = http.client.HTTPConnection("127.0.0.1", sidecar.http, timeout=5)
-                conn.request("GET", "/v2/health/live")
-                conn.getresponse()
+            assert_plaintext_refused(sidecar.http, "/v2/health/live")
             if mutual:
-                for who in (None, pki["stranger"]):
-                    with pytest.raises((ssl.SSLError, OSError, http.client.HTTPException)):
-                        conn = http.client.HTTPSConnection(
-                            "localhost", sidecar.http, context=tls_client(pki, who), timeout=5)
-                        conn.request("GET", "/v2/health/live")
-                        conn.getresponse()
+                assert_refused_without_a_certificate_of_the_roots(pki, sidecar.http,
+                                                                  "/v2/health/live")
         finally:
             sidecar.stop()
-
-
-def metrics_flags(pki, mutual=False):
-    return [f"--metrics-use-ssl{'-mutual' if mutual else ''}=1",
-            f"--metrics-server-cert={pki['server'].cert}",
-            f"--metrics-server-key={pki['server'].key}",
-            f"--metrics-root-cert={pki['ca'].cert}"]
 
 
 def scrape(port, context):
@@ -244,22 +251,17 @@ def test_metrics_port_over_tls_and_mutual_tls_while_the_admin_port_stays_plain(p
     without a certificate of the roots is refused. The admin port, the kubelet's probes' port,
     stays plain, and `/status` reports the metrics port's TLS."""
     for mutual in (False, True):
-        sidecar = HttpsSidecar(tmp_path, http_flags(pki) + metrics_flags(pki, mutual), pki)
+        sidecar = HttpsSidecar(tmp_path, http_flags(pki) + port_flags("metrics", pki, mutual), pki)
         try:
             status, text = scrape(sidecar.metrics, tls_client(pki, pki["client"]))
             assert status == 200 and "nv_inference_request_success" in text, text[:500]
             _, protocol = handshake(sidecar.metrics, tls_client(pki, pki["client"],
                                                                 alpn=["h2", "http/1.1"]))
             assert protocol == "http/1.1"
-            # Plaintext to the TLS metrics port: no answer but a closed connection.
-            with pytest.raises((OSError, http.client.HTTPException)):
-                conn = http.client.HTTPConnection("127.0.0.1", sidecar.metrics, timeout=5)
-                conn.request("GET", "/metrics")
-                conn.getresponse()
+            assert_plaintext_refused(sidecar.metrics, "/metrics")
             if mutual:
-                for who in (None, pki["stranger"]):
-                    with pytest.raises((ssl.SSLError, OSError, http.client.HTTPException)):
-                        scrape(sidecar.metrics, tls_client(pki, who))
+                assert_refused_without_a_certificate_of_the_roots(pki, sidecar.metrics,
+                                                                  "/metrics")
             # The probes' port is plain HTTP, and reports the metrics port's TLS on loopback.
             admin = f"127.0.0.1:{sidecar.admin}"
             assert raw_request(admin, "GET", "/livez").status == 200
