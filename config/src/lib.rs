@@ -10,7 +10,7 @@ pub mod yaml;
 use serde::{Deserialize, Serialize};
 
 pub use restricted::{KeySource, RestrictedCategory, RestrictedOption, Restriction, Restrictions};
-pub use trace::{TraceConfig, TraceLevel, TraceMode};
+pub use trace::{OtlpTlsSettings, TraceConfig, TraceLevel, TraceMode};
 pub use validate::ConfigError;
 
 /// Default HTTP request body limit, after decompression: 64 MiB, Triton's `--http-max-input-size`.

@@ -3,7 +3,11 @@
 //! TIMESTAMPS, TENSORS), `rate`, `count` and `mode` (`triton` or `opentelemetry`); the
 //! `opentelemetry` ones are `url`, `resource` (`key=value`, repeatable) and the batch span
 //! processor's `bsp_max_queue_size`, `bsp_schedule_delay` (ms) and `bsp_max_export_batch_size`;
-//! the `triton` ones are `file` and `log-frequency`.
+//! the `triton` ones are `file` and `log-frequency`. Beyond Triton's, the `opentelemetry` ones
+//! include the TLS towards the collector: `certificate` (the roots its certificate must chain
+//! to), `client_certificate` and `client_key` (for a collector that asks for one), named after
+//! the OpenTelemetry variables `OTEL_EXPORTER_OTLP_CERTIFICATE`, `..._CLIENT_CERTIFICATE` and
+//! `..._CLIENT_KEY`, which the sidecar reads when the settings are not given.
 //!
 //! In mode `triton` traces are written to the `file` as Triton writes them; without a file no
 //! level can be on, as in Triton. In mode `opentelemetry` spans are exported over OTLP/HTTP.
@@ -99,6 +103,19 @@ pub struct TraceConfig {
     pub bsp_max_queue_size: u32,
     pub bsp_schedule_delay_ms: u32,
     pub bsp_max_export_batch_size: u32,
+    /// The TLS files towards an `https://` collector, where given here (the sidecar falls back
+    /// on the OpenTelemetry variables for each one not given).
+    pub tls: OtlpTlsSettings,
+}
+
+/// Paths of the PEM files for TLS towards the OTLP collector.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OtlpTlsSettings {
+    /// The roots the collector's certificate must chain to; none: the system's.
+    pub certificate: Option<String>,
+    /// The certificate to present where the collector asks for one (mutual TLS).
+    pub client_certificate: Option<String>,
+    pub client_key: Option<String>,
 }
 
 impl Default for TraceConfig {
@@ -116,6 +133,7 @@ impl Default for TraceConfig {
             bsp_max_queue_size: 2048,
             bsp_schedule_delay_ms: 5000,
             bsp_max_export_batch_size: 512,
+            tls: OtlpTlsSettings::default(),
         }
     }
 }
@@ -199,6 +217,20 @@ impl TraceConfig {
                 (Some("opentelemetry"), "bsp_max_export_batch_size") => {
                     config.bsp_max_export_batch_size = positive(value).map_err(|e| invalid(&e))?;
                 }
+                (
+                    Some("opentelemetry"),
+                    file @ ("certificate" | "client_certificate" | "client_key"),
+                ) => {
+                    if value.is_empty() {
+                        return Err(invalid("the file needs a path"));
+                    }
+                    let slot = match file {
+                        "certificate" => &mut config.tls.certificate,
+                        "client_certificate" => &mut config.tls.client_certificate,
+                        _ => &mut config.tls.client_key,
+                    };
+                    *slot = Some(value.to_string());
+                }
                 (Some(scope @ ("triton" | "opentelemetry")), _) => {
                     return Err(invalid(&format!("unknown {scope} setting '{name}'")));
                 }
@@ -224,6 +256,12 @@ impl TraceConfig {
         if config.file.as_deref() == Some("") {
             return Err("'triton,file=': the trace file needs a path".to_string());
         }
+        if config.tls != OtlpTlsSettings::default() && !config.is_https() {
+            return Err(format!(
+                "TLS files are given for the trace collector, but its url '{}' is not https://",
+                config.url
+            ));
+        }
         if config.bsp_max_export_batch_size > config.bsp_max_queue_size {
             return Err(format!(
                 "bsp_max_export_batch_size ({}) must not exceed bsp_max_queue_size ({})",
@@ -231,6 +269,13 @@ impl TraceConfig {
             ));
         }
         Ok(config)
+    }
+
+    /// Whether the collector is reached over TLS.
+    pub fn is_https(&self) -> bool {
+        self.url
+            .get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
     }
 
     /// The endpoint with its scheme: Triton takes `host:port/path`.

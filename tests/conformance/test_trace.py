@@ -1,7 +1,7 @@
 """The trace extension: the settings API (REST `/v2/trace/setting`, `/v2/models/{m}/trace/setting`,
 gRPC `TraceSetting`) with Triton's answers, OpenTelemetry spans of sampled requests exported
 over OTLP/HTTP to a real receiver (tests/tools/otlp_receiver.py, built from the
-opentelemetry-proto definitions), and Triton's own trace files.
+opentelemetry-proto definitions; over mutual TLS too), and Triton's own trace files.
 
 The first part runs against the suite's server in its default mode (Triton's `triton` mode with
 no trace file, where a trace level cannot be turned on), and holds for Triton 2.51 too. The others
@@ -12,6 +12,7 @@ module L0_trace).
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+import certs
 import conftest
 from support import own_sidecars
 
@@ -407,11 +409,71 @@ def test_turning_tracing_off_stops_the_spans(traced, receiver):
 
 
 @own_sidecars
+def test_spans_reach_a_collector_over_mutual_tls_and_only_one_that_proves_itself(tmp_path):
+    """An `https://` collector that asks for a client certificate: spans arrive when the
+    sidecar trusts the collector's CA and presents its own certificate, given by the trace
+    settings or by the OpenTelemetry variables. Without its certificate the collector refuses
+    the handshake; a collector whose certificate another CA signed is refused by the sidecar.
+    Either way no span is delivered, the log says so once, and inference is unaffected."""
+    authority = certs.ca(tmp_path / "ca")
+    collector = certs.signed(tmp_path / "ca", "collector", authority, server=True)
+    exporter = certs.signed(tmp_path / "ca", "exporter", authority, server=False)
+    other = certs.ca(tmp_path / "other", "other")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(authority.cert))
+    context.verify_mode = ssl.CERT_REQUIRED
+    context.load_cert_chain(collector.cert, collector.key)
+    receiver = otlp_receiver.Receiver(0, tls=context)
+    url = f"opentelemetry,url=https://localhost:{receiver.http_port}/v1/traces"
+
+    def spans_sent(name, tls_settings, env=None, expect=True):
+        trace_id = os.urandom(16).hex()
+        (tmp_path / name).mkdir()
+        with pytest.MonkeyPatch.context() as patch:  # the variables reach this sidecar only
+            for variable, value in (env or {}).items():
+                patch.setenv(variable, value)
+            server = conftest._start_sidecar(tmp_path / name, extra_args=[
+                "--trace-config", "mode=opentelemetry", "--trace-config", "level=TIMESTAMPS",
+                "--trace-config", "rate=1", "--trace-config", url,
+                "--trace-config", "opentelemetry,bsp_schedule_delay=100",
+                *[a for setting in tls_settings for a in ("--trace-config", setting)]])
+        try:
+            client = httpclient.InferenceServerClient(server.http)
+            answer = client.infer("simple", simple_inputs(httpclient),
+                                  headers={"traceparent": f"00-{trace_id}-{PARENT_ID}-01"})
+            assert (answer.as_numpy("OUTPUT0") == 2).all()
+            if expect:
+                return len(trace_of(receiver, trace_id, 3))
+            time.sleep(3)  # thirty export rounds
+            # The failure is in the log, once.
+            failed = [line for line in server.log_lines if "could not be sent to the collector" in line]
+            assert len(failed) == 1, server.log_tail()
+            return len([s for s in receiver.spans() if s["trace_id"] == trace_id])
+        finally:
+            conftest._stop(server.process)
+
+    try:
+        mutual = [f"opentelemetry,certificate={authority.cert}",
+                  f"opentelemetry,client_certificate={exporter.cert}",
+                  f"opentelemetry,client_key={exporter.key}"]
+        assert spans_sent("settings", mutual) == 3
+        assert spans_sent("variables", [], env={
+            "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": str(authority.cert),
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": str(exporter.cert),
+            "OTEL_EXPORTER_OTLP_CLIENT_KEY": str(exporter.key)}) == 3
+        assert spans_sent("no-client-cert", mutual[:1], expect=False) == 0
+        assert spans_sent("other-ca", [f"opentelemetry,certificate={other.cert}"] + mutual[1:],
+                          expect=False) == 0
+    finally:
+        receiver.close()
+
+
+@own_sidecars
 @pytest.mark.parametrize("setting, words", [
     ("level=TIMESTAMPS", "a trace level needs a trace file (--trace-config triton,file=<path>)"),
     ("triton,file=", "the trace file needs a path"),
     ("rate=0", "must be a whole number above 0"),
     ("opentelemetry,colour=red", "unknown opentelemetry setting 'colour'"),
+    ("opentelemetry,certificate=/ca.crt", "but its url 'localhost:4318/v1/traces' is not https://"),
 ])
 def test_settings_it_cannot_honour_stop_it_at_start(setting, words):
     binary = os.environ.get("INFERGATE_SIDECAR_BIN", str(conftest.DEFAULT_SIDECAR_BIN))

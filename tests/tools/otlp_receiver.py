@@ -16,6 +16,7 @@ import base64
 import gzip
 import json
 import signal
+import ssl
 import threading
 import time
 from concurrent import futures
@@ -135,7 +136,10 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest) -> list[dict]:
 class Receiver:
     """Listens on HTTP (and gRPC when a port is given); `spans()` is what arrived so far."""
 
-    def __init__(self, http_port: int = 0, grpc_port: int | None = None, host: str = "127.0.0.1"):
+    def __init__(self, http_port: int = 0, grpc_port: int | None = None, host: str = "127.0.0.1",
+                 tls: "ssl.SSLContext | None" = None):
+        """With `tls`, the HTTP side serves HTTPS with that server context (mutual when it
+        verifies clients); a refused handshake delivers nothing."""
         self._lock = threading.Condition()
         self._spans: list[dict] = []
         self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
@@ -172,6 +176,11 @@ class Receiver:
                 pass
 
         self._http = ThreadingHTTPServer((host, http_port), Handler)
+        if tls is not None:
+            # The handshake runs on the handler's thread, at its first read, so a client that
+            # fails it only ends its own connection.
+            self._http.socket = tls.wrap_socket(self._http.socket, server_side=True,
+                                                do_handshake_on_connect=False)
         self.http_port = self._http.server_address[1]
         threading.Thread(target=self._http.serve_forever, daemon=True).start()
 

@@ -99,6 +99,11 @@ fn refuses_what_it_cannot_do_or_read() {
         (&["verbose=1"][..], "unknown trace setting"),
         (&["level"][..], "expected [<mode>,]<name>=<value>"),
         (&["opentelemetry,resource=novalue"][..], "<key>=<value>"),
+        (&["opentelemetry,client_key="][..], "needs a path"),
+        (
+            &["opentelemetry,certificate=/ca.crt"][..],
+            "url 'localhost:4318/v1/traces' is not https://",
+        ),
         (
             &[
                 "opentelemetry,bsp_max_queue_size=4",
@@ -110,6 +115,28 @@ fn refuses_what_it_cannot_do_or_read() {
         let error = parse(settings).unwrap_err();
         assert!(error.contains(words), "{settings:?}: {error}");
     }
+}
+
+#[test]
+fn reads_the_tls_files_towards_the_collector() {
+    let config = parse(&[
+        "mode=opentelemetry",
+        "opentelemetry,url=https://collector:4318/v1/traces",
+        "opentelemetry,certificate=/tls/ca.crt",
+        "opentelemetry,client_certificate=/tls/tls.crt",
+        "opentelemetry,client_key=/tls/tls.key",
+    ])
+    .unwrap();
+    assert_eq!(
+        config.tls,
+        super::OtlpTlsSettings {
+            certificate: Some("/tls/ca.crt".into()),
+            client_certificate: Some("/tls/tls.crt".into()),
+            client_key: Some("/tls/tls.key".into()),
+        }
+    );
+    assert_eq!(config.endpoint(), "https://collector:4318/v1/traces");
+    assert_eq!(parse(&[]).unwrap().tls, super::OtlpTlsSettings::default());
 }
 
 #[test]

@@ -92,18 +92,29 @@ impl ClientTls {
 }
 
 fn build(files: &ClientTlsFiles) -> Result<ClientConfig, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for cert in read_certs(&files.root)? {
         roots
             .add(cert)
             .map_err(|e| format!("{}: {e}", files.root.display()))?;
     }
+    client_config(roots, files.identity.as_ref(), b"h2")
+}
+
+/// A client configuration (the ring provider, safe default versions) that trusts `roots`,
+/// presents `identity` (certificate and key files) where a server asks for one, and offers
+/// `alpn`.
+pub(super) fn client_config(
+    roots: rustls::RootCertStore,
+    identity: Option<&(PathBuf, PathBuf)>,
+    alpn: &[u8],
+) -> Result<ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots);
-    let mut config = match &files.identity {
+    let mut config = match identity {
         Some((cert, key)) => {
             let certs = read_certs(cert)?;
             let key =
@@ -114,7 +125,7 @@ fn build(files: &ClientTlsFiles) -> Result<ClientConfig, String> {
         }
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"h2".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(config)
 }
 

@@ -21,10 +21,12 @@ use tokio_rustls::TlsAcceptor;
 
 mod client;
 mod client_auth;
+mod collector;
 mod x509;
 
 pub use client::{ClientTls, ClientTlsFiles};
 use client_auth::ClientCertificates;
+pub use collector::{CollectorTls, CollectorTlsFiles, trusting_nothing};
 
 /// What a port's TLS is made of.
 #[derive(Clone, Debug, PartialEq, Eq)]

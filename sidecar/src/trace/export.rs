@@ -1,13 +1,14 @@
 //! Where spans go: the OpenTelemetry SDK's batch processor, which queues finished spans and
 //! sends them over OTLP/HTTP (protobuf) from a thread of its own, so a request only pays for
-//! handing its spans over; a full queue drops spans rather than slowing requests.
+//! handing its spans over; a full queue drops spans rather than slowing requests. An
+//! `https://` collector is reached over TLS ([`super::otlp_client`]).
 
 use std::time::Duration;
 
 use infergate_config::TraceConfig;
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider,
@@ -27,8 +28,10 @@ pub struct Exporter {
 
 impl Exporter {
     pub fn new(config: &TraceConfig) -> Result<Exporter, String> {
+        let client = super::otlp_client::OtlpHttpClient::new(config, EXPORT_TIMEOUT)?;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            .with_http_client(client)
             .with_protocol(Protocol::HttpBinary)
             .with_endpoint(config.endpoint())
             .with_timeout(EXPORT_TIMEOUT)

@@ -22,6 +22,7 @@
 
 mod export;
 mod file;
+mod otlp_client;
 mod record;
 pub mod settings;
 pub mod span;
