@@ -14,7 +14,7 @@ seconds="${1:-${FUZZ_SECONDS:-30}}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(http_infer generate grpc_infer json_tensor bytes_tensor shm_params operator_children)
+  targets=(http_infer generate grpc_infer json_tensor bytes_tensor shm_params operator_children tls_handshake)
 fi
 
 log() { printf '[fuzz] %s\n' "$*" >&2; }

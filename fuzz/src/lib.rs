@@ -10,3 +10,4 @@ pub mod http_infer;
 pub mod json_tensor;
 pub mod operator_children;
 pub mod shm_params;
+pub mod tls_handshake;

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use arbitrary::{Arbitrary, Unstructured};
 use infergate_fuzz::{
     bytes_tensor, generate, grpc_infer, http_infer, json_tensor, operator_children, shm_params,
+    tls_handshake,
 };
 
 /// The request-level targets share one paused-clock runtime and one sidecar state
@@ -81,6 +82,11 @@ fn json_tensor_inputs_replay() {
 #[test]
 fn bytes_tensor_inputs_replay() {
     replay("bytes_tensor", bytes_tensor::run);
+}
+
+#[test]
+fn tls_handshake_inputs_replay() {
+    replay("tls_handshake", tls_handshake::run);
 }
 
 #[test]
