@@ -36,6 +36,7 @@ import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -43,6 +44,8 @@ import urllib.request
 from pathlib import Path
 
 HTTP, GRPC, METRICS, NGINX = 8000, 8001, 8002, 8004
+# L0_https's clients name `localhost` with `--ssl`: HTTPS on its default port.
+HTTPS = 443
 # Where a Triton behind the sidecar listens (steps whose models only Triton can run).
 UPSTREAM_HTTP, UPSTREAM_GRPC, UPSTREAM_METRICS = 8100, 8101, 8102
 SELF = Path(__file__).resolve()
@@ -140,10 +143,14 @@ def wait_ports_free(ports, timeout=60) -> None:
     raise RuntimeError(f"ports {ports} still busy")
 
 
-def http(method: str, path: str, body: bytes | None = None, port: int = HTTP):
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body, method=method)
+def http(method: str, path: str, body: bytes | None = None, port: int = HTTP,
+         tls: ssl.SSLContext | None = None):
+    """One request on 127.0.0.1; with `tls`, over HTTPS with that context (only readiness is
+    asked that way)."""
+    scheme = "https" if tls else "http"
+    req = urllib.request.Request(f"{scheme}://127.0.0.1:{port}{path}", data=body, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30, context=tls) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -165,7 +172,7 @@ class Server:
 
     def __init__(self, target, out: Path, models, mode="none", env=None,
                  triton_args=(), triton_override=None, sidecar_setup=None, both_args=(),
-                 upstream=False, sidecar_config=None):
+                 upstream=False, sidecar_config=None, sidecar_https=(), https_client=None):
         self.target, self.out, self.models, self.mode = target, out, models, mode
         # The server under test's environment (not the Triton behind the sidecar's).
         self.env = env or {}
@@ -176,6 +183,12 @@ class Server:
         self.triton_args, self.triton_override = list(triton_args), triton_override or {}
         self.sidecar_setup = sidecar_setup
         self.upstream = upstream
+        # The sidecar's own HTTPS flags (L0_https): its HTTP port becomes HTTPS on 443, where
+        # Triton's test.sh puts nginx in front of Triton's plain HTTP.
+        self.sidecar_https = list(sidecar_https)
+        # Readiness over HTTPS: the certificate is not checked; under mutual TLS the client
+        # presents `https_client` (certificate, key).
+        self.https_client = https_client
         self.proc = None
         self.upstream_proc = None
 
@@ -190,12 +203,13 @@ class Server:
                                              f"upstream-triton-{n}", triton=True, env={})
             self._wait_ready(self.upstream_proc, UPSTREAM_HTTP, f"upstream-triton-{n}")
         if self.target == "sidecar":
+            http_port = HTTPS if self.sidecar_https else HTTP
             cmd = [os.environ["SIDECAR_BIN"], "--host", "127.0.0.1",
-                   "--http-port", str(HTTP), "--grpc-port", str(GRPC),
+                   "--http-port", str(http_port), "--grpc-port", str(GRPC),
                    "--metrics-port", str(METRICS), "--admin-port", "0",
                    "--model-control-mode", self.mode,
                    # Triton 2.51 has no such switch: client shared memory is always on there.
-                   "--allow-client-shm"] + self.both_args
+                   "--allow-client-shm"] + self.both_args + self.sidecar_https
             if self.upstream and self.sidecar_config:
                 cfg = self.out / f"sidecar-{n}.yaml"
                 cfg.write_text(self.sidecar_config)
@@ -211,7 +225,13 @@ class Server:
         else:
             self.proc = self._spawn(self._triton(n, (HTTP, GRPC, METRICS)), f"triton-{n}",
                                     triton=True)
-        self._wait_ready(self.proc, HTTP, self.target)
+        if self.target == "sidecar" and self.sidecar_https:
+            context = ssl._create_unverified_context()
+            if self.https_client:
+                context.load_cert_chain(*self.https_client)
+            self._wait_ready(self.proc, HTTPS, self.target, tls=context)
+        else:
+            self._wait_ready(self.proc, HTTP, self.target)
         if self.target == "sidecar" and self.sidecar_setup:
             self.sidecar_setup()
 
@@ -246,13 +266,13 @@ class Server:
                                 stderr=subprocess.STDOUT, env=env, cwd=self.out,
                                 start_new_session=True)
 
-    def _wait_ready(self, proc, port: int, name: str) -> None:
+    def _wait_ready(self, proc, port: int, name: str, tls: ssl.SSLContext | None = None) -> None:
         end = time.time() + 240
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited; see {self.log_path}")
             try:
-                if http("GET", "/v2/health/ready", port=port)[0] == 200:
+                if http("GET", "/v2/health/ready", port=port, tls=tls)[0] == 200:
                     return
             except OSError:
                 pass
@@ -1045,6 +1065,95 @@ def l0_secure_grpc(c: Ctx, rows):
     rows[row] += skipped("simple_grpc_infer_client (C++)", "the C++ examples are not built here")
 
 
+def nginx_https(out: Path, certs: Path):
+    """L0_https's nginx.conf: HTTPS on 443 with the server certificate, no client
+    verification, proxied over HTTP/1.1 to the server on 8000 (test.sh copies the file into
+    /etc/nginx; the same settings are written here with paths under `out`)."""
+    tmp = out / "nginx-tmp"
+    tmp.mkdir(exist_ok=True)
+    conf = out / "nginx-https.conf"
+    conf.write_text(f"""worker_processes 1;
+pid {out}/nginx.pid;
+error_log {out}/nginx-error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log {out}/nginx-access.log;
+  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
+  server {{
+    listen {HTTPS} ssl;
+    server_name localhost;
+    ssl_certificate {certs / 'server.crt'};
+    ssl_certificate_key {certs / 'server.key'};
+    location / {{ proxy_pass http://localhost:{HTTP}; proxy_http_version 1.1; }}
+  }}
+}}
+""")
+    wait_ports_free([HTTPS])
+    proc = subprocess.Popen(["nginx", "-c", str(conf), "-g", "daemon off;"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    for _ in range(50):
+        if not port_free(HTTPS):
+            break
+        time.sleep(0.1)
+    return proc
+
+
+def l0_https(c: Ctx, rows):
+    """L0_https's test.sh: its certificates (the commands of L0_secure_grpc's), the Python
+    example clients over HTTPS on localhost:443 with the client's key, certificate and the CA,
+    then without peer verification (`--insecure`), and its expected failures: a client without
+    TLS, and one with a corrupted key. Triton has no HTTPS of its own, so test.sh puts nginx in
+    front of it; the sidecar serves HTTPS itself on 443 (`--http-use-ssl=1`, the server
+    certificate and key), not mutual, as nginx there verifies no client. test.sh's C++ client
+    is not built here.
+
+    Beyond test.sh, on the sidecar only (`--http-use-ssl-mutual=1` with the CA as root, which
+    the nginx of test.sh does not do): the same clients with the client certificate pass, and
+    without one (`--insecure`) must fail."""
+    certs = c.out / "certs"
+    certs.mkdir()
+    secure_grpc_certs(certs)
+    clients = ["simple_http_infer_client.py", "simple_http_aio_infer_client.py"]
+    verified = ["-v", "-u", "localhost", "--ssl", "--key-file", str(certs / "client.key"),
+                "--cert-file", str(certs / "client.crt"), "--ca-certs", str(certs / "ca.crt")]
+    insecure = ["-v", "-u", "localhost", "--ssl", "--insecure"]
+    plain = ["-v", "-u", "localhost"]
+    wrong_key = ["-v", "-u", "localhost", "--ssl", "--key-file", str(certs / "client2.key"),
+                 "--cert-file", str(certs / "client.crt"), "--ca-certs", str(certs / "ca.crt")]
+
+    def must_fail(rc, text):
+        return rc != 0, f"rc={rc}: the client was served"
+
+    def cases(row, passing, failing):
+        for name in clients:
+            for args in passing:
+                rows[row] += c.script(name, args)
+        for name in clients:
+            for args in failing:
+                rows[row] += [(f"{label} (must fail)", st, msg)
+                              for label, st, msg in c.script(name, args, check=must_fail)]
+
+    row = "L0_https test.sh (Python clients)"
+    tls = [f"--http-server-cert={certs / 'server.crt'}",
+           f"--http-server-key={certs / 'server.key'}"]
+    with Server(c.target, c.out, ["simple"], sidecar_https=["--http-use-ssl=1"] + tls):
+        nx = nginx_https(c.out, certs) if c.target == "triton" else None
+        try:
+            cases(row, [verified, insecure], [plain, wrong_key])
+        finally:
+            if nx:
+                nx.terminate()
+                nx.wait()
+    rows[row] += skipped("simple_http_infer_client (C++)", "the C++ examples are not built here")
+    if c.target == "sidecar":
+        mutual = ["--http-use-ssl-mutual=1", f"--http-root-cert={certs / 'ca.crt'}"] + tls
+        row = "L0_https mutual TLS (sidecar only, beyond test.sh)"
+        client = (str(certs / "client.crt"), str(certs / "client.key"))
+        with Server(c.target, c.out, ["simple"], sidecar_https=mutual, https_client=client):
+            cases(row, [verified], [insecure])
+
+
 def l0_simple_nodejs_client(c: Ctx, rows):
     """client.js (grpc_generated/javascript: @grpc/grpc-js with the protos loaded at run time)."""
     js = lang_clients() / "javascript"
@@ -1214,6 +1323,7 @@ MODULES = {
     "L0_trace": l0_trace,
     "L0_logging": l0_logging,
     "L0_secure_grpc": l0_secure_grpc,
+    "L0_https": l0_https,
     "L0_simple_go_client": l0_simple_go_client,
     "L0_simple_nodejs_client": l0_simple_nodejs_client,
     "L0_client_java": l0_client_java,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run Triton's own QA test modules (L0_http, L0_shared_memory, L0_grpc, L0_client_timeout,
-# L0_decoupled, L0_trace, L0_logging, L0_secure_grpc: Python parts; L0_simple_go_client,
+# L0_decoupled, L0_trace, L0_logging, L0_secure_grpc, L0_https: Python parts; L0_simple_go_client,
 # L0_simple_nodejs_client, L0_client_java: Triton's example clients in other languages;
 # L0_batcher: the dynamic batcher's tests, python trial) against the sidecar with its built-in
 # models and against a real Triton 2.51 serving the same catalog
@@ -8,7 +8,7 @@
 # localhost:8000/8001 (the addresses the tests hard-code), and print the table that
 # docs/compatibility.md ("Triton's QA tests") shows. Not part of CI or run-all.sh: it takes
 # about 20 minutes on 2 CPUs (L0_batcher alone about as long again) and needs ports 8000-8004
-# free (and 8100-8102, where a Triton runs behind the sidecar: for L0_http's generate test,
+# free, and 443 for L0_https (and 8100-8102, where a Triton runs behind the sidecar: for L0_http's generate test,
 # whose mock_llm model is Triton's own, and for L0_batcher, whose models the sidecar batches
 # in front of a Triton without batchers; tests/triton-qa/batcher_models.py).
 #
