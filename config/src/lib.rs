@@ -2,6 +2,7 @@
 //! a ConfigMap) and the sidecar (which reads it at start). Every field has a default, so an empty
 //! file is a valid configuration that serves the built-in catalog.
 
+pub mod identity;
 pub mod restricted;
 pub mod trace;
 mod validate;
@@ -9,6 +10,7 @@ pub mod yaml;
 
 use serde::{Deserialize, Serialize};
 
+pub use identity::{IdentityAuthorization, IdentitySettings, TokenVerification};
 pub use restricted::{KeySource, RestrictedCategory, RestrictedOption, Restriction, Restrictions};
 pub use trace::{OtlpTlsSettings, TraceConfig, TraceLevel, TraceMode};
 pub use validate::ConfigError;
@@ -167,6 +169,10 @@ pub struct ServerSettings {
     /// sequences are routed across replicas.
     #[serde(default, skip_serializing_if = "PeerTlsSettings::is_off")]
     pub sequence_peers_tls: PeerTlsSettings,
+    /// APIs served only to callers with a Kubernetes identity (docs/sidecar.md, "Kubernetes
+    /// identities"). Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<IdentitySettings>,
 }
 
 /// TLS towards sequence peers: a peer gets a forwarded request only once it has proved a
@@ -217,17 +223,7 @@ impl ServerSettings {
 
     /// The parsed `pod_only_api`.
     pub fn pod_only_categories(&self) -> Result<Vec<RestrictedCategory>, String> {
-        let mut out = Vec::new();
-        for name in self.pod_only_api.iter().flat_map(|entry| entry.split(',')) {
-            let category = RestrictedCategory::ALL
-                .into_iter()
-                .find(|c| c.as_str() == name.trim())
-                .ok_or_else(|| format!("unknown api '{name}'"))?;
-            if !out.contains(&category) {
-                out.push(category);
-            }
-        }
-        Ok(out)
+        restricted::categories(&self.pod_only_api)
     }
 
     /// The parsed `trace_config`.
@@ -284,6 +280,7 @@ impl Default for ServerSettings {
             sequence_peers_service: None,
             sequence_peers_labels: None,
             sequence_peers_tls: PeerTlsSettings::default(),
+            identity: None,
         }
     }
 }

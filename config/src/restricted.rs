@@ -51,6 +51,22 @@ impl RestrictedCategory {
     }
 }
 
+/// Category names, in entries that may each be a comma-separated list (`logging,trace`), without
+/// repeats; an unknown name is an error.
+pub fn categories(entries: &[String]) -> Result<Vec<RestrictedCategory>, String> {
+    let mut out = Vec::new();
+    for name in entries.iter().flat_map(|entry| entry.split(',')) {
+        let category = RestrictedCategory::ALL
+            .into_iter()
+            .find(|c| c.as_str() == name.trim())
+            .ok_or_else(|| format!("unknown api '{name}'"))?;
+        if !out.contains(&category) {
+            out.push(category);
+        }
+    }
+    Ok(out)
+}
+
 /// The header (gRPC: metadata key) a restricted category wants, and where its value is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Restriction {

@@ -68,6 +68,29 @@ impl SidecarConfig {
         if let Err(e) = s.trace() {
             err("server.trace_config", e);
         }
+        if let Some(identity) = &s.identity {
+            if let Err(e) = identity.check() {
+                err("server.identity", e);
+            }
+            // One rule per API: a key, or an identity.
+            let keyed = [s.http_restrictions(), s.grpc_restrictions()];
+            for category in identity.categories().unwrap_or_default() {
+                if keyed
+                    .iter()
+                    .flatten()
+                    .any(|restrictions| restrictions.get(category).is_some())
+                {
+                    err(
+                        "server.identity.apis",
+                        format!(
+                            "'{}' has a restricted-API key as well: an API takes a key or an \
+                             identity, not both",
+                            category.as_str()
+                        ),
+                    );
+                }
+            }
+        }
         for (i, peer) in s.sequence_peers.iter().enumerate() {
             let port = peer.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
             if !matches!(port, Some(Ok(p)) if p > 0) {

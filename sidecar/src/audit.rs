@@ -37,6 +37,42 @@ pub fn control_call(
     let Some(credential) = guard.credential(category) else {
         return;
     };
+    control_call_with(
+        protocol,
+        category,
+        method,
+        path,
+        caller,
+        &credential,
+        allowed,
+    );
+}
+
+/// What an audit line says of a Kubernetes identity: the user it proved, or that it proved
+/// none (never the token).
+pub fn identity_credential(
+    checked: Result<&crate::identity::User, &crate::identity::Denied>,
+) -> String {
+    match checked {
+        Ok(user)
+        | Err(crate::identity::Denied {
+            user: Some(user), ..
+        }) => format!("kubernetes identity {}", user.name),
+        Err(_) => "kubernetes identity (none proven)".to_string(),
+    }
+}
+
+/// One control call, with what is said of its credential.
+#[allow(clippy::too_many_arguments)]
+pub fn control_call_with(
+    protocol: &str,
+    category: RestrictedCategory,
+    method: Option<&str>,
+    path: &str,
+    caller: Option<Caller>,
+    credential: &str,
+    allowed: bool,
+) {
     let call = match method {
         Some(method) => format!("{method} {path}"),
         None => path.to_string(),

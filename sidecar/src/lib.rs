@@ -76,6 +76,7 @@ pub mod grpc_message;
 pub mod health;
 pub mod host_metrics;
 pub mod http;
+pub mod identity;
 pub mod inflight;
 pub mod json;
 pub mod log;

@@ -69,6 +69,14 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         .and_then(|r| Guard::grpc(&r))
         .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?
         .pod_only(&pod_only, true);
+    let identity = config
+        .server
+        .identity
+        .as_ref()
+        .map(crate::identity::Authenticator::new)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("server.identity: {e}"))?
+        .map(Arc::new);
     let peers = sequence_peers(&config.server, &config.limits)?;
     let http_tls = port_tls(&config.server.http_tls, &["h2", "http/1.1"])
         .map_err(|e| anyhow::anyhow!("HTTP port TLS: {e}"))?;
@@ -100,6 +108,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         state.model_control = config.server.model_control_mode;
         state.http_restricted = http_restricted;
         state.grpc_restricted = grpc_restricted;
+        state.identity = identity;
         state.tracing = Arc::new(tracing);
         state.peers = peers;
         state.allow_remote_shm = config.server.allow_remote_shm;
@@ -293,6 +302,11 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
             state.http_restricted.reload();
             state.grpc_restricted.reload();
         })));
+    }
+
+    // The API server is reached, and the issuer's keys read, before the first caller waits.
+    if let Some(identity) = state.identity.clone() {
+        background.push(tokio::spawn(async move { identity.warm_up().await }));
     }
 
     // The admin port stays plain: the kubelet's probes cannot present a certificate.

@@ -61,6 +61,9 @@ pub struct AppState {
     pub http_restricted: Guard,
     /// The gRPC protocols restricted to calls with a metadata key (`--grpc-restricted-protocol`).
     pub grpc_restricted: Guard,
+    /// The APIs served only to callers with a Kubernetes identity, both ports
+    /// (`server.identity`).
+    pub identity: Option<crate::identity::SharedAuthenticator>,
     /// The trace extension: its settings, and where sampled requests' spans go.
     pub tracing: Arc<crate::trace::Tracing>,
     /// The other replicas' sidecars, when sequences are routed across replicas.
@@ -261,6 +264,7 @@ impl AppState {
             model_control: ModelControlMode::None,
             http_restricted: Guard::default(),
             grpc_restricted: Guard::default(),
+            identity: None,
             tracing: Arc::new(crate::trace::Tracing::off()),
             peers: None,
             request_bytes,

@@ -100,3 +100,61 @@ fn an_idle_limit_for_rest_connections_is_at_most_an_hour() {
         Some(vec!["backend.rest_idle_ms".to_string()])
     );
 }
+
+#[test]
+fn identities_read_from_yaml_and_an_api_takes_a_key_or_an_identity() {
+    let cfg = crate::yaml::from_str(
+        "server:\n  identity:\n    apis: [inference, 'logging,trace']\n    audience: infergate.dev/apps/fraud\n    authorize: {namespace: apps, name: fraud, verb: infer}\n",
+    )
+    .unwrap();
+    let identity = cfg.server.identity.clone().unwrap();
+    assert_eq!(identity.verify, crate::TokenVerification::Jwks);
+    assert_eq!(identity.cache_seconds, 60);
+    let authorize = identity.authorize.clone().unwrap();
+    assert_eq!(
+        (authorize.group.as_str(), authorize.resource.as_str()),
+        ("infergate.dev", "inferenceservices")
+    );
+    assert_eq!(
+        identity.categories().unwrap(),
+        [
+            crate::RestrictedCategory::Inference,
+            crate::RestrictedCategory::Logging,
+            crate::RestrictedCategory::Trace
+        ]
+    );
+    assert_eq!(cfg.validate(&["simple"]), Ok(()));
+
+    let refused = |change: &dyn Fn(&mut SidecarConfig)| {
+        let mut bad = cfg.clone();
+        change(&mut bad);
+        bad.validate(&["simple"])
+            .unwrap_err()
+            .into_iter()
+            .map(|e| format!("{}: {}", e.path, e.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let both = refused(&|c| c.server.http_restricted_api = vec!["logging:k=v".into()]);
+    assert!(
+        both.contains("'logging' has a restricted-API key as well"),
+        "{both}"
+    );
+    let empty = refused(&|c| c.server.identity.as_mut().unwrap().apis.clear());
+    assert!(empty.contains("names no API"), "{empty}");
+    let unknown = refused(&|c| c.server.identity.as_mut().unwrap().apis = vec!["infer".into()]);
+    assert!(unknown.contains("unknown api 'infer'"), "{unknown}");
+    let long = refused(&|c| c.server.identity.as_mut().unwrap().cache_seconds = 7200);
+    assert!(long.contains("more than an hour"), "{long}");
+    let nameless = refused(&|c| {
+        c.server
+            .identity
+            .as_mut()
+            .unwrap()
+            .authorize
+            .as_mut()
+            .unwrap()
+            .name = String::new()
+    });
+    assert!(nameless.contains("authorize needs"), "{nameless}");
+}

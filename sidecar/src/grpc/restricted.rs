@@ -7,7 +7,7 @@
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
-use futures::future::{Either, Ready, ready};
+use futures::future::{BoxFuture, Either, ready};
 use http::{Request, Response};
 use infergate_config::RestrictedCategory;
 use tonic::body::Body;
@@ -15,6 +15,7 @@ use tower::Service;
 
 use crate::audit;
 use crate::caller::Caller;
+use crate::identity::Refusal;
 use crate::state::SharedState;
 
 /// Refuses calls to restricted protocols, then hands the rest to `inner`.
@@ -30,39 +31,91 @@ impl<S> Restricted<S> {
     }
 }
 
+type Answer = Result<Response<Body>, Infallible>;
+
 impl<S, B> Service<Request<B>> for Restricted<S>
 where
-    S: Service<Request<B>, Response = Response<Body>, Error = Infallible>,
+    S: Service<Request<B>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
 {
     type Response = Response<Body>;
     type Error = Infallible;
-    type Future = Either<S::Future, Ready<Result<Response<Body>, Infallible>>>;
+    type Future = Either<S::Future, BoxFuture<'static, Answer>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // Without a key or a pod-only API configured there is nothing to refuse or audit.
+        // Without a key, a pod-only API or identities configured there is nothing to refuse or
+        // audit.
         let guard = &self.state.grpc_restricted;
         let path = request.uri().path();
-        if !guard.is_empty()
+        if (!guard.is_empty() || self.state.identity.is_some())
             && let Some(category) = category(path)
         {
             let caller = Caller::of(request.extensions());
             let refused = guard.check(category, request.headers(), caller).err();
+            let identity = self
+                .state
+                .identity
+                .as_ref()
+                .filter(|identity| identity.guards(category));
+            if let (Some(identity), None) = (identity, refused) {
+                // The call waits for the caller's identity. The inner service was made ready
+                // for this call: it goes with it, and a clone stays for the next.
+                let identity = identity.clone();
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                return Either::Right(Box::pin(async move {
+                    let checked = identity.check(request.headers()).await;
+                    if audit::is_control(category) {
+                        let path = request.uri().path();
+                        let credential = audit::identity_credential(checked.as_ref());
+                        let allowed = checked.is_ok();
+                        audit::control_call_with(
+                            "grpc",
+                            category,
+                            None,
+                            path,
+                            caller,
+                            &credential,
+                            allowed,
+                        );
+                    }
+                    match checked {
+                        Ok(_) => inner.call(request).await,
+                        Err(denied) => Ok(status_answer(identity_status(denied.refusal))),
+                    }
+                }));
+            }
             if audit::is_control(category) {
                 let allowed = refused.is_none();
                 audit::control_call("grpc", category, None, path, caller, guard, allowed);
             }
             if let Some(message) = refused {
-                let (parts, ()) = tonic::Status::unavailable(message)
-                    .into_http::<()>()
-                    .into_parts();
-                return Either::Right(ready(Ok(Response::from_parts(parts, Body::empty()))));
+                let answer = status_answer(tonic::Status::unavailable(message));
+                return Either::Right(Box::pin(ready(Ok(answer))));
             }
         }
         Either::Left(self.inner.call(request))
+    }
+}
+
+/// A call's end with `status`, before the call reaches its service.
+fn status_answer(status: tonic::Status) -> Response<Body> {
+    let (parts, ()) = status.into_http::<()>().into_parts();
+    Response::from_parts(parts, Body::empty())
+}
+
+/// The status of a caller refused for its identity (`server.identity`).
+fn identity_status(refusal: Refusal) -> tonic::Status {
+    let message = refusal.message();
+    match refusal {
+        Refusal::Unauthenticated => tonic::Status::unauthenticated(message),
+        Refusal::Forbidden => tonic::Status::permission_denied(message),
+        Refusal::Unavailable => tonic::Status::unavailable(message),
     }
 }
 

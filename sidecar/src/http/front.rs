@@ -93,17 +93,49 @@ where
         Service::<Request<B>>::poll_ready(&mut self.router, cx)
     }
 
-    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+    fn call(&mut self, request: Request<B>) -> Self::Future {
         let path = request.uri().path();
         // Triton's verbose line for each request (`--log-verbose=1`).
         tracing::debug!("HTTP request: {} {path}", request.method());
-        // Triton refuses a restricted API before it looks at anything else. Without a key or a
-        // pod-only API configured there is nothing to refuse or audit, and no path to classify.
+        // Triton refuses a restricted API before it looks at anything else. Without a key, a
+        // pod-only API or identities configured there is nothing to refuse or audit, and no
+        // path to classify.
         let guard = &self.state.http_restricted;
-        if !guard.is_empty()
+        if (!guard.is_empty() || self.state.identity.is_some())
             && let Some(category) = restricted::category(path)
         {
             let refused = restricted::refusal(guard, category, request.headers(), self.caller);
+            let identity = self
+                .state
+                .identity
+                .as_ref()
+                .filter(|identity| identity.guards(category));
+            if let (Some(identity), None) = (identity, &refused) {
+                // The rest waits for the caller's identity.
+                let (identity, mut front) = (identity.clone(), self.clone());
+                return Either::Left(Box::pin(async move {
+                    let checked = identity.check(request.headers()).await;
+                    if audit::is_control(category) {
+                        let path = request.uri().path();
+                        let method = Some(request.method().as_str());
+                        let credential = audit::identity_credential(checked.as_ref());
+                        let allowed = checked.is_ok();
+                        audit::control_call_with(
+                            "http",
+                            category,
+                            method,
+                            path,
+                            front.caller,
+                            &credential,
+                            allowed,
+                        );
+                    }
+                    match checked {
+                        Ok(_) => front.route(request).await,
+                        Err(denied) => Ok(restricted::identity_refusal(denied.refusal)),
+                    }
+                }));
+            }
             if audit::is_control(category) {
                 let method = Some(request.method().as_str());
                 let (caller, allowed) = (self.caller, refused.is_none());
@@ -113,6 +145,17 @@ where
                 return Either::Left(Box::pin(futures::future::ready(Ok(refused))));
             }
         }
+        self.route(request)
+    }
+}
+
+impl Front {
+    /// A request let through: inference the short way, the rest to the router.
+    fn route<B>(&mut self, mut request: Request<B>) -> <Front as Service<Request<B>>>::Future
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<axum::BoxError>,
+    {
         let target = (request.method() == Method::POST)
             .then(|| infer_target(request.uri().path()))
             .flatten()
@@ -131,6 +174,7 @@ where
                 if let Some(caller) = self.caller {
                     request.extensions_mut().insert(caller);
                 }
+                // The router is always ready (axum's `poll_ready` answers at once).
                 Either::Right(self.router.call(request))
             }
         }

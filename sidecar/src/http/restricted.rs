@@ -23,6 +23,25 @@ pub fn refusal(
     Some(json_error(StatusCode::FORBIDDEN, message))
 }
 
+/// The answer to a caller refused for its identity (`server.identity`): 401 with a bearer
+/// challenge, 403, or 503 while identities cannot be checked.
+pub fn identity_refusal(refusal: crate::identity::Refusal) -> Response {
+    use crate::identity::Refusal;
+    let status = match refusal {
+        Refusal::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Refusal::Forbidden => StatusCode::FORBIDDEN,
+        Refusal::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    let mut answer = json_error(status, refusal.message());
+    if refusal == Refusal::Unauthenticated {
+        answer.headers_mut().insert(
+            http::header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer"),
+        );
+    }
+    answer
+}
+
 /// The API of a path, as Triton's `HTTPAPIServer::Handle` dispatches it.
 pub fn category(path: &str) -> Option<RestrictedCategory> {
     use RestrictedCategory as C;

@@ -1,0 +1,219 @@
+"""Kubernetes identities (`server.identity`) against the real API server: a sidecar serves the
+APIs it names only to callers with an audience-bound ServiceAccount token, checked by the
+sidecar itself against the cluster's issuer keys (OIDC discovery, with nothing but its own
+ServiceAccount's token and the default discovery role) or by a TokenReview; and, where asked,
+only to callers a Role grants the `infer` verb on the InferenceService (a
+LocalSubjectAccessReview).
+
+Tried as a caller would: no token, the API server's own token, a token for the right audience
+with its claims rewritten, a stranger's valid token without the Role; over REST and gRPC. A
+RoleBinding deleted takes effect once the remembered answer expires."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import Process, _env_path
+from controlplane import free_port, wait_for
+
+NAME = "fraud"
+CACHE_SECONDS = 3
+
+
+def audience(namespace: str) -> str:
+    return f"infergate.dev/{namespace}/{NAME}"
+
+
+def token(cluster, namespace, account, aud=None) -> str:
+    args = ["create", "token", account, "-n", namespace, "--duration=10m"]
+    if aud:
+        args.append(f"--audience={aud}")
+    return cluster.kubectl(*args).stdout.strip()
+
+
+def infer_body() -> bytes:
+    return json.dumps({"inputs": [
+        {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
+        {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16},
+    ]}).encode()
+
+
+def call(http: str, path: str, bearer: str | None = None, body: bytes | None = None):
+    headers = {"Content-Type": "application/json"}
+    if bearer is not None:
+        headers["Authorization"] = f"Bearer {bearer}"
+    request = urllib.request.Request(f"http://{http}{path}", data=body, headers=headers,
+                                     method="POST" if body is not None else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=15) as r:
+            return r.status, json.loads(r.read() or b"{}"), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}"), e.headers
+
+
+def forged(real: str, subject: str) -> str:
+    """`real` with its subject rewritten and its signature kept."""
+    header, payload, signature = real.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims["sub"] = subject
+    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    return f"{header}.{payload}.{signature}"
+
+
+def grpc_code(grpc_address: str, bearer: str | None):
+    """The status of a gRPC ModelInfer of `simple` with the token as `authorization` metadata."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(grpc_address)
+    inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+              grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+    for i in inputs:
+        i.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+    headers = {"authorization": f"Bearer {bearer}"} if bearer else None
+    try:
+        client.infer("simple", inputs, headers=headers)
+        return "OK"
+    except InferenceServerException as e:
+        return e.status()
+    finally:
+        client.close()
+
+
+def setup_accounts(cluster, namespace):
+    """The sidecar's ServiceAccount (allowed to ask LocalSubjectAccessReviews, and, bound to
+    `system:auth-delegator`, TokenReviews), a caller granted `infer` on the InferenceService by
+    a Role, and a stranger without it."""
+    ns = namespace
+    docs = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": n, "namespace": ns}}
+        for n in ("sidecar", "caller", "stranger")
+    ] + [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "sidecar-reviews", "namespace": ns},
+         "rules": [{"apiGroups": ["authorization.k8s.io"],
+                    "resources": ["localsubjectaccessreviews"], "verbs": ["create"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "sidecar-reviews", "namespace": ns},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "sidecar-reviews"},
+         "subjects": [{"kind": "ServiceAccount", "name": "sidecar", "namespace": ns}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{ns}-sidecar-auth-delegator"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "system:auth-delegator"},
+         "subjects": [{"kind": "ServiceAccount", "name": "sidecar", "namespace": ns}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": f"{NAME}-infer", "namespace": ns},
+         "rules": [{"apiGroups": ["infergate.dev"], "resources": ["inferenceservices"],
+                    "resourceNames": [NAME], "verbs": ["infer"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": f"{NAME}-infer", "namespace": ns},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": f"{NAME}-infer"},
+         "subjects": [{"kind": "ServiceAccount", "name": "caller", "namespace": ns}]},
+    ]
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                           "items": docs}))
+
+
+def start_sidecar(cluster, namespace, workdir, verify: str) -> dict:
+    kubeconfig = cluster.token_kubeconfig(workdir / f"{namespace}-{verify}.kubeconfig",
+                                          token(cluster, namespace, "sidecar"))
+    config = workdir / f"{namespace}-{verify}.yaml"
+    config.write_text(json.dumps({"server": {"identity": {
+        "apis": ["inference", "model-repository"], "audience": audience(namespace),
+        "verify": verify, "cache_seconds": CACHE_SECONDS,
+        "authorize": {"namespace": namespace, "name": NAME, "verb": "infer"}}}}))
+    http, grpc = free_port(), free_port()
+    log = workdir / f"{namespace}-{verify}.log"
+    process = Process(f"sidecar-{verify}", [
+        str(_env_path("INFERGATE_SIDECAR_BIN")), "--host", "127.0.0.1",
+        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", "0",
+        "--admin-port", "0", "--log-format", "json", "--config", str(config),
+    ], log, env={**os.environ, "KUBECONFIG": str(kubeconfig)})
+    address = f"127.0.0.1:{http}"
+    wait_for("the sidecar", lambda: call(address, "/v2/health/ready")[0] == 200, timeout=30)
+    return {"http": address, "grpc": f"127.0.0.1:{grpc}", "process": process, "log": log}
+
+
+@pytest.mark.parametrize("verify", ["Jwks", "TokenReview"])
+def test_callers_need_a_token_and_the_verb(cluster, namespace, workdir, verify):
+    """Only callers with a ServiceAccount token for the audience and the `infer` verb are
+    served (the namespace's name holds the verification, so the two runs do not meet)."""
+    ns = namespace
+    setup_accounts(cluster, ns)
+    sidecar = start_sidecar(cluster, ns, workdir, verify)
+    try:
+        http, infer = sidecar["http"], "/v2/models/simple/infer"
+        caller = token(cluster, ns, "caller", audience(ns))
+        stranger = token(cluster, ns, "stranger", audience(ns))
+        for_the_api_server = token(cluster, ns, "caller")
+        impostor = forged(stranger, f"system:serviceaccount:{ns}:caller")
+
+        # Health and metadata are not guarded: served without a token.
+        assert call(http, "/v2/health/ready")[0] == 200
+        assert call(http, "/v2/models/simple")[0] == 200
+
+        status, answer, headers = call(http, infer, caller, infer_body())
+        assert status == 200, answer
+        assert answer["outputs"][0]["data"] == [i + 1 for i in range(16)]
+
+        # Every unauthenticated refusal reads the same: nothing says which part failed.
+        refusals = set()
+        for bearer in (None, "", "not-a-token", for_the_api_server, impostor):
+            status, answer, headers = call(http, infer, bearer, infer_body())
+            assert status == 401, (bearer and bearer[:20], answer)
+            assert headers.get("WWW-Authenticate") == "Bearer"
+            refusals.add(answer["error"])
+        assert len(refusals) == 1, refusals
+        status, answer, _ = call(http, infer, stranger, infer_body())
+        assert status == 403, answer
+
+        # A guarded control API, and its audit line: the caller's identity, never its token.
+        status, _, _ = call(http, "/v2/repository/index", caller, b"{}")
+        assert status == 200
+        status, _, _ = call(http, "/v2/repository/index", None, b"{}")
+        assert status == 401
+
+        # gRPC, with the token as `authorization` metadata.
+        grpc = sidecar["grpc"]
+        assert grpc_code(grpc, caller) == "OK"
+        assert grpc_code(grpc, None) == "StatusCode.UNAUTHENTICATED"
+        assert grpc_code(grpc, impostor) == "StatusCode.UNAUTHENTICATED"
+        assert grpc_code(grpc, stranger) == "StatusCode.PERMISSION_DENIED"
+
+        # The Role taken away: refused once the remembered answer expires.
+        cluster.kubectl("delete", "rolebinding", f"{NAME}-infer", "-n", ns)
+        time.sleep(CACHE_SECONDS + 1)
+        status, answer, _ = call(http, infer, caller, infer_body())
+        assert status == 403, answer
+
+        log = sidecar["log"].read_text()
+        lines = []
+        for line in log.splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if doc.get("target") == "audit":
+                lines.append(doc)
+        credentials = {(f["call"], f["credential"], f["allowed"]) for f in lines}
+        assert ("POST /v2/repository/index", f"kubernetes identity system:serviceaccount:{ns}:caller",
+                True) in credentials, lines
+        assert ("POST /v2/repository/index", "kubernetes identity (none proven)",
+                False) in credentials, lines
+        for secret in (caller, stranger, impostor):
+            assert secret not in log and secret.split(".")[2] not in log
+    finally:
+        sidecar["process"].stop()
+        cluster.kubectl("delete", "clusterrolebinding", f"{ns}-sidecar-auth-delegator",
+                        check=False)
