@@ -100,3 +100,95 @@ fn the_pods_get_a_token_only_where_something_uses_it() {
         Some(true)
     );
 }
+
+/// The resource in namespace `apps` (the review is made there).
+fn build_in_apps(extra: &str) -> Children {
+    let isvc = common::isvc(&format!(
+        "apiVersion: infergate.dev/v1alpha1\nkind: InferenceService\nmetadata:\n  name: resnet\n  namespace: apps\nspec:\n{MINIMAL}{extra}"
+    ));
+    render::build_children(&isvc, &OperatorSettings::default())
+        .unwrap_or_else(|e| panic!("render failed: {e}"))
+}
+
+#[test]
+fn inference_by_identity_checks_tokens_for_the_services_audience_and_the_infer_verb() {
+    let children = build_in_apps("  auth:\n    inference: {from: Identity}\n");
+    let identity = server(&children).identity.expect("server.identity");
+    let ns = "apps".to_string();
+    assert_eq!(identity.apis, ["inference"]);
+    assert_eq!(identity.audience, format!("infergate.dev/{ns}/resnet"));
+    assert_eq!(identity.verify, infergate_config::TokenVerification::Jwks);
+    let authorize = identity.authorize.expect("authorize");
+    assert_eq!(
+        (
+            authorize.namespace.as_str(),
+            authorize.name.as_str(),
+            authorize.verb.as_str()
+        ),
+        (ns.as_str(), "resnet", "infer")
+    );
+    // The pods run with a token of an account of their own, allowed to ask reviews only.
+    let pod = pod(&children);
+    assert_eq!(pod.automount_service_account_token, Some(true));
+    assert_eq!(pod.service_account_name.as_deref(), Some("resnet-identity"));
+    let objects = children.identity.as_ref().expect("identity objects");
+    assert_eq!(
+        objects
+            .service_account
+            .as_ref()
+            .and_then(|a| a.metadata.name.as_deref()),
+        Some("resnet-identity")
+    );
+    let rules = objects.role.rules.as_ref().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["localsubjectaccessreviews".to_string()][..])
+    );
+    assert_eq!(rules[0].verbs, ["create"]);
+    let subject = &objects.role_binding.subjects.as_ref().unwrap()[0];
+    assert_eq!(subject.name, "resnet-identity");
+    // Applied before the Deployment, whose pods need the account.
+    let kinds: Vec<String> = children
+        .to_values()
+        .unwrap()
+        .iter()
+        .map(|v| v["kind"].as_str().unwrap().to_string())
+        .collect();
+    let at = |kind: &str| kinds.iter().position(|k| k == kind).unwrap();
+    assert!(at("RoleBinding") < at("Deployment"), "{kinds:?}");
+}
+
+#[test]
+fn an_identity_uses_the_accounts_the_pods_already_run_with() {
+    let own = build_in_apps(
+        "  pod: {serviceAccountName: fraud-sa}\n  auth:\n    inference: {from: Identity, audience: fraud.example, verb: predict}\n",
+    );
+    let identity = server(&own).identity.unwrap();
+    assert_eq!(identity.audience, "fraud.example");
+    assert_eq!(identity.authorize.unwrap().verb, "predict");
+    assert_eq!(pod(&own).service_account_name.as_deref(), Some("fraud-sa"));
+    let objects = own.identity.as_ref().unwrap();
+    assert!(objects.service_account.is_none());
+    assert_eq!(
+        objects.role_binding.subjects.as_ref().unwrap()[0].name,
+        "fraud-sa"
+    );
+
+    let routed = build_in_apps(
+        "  extensions:\n    sequence: {enabled: true, routing: Sidecar}\n  auth:\n    inference: {from: Identity}\n",
+    );
+    assert_eq!(
+        pod(&routed).service_account_name.as_deref(),
+        Some("resnet-sequence-peers")
+    );
+    let objects = routed.identity.as_ref().unwrap();
+    assert!(objects.service_account.is_none());
+    assert_eq!(
+        objects.role_binding.subjects.as_ref().unwrap()[0].name,
+        "resnet-sequence-peers"
+    );
+    // Anyone (the default) renders none of it.
+    assert!(build("").identity.is_none());
+    assert!(server(&build("")).identity.is_none());
+}

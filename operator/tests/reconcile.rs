@@ -88,6 +88,12 @@ fn cm_path() -> String {
 fn no_peer_objects() -> Step {
     missing(&format!("/api/v1{NS}/services/svc-peers"))
 }
+/// The read that finds no Role of identity checks (and so none of their objects).
+fn no_identity_objects() -> Step {
+    missing(&format!(
+        "/apis/rbac.authorization.k8s.io/v1{NS}/roles/svc-identity"
+    ))
+}
 fn deploy_path() -> String {
     format!("/apis/apps/v1{NS}/deployments/svc")
 }
@@ -113,6 +119,7 @@ fn unchanged_children(want: &Children) -> Vec<Step> {
     vec![
         get(&cm_path(), stored(&want.config_map)),
         no_peer_objects(),
+        no_identity_objects(),
         get(&deploy_path(), stored(&want.deployment)),
         get(&svc_path(), stored(&want.service)),
     ]
@@ -179,6 +186,7 @@ async fn create_applies_every_child_then_writes_status() {
             missing(&cm_path()),
             created(&cm_path(), stored(&want.config_map)),
             no_peer_objects(),
+            no_identity_objects(),
             missing(&deploy_path()),
             created(&deploy_path(), stored(&want.deployment)),
             missing(&svc_path()),
@@ -198,19 +206,19 @@ async fn create_applies_every_child_then_writes_status() {
     }
     // The applied bodies are exactly the rendered objects, with the hash of what was applied.
     let mut expected = value(&want.deployment);
-    let hash = seen[4].body["metadata"]["annotations"][apply::APPLIED_HASH_ANNOTATION].clone();
+    let hash = seen[5].body["metadata"]["annotations"][apply::APPLIED_HASH_ANNOTATION].clone();
     assert!(hash.as_str().is_some_and(|h| h.len() == 16), "{hash}");
     expected["metadata"]["annotations"] = json!({apply::APPLIED_HASH_ANNOTATION: hash});
-    assert_eq!(seen[4].body, expected);
-    assert_eq!(seen[4].body, apply::as_applied(&want.deployment).unwrap());
-    assert_eq!(seen[8].body, apply::as_applied(&pdb).unwrap());
-    let pods = &seen[14];
+    assert_eq!(seen[5].body, expected);
+    assert_eq!(seen[5].body, apply::as_applied(&want.deployment).unwrap());
+    assert_eq!(seen[9].body, apply::as_applied(&pdb).unwrap());
+    let pods = &seen[15];
     assert!(
         pods.query
             .contains("labelSelector=app.kubernetes.io%2Finstance%3Dsvc"),
         "{pods:?}"
     );
-    let status = &seen[15].body;
+    let status = &seen[16].body;
     assert_eq!(status["apiVersion"], "infergate.dev/v1alpha1");
     assert_eq!(status["kind"], "InferenceService");
     assert_eq!(status["status"]["observedGeneration"], 1);
@@ -263,7 +271,7 @@ async fn drifted_child_is_applied_again() {
     let mut drifted = stored(&want.deployment);
     drifted["spec"]["replicas"] = json!(5); // someone scaled the Deployment by hand
     let seen = deployment_applied_again(&isvc, drifted).await;
-    assert_eq!(seen[3].body["spec"]["replicas"], 1);
+    assert_eq!(seen[4].body["spec"]["replicas"], 1);
 }
 
 /// A reconcile that finds the Deployment stored as `stored_deployment` (everything else as
@@ -274,6 +282,7 @@ async fn deployment_applied_again(isvc: &InferenceService, stored_deployment: Va
         vec![
             get(&cm_path(), stored(&want.config_map)),
             no_peer_objects(),
+            no_identity_objects(),
             get(&deploy_path(), stored_deployment),
             step(
                 Method::PATCH,
@@ -349,6 +358,7 @@ async fn refused_by(foreign: Value) -> Value {
     let steps = vec![
         get(&cm_path(), stored(&want.config_map)),
         no_peer_objects(),
+        no_identity_objects(),
         get(&deploy_path(), stored(&want.deployment)),
         get(&svc_path(), foreign),
         step(Method::PATCH, &status_path(), StatusCode::OK, value(&isvc)),
@@ -356,13 +366,13 @@ async fn refused_by(foreign: Value) -> Value {
     let (result, seen, ctx) = run(isvc, steps).await;
     // Retried later (the other object may go away), without backoff: nothing failed.
     assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
-    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert_eq!(seen.len(), 6, "{seen:?}");
     assert!(
-        seen[..4].iter().all(|s| s.method == Method::GET),
+        seen[..5].iter().all(|s| s.method == Method::GET),
         "{seen:?}"
     );
     assert_eq!(ctx.metrics.writes.get(), 0);
-    seen[4].body["status"]["conditions"]
+    seen[5].body["status"]["conditions"]
         .as_array()
         .unwrap()
         .iter()
@@ -409,6 +419,7 @@ async fn api_errors_fail_the_reconcile_and_back_off() {
     let steps = vec![
         get(&cm_path(), stored(&want.config_map)),
         no_peer_objects(),
+        no_identity_objects(),
         missing(&deploy_path()),
         step(
             Method::PATCH,

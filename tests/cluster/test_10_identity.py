@@ -1,4 +1,5 @@
-"""Kubernetes identities (`server.identity`) against the real API server: a sidecar serves the
+"""Kubernetes identities (`server.identity`, and the operator's `auth.inference.from:
+Identity`) against the real API server: a sidecar serves the
 APIs it names only to callers with an audience-bound ServiceAccount token, checked by the
 sidecar itself against the cluster's issuer keys (OIDC discovery, with nothing but its own
 ServiceAccount's token and the default discovery role) or by a TokenReview; and, where asked,
@@ -19,6 +20,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+import yaml
 
 from conftest import Process, _env_path
 from controlplane import free_port, wait_for
@@ -217,3 +219,81 @@ def test_callers_need_a_token_and_the_verb(cluster, namespace, workdir, verify):
         sidecar["process"].stop()
         cluster.kubectl("delete", "clusterrolebinding", f"{ns}-sidecar-auth-delegator",
                         check=False)
+
+
+def test_the_operator_renders_inference_by_identity(cluster, operator, namespace, workdir):
+    """`auth.inference.from: Identity`: the operator (with the chart's RBAC, which must hold
+    what it grants) gives the pods an account of their own, with a token, allowed to ask
+    LocalSubjectAccessReviews and nothing else; the settings it renders, given to a real sidecar
+    with that account's token, serve a caller a Role grants `infer` and refuse the others."""
+    ns = namespace
+    doc = {
+        "apiVersion": "infergate.dev/v1alpha1", "kind": "InferenceService",
+        "metadata": {"name": NAME, "namespace": ns},
+        "spec": {"replicas": 0, "model": {"image": "registry.example/model:1"},
+                 "auth": {"inference": {"from": "Identity"}}},
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+    account = f"{NAME}-identity"
+    wait_for("the identity objects", lambda: cluster.kubectl(
+        "get", "rolebinding", account, "-n", ns, check=False).returncode == 0, timeout=60)
+    deploy = wait_for("the Deployment", lambda: cluster.get_json("deployment", NAME, "-n", ns))
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account
+    assert pod["automountServiceAccountToken"] is True
+    user = f"system:serviceaccount:{ns}:{account}"
+    for verb, resource, want in (("create", "localsubjectaccessreviews.authorization.k8s.io", "yes"),
+                                 ("get", "secrets", "no"), ("list", "pods", "no")):
+        got = cluster.kubectl("auth", "can-i", verb, resource, "-n", ns, f"--as={user}",
+                              check=False).stdout.strip()
+        assert got == want, (verb, resource, got)
+
+    # The rendered settings, in a sidecar with the pods' token (its backend the built-in models
+    # in place of the model container).
+    config_map = cluster.get_json("configmap", f"{NAME}-sidecar", "-n", ns)
+    rendered = yaml.safe_load(config_map["data"]["config.yaml"])["server"]["identity"]
+    assert rendered["audience"] == audience(ns) and rendered["apis"] == ["inference"]
+    docs = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": n, "namespace": ns}}
+        for n in ("caller", "stranger")
+    ] + [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "infer", "namespace": ns},
+         "rules": [{"apiGroups": ["infergate.dev"], "resources": ["inferenceservices"],
+                    "resourceNames": [NAME], "verbs": ["infer"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "infer", "namespace": ns},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "infer"},
+         "subjects": [{"kind": "ServiceAccount", "name": "caller", "namespace": ns}]},
+    ]
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                           "items": docs}))
+    kubeconfig = cluster.token_kubeconfig(workdir / f"{ns}-pods.kubeconfig",
+                                          token(cluster, ns, account))
+    config = workdir / f"{ns}-rendered.yaml"
+    config.write_text(json.dumps({"server": {"identity": rendered}}))
+    http = free_port()
+    process = Process("sidecar-rendered", [
+        str(_env_path("INFERGATE_SIDECAR_BIN")), "--host", "127.0.0.1",
+        "--http-port", str(http), "--grpc-port", "0", "--metrics-port", "0",
+        "--admin-port", "0", "--config", str(config),
+    ], workdir / f"{ns}-rendered.log", env={**os.environ, "KUBECONFIG": str(kubeconfig)})
+    try:
+        address = f"127.0.0.1:{http}"
+        wait_for("the sidecar", lambda: call(address, "/v2/health/ready")[0] == 200, timeout=30)
+        infer = "/v2/models/simple/infer"
+        status, answer, _ = call(address, infer, token(cluster, ns, "caller", audience(ns)),
+                                 infer_body())
+        assert status == 200, answer
+        assert call(address, infer, token(cluster, ns, "stranger", audience(ns)),
+                    infer_body())[0] == 403
+        assert call(address, infer, None, infer_body())[0] == 401
+    finally:
+        process.stop()
+
+    # Back to Anyone: the objects go.
+    cluster.kubectl("patch", "infsvc", NAME, "-n", ns, "--type=merge",
+                    "-p", '{"spec":{"auth":{"inference":{"from":"Anyone"}}}}')
+    wait_for("the identity objects to go", lambda: all(
+        cluster.kubectl("get", kind, account, "-n", ns, check=False).returncode != 0
+        for kind in ("role", "rolebinding", "serviceaccount")), timeout=60)

@@ -87,6 +87,13 @@ pub const CLUSTER_RULES: &[Rule] = &[
         resources: &["endpointslices"],
         verbs: &["list", "watch"],
     },
+    // Sidecars that check callers' identities ask LocalSubjectAccessReviews: the operator gives
+    // their pods a Role for that, and may grant only what it holds itself.
+    Rule {
+        api_groups: &["authorization.k8s.io"],
+        resources: &["localsubjectaccessreviews"],
+        verbs: &["create"],
+    },
     Rule {
         api_groups: &[""],
         resources: &["pods"],

@@ -294,6 +294,7 @@ async fn apply_children(
     ctx.count(outcome);
     // Before the Deployment: its pods need the service account.
     apply_peer_objects(isvc, ctx, ns, children.peers.as_ref()).await?;
+    apply_identity_objects(isvc, ctx, ns, children.identity.as_ref()).await?;
     let (outcome, deployment) = apply::apply(
         &Api::<Deployment>::namespaced(client.clone(), ns),
         &children.deployment,
@@ -390,6 +391,41 @@ async fn apply_peer_objects(
     ctx.count(outcome);
     ctx.count(apply::apply(&roles, &peers.role).await?.0);
     ctx.count(apply::apply(&bindings, &peers.role_binding).await?.0);
+    Ok(())
+}
+
+/// The service account and Role that let the sidecars ask for LocalSubjectAccessReviews, where
+/// inference takes an identity, or (where the spec no longer asks for that) the deletion of ours.
+async fn apply_identity_objects(
+    isvc: &InferenceService,
+    ctx: &Context,
+    ns: &str,
+    identity: Option<&render::IdentityObjects>,
+) -> Result<(), ApplyError> {
+    let client = &ctx.client;
+    let uid = isvc.uid().unwrap_or_default();
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), ns);
+    let roles = Api::<Role>::namespaced(client.clone(), ns);
+    let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
+    let name = render::identity_name(isvc);
+    let Some(identity) = identity else {
+        // The Role is made first and deleted last: where it is absent (the common case, one
+        // read), so are the rest.
+        if apply::read(&roles, &name).await?.is_none() {
+            return Ok(());
+        }
+        ctx.count(apply::delete_owned(&bindings, &name, &uid).await?);
+        ctx.count(apply::delete_owned(&accounts, &name, &uid).await?);
+        ctx.count(apply::delete_owned(&roles, &name, &uid).await?);
+        return Ok(());
+    };
+    ctx.count(apply::apply(&roles, &identity.role).await?.0);
+    let outcome = match &identity.service_account {
+        Some(account) => apply::apply(&accounts, account).await?.0,
+        None => apply::delete_owned(&accounts, &name, &uid).await?,
+    };
+    ctx.count(outcome);
+    ctx.count(apply::apply(&bindings, &identity.role_binding).await?.0);
     Ok(())
 }
 

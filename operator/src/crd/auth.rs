@@ -1,12 +1,12 @@
 //! `spec.auth`: who may call the control APIs (the model repository, logging and trace
-//! settings), which change what the service does for every client.
+//! settings), which change what the service does for every client, and who may call inference.
 
 use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Who may call what. Inference, health, metadata and statistics stay open to every client of
-/// the Service, as in Triton (restrict who reaches the Service with networkPolicy).
+/// Who may call what. Health, metadata and statistics stay open to every client of the Service,
+/// as in Triton (restrict who reaches the Service with networkPolicy).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct AuthSpec {
@@ -15,7 +15,59 @@ pub struct AuthSpec {
     /// this says.
     #[serde(default, rename = "controlAPIs")]
     pub control_apis: ControlApis,
+    /// Inference (REST and gRPC, streams included).
+    #[serde(default)]
+    pub inference: InferenceAuth,
 }
+
+/// Who may call inference.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(validation = Rule::new(
+    "self.from == 'Identity' || (!has(self.audience) && !has(self.verb))"
+)
+.message("inference.audience and inference.verb are read only with inference.from Identity"))]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceAuth {
+    /// Anyone (the default): every client of the Service, as Triton leaves it. Identity: only
+    /// callers that send a ServiceAccount token bound to the service's audience
+    /// (`Authorization: Bearer <token>`, a projected token), and whose account a Role in this
+    /// namespace grants `verb` on this InferenceService. The sidecar checks tokens against the
+    /// cluster's service-account issuer keys and asks the API server with a
+    /// LocalSubjectAccessReview; the operator gives the pods a ServiceAccount token and a Role
+    /// for that.
+    #[serde(default)]
+    pub from: InferenceFrom,
+    /// With from Identity: the audience tokens must be bound to. Default:
+    /// infergate.dev/<namespace>/<name>.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub audience: Option<String>,
+    /// With from Identity: the verb a Role must grant on `inferenceservices` (group
+    /// `infergate.dev`) for this resource. Default: infer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z][-a-z0-9]*$"))]
+    pub verb: Option<String>,
+}
+
+impl InferenceAuth {
+    /// Whether callers must prove an identity.
+    pub fn by_identity(&self) -> bool {
+        self.from == InferenceFrom::Identity
+    }
+}
+
+/// Who may call inference.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InferenceFrom {
+    /// Every client.
+    #[default]
+    Anyone,
+    /// Callers with a ServiceAccount token for the audience, granted the verb.
+    Identity,
+}
+
+/// The verb a Role grants for inference by default.
+pub const DEFAULT_INFER_VERB: &str = "infer";
 
 /// Who may call the control APIs.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -48,7 +48,10 @@ mod tls;
 mod tracing;
 mod upstream;
 
-pub use auth::{AuthSpec, CONTROL_APIS, ControlApis, ControlFrom, ControlKey};
+pub use auth::{
+    AuthSpec, CONTROL_APIS, ControlApis, ControlFrom, ControlKey, DEFAULT_INFER_VERB,
+    InferenceAuth, InferenceFrom,
+};
 pub use autoscaling::{AutoscalingEngine, AutoscalingMetric, AutoscalingSpec, MonitoringSpec};
 pub use extensions::{CudaSharedMemory, Extensions, Sequence, SequenceRouting, SystemSharedMemory};
 pub use generate::{crd, crd_json, crd_yaml, openapi_schema};

@@ -166,8 +166,8 @@ pub struct InferenceServiceSpec {
     /// plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
-    /// Who may call the control APIs (model repository, logging, trace). Unset: the pod's own
-    /// containers only.
+    /// Who may call the control APIs (model repository, logging, trace), and inference. Unset:
+    /// the control APIs the pod's own containers only, inference anyone.
     #[serde(default)]
     pub auth: AuthSpec,
 }

@@ -3,14 +3,17 @@
 use std::collections::BTreeMap;
 
 use infergate_config::{
-    BackendConfig, PeerTlsSettings, SidecarConfig, TlsSettings, UpstreamConfig, UpstreamModel,
+    BackendConfig, IdentityAuthorization, IdentitySettings, PeerTlsSettings, SidecarConfig,
+    TlsSettings, TokenVerification, UpstreamConfig, UpstreamModel,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
 use super::child_meta;
-use crate::crd::{CONTROL_APIS, ControlFrom, InferenceService, UpstreamProtocol};
+use crate::crd::{
+    CONTROL_APIS, ControlFrom, DEFAULT_INFER_VERB, InferenceService, UpstreamProtocol,
+};
 
 /// Key of the configuration in the ConfigMap.
 pub const CONFIG_KEY: &str = "config.yaml";
@@ -72,6 +75,28 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
         }
         // Refused by the schema and by `validate::spec`.
         (ControlFrom::Key, None) | (ControlFrom::Anyone, _) => {}
+    }
+    // Inference by Kubernetes identity: the token's audience, and the verb on this resource as
+    // the namespace's Roles grant it.
+    if spec.auth.inference.by_identity() {
+        server.identity = Some(IdentitySettings {
+            apis: vec!["inference".to_string()],
+            audience: super::identity::audience(isvc),
+            verify: TokenVerification::Jwks,
+            authorize: Some(IdentityAuthorization {
+                namespace: isvc.namespace().unwrap_or_default(),
+                name: isvc.name_any(),
+                verb: spec
+                    .auth
+                    .inference
+                    .verb
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_INFER_VERB.to_string()),
+                group: "infergate.dev".to_string(),
+                resource: "inferenceservices".to_string(),
+            }),
+            cache_seconds: 60,
+        });
     }
     if let Some(tls) = &spec.tls {
         // Both client ports serve the Secret's certificate; the sidecar re-reads the files as

@@ -135,10 +135,10 @@ pub(super) fn deployment(
         affinity: pod.affinity.clone(),
         priority_class_name: pod.priority_class_name.clone(),
         runtime_class_name: pod.runtime_class_name.clone(),
-        service_account_name: super::peers::service_account_name(isvc),
+        service_account_name: super::identity::pods_service_account(isvc),
         automount_service_account_token: Some(
             pod.automount_service_account_token
-                .unwrap_or_else(|| spec.extensions.sequence.routed_by_sidecars()),
+                .unwrap_or_else(|| super::identity::pods_need_token(isvc)),
         ),
         image_pull_secrets: non_empty(&pod.image_pull_secrets),
         security_context: pod.security_context.clone(),

@@ -24,6 +24,7 @@ mod autoscaling;
 mod certificate;
 mod config;
 mod deployment;
+mod identity;
 mod monitoring;
 mod network;
 mod peers;
@@ -52,6 +53,7 @@ pub use deployment::{
     MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, UPSTREAM_PORT_NAME,
     UPSTREAM_REST_PORT_NAME,
 };
+pub use identity::{IdentityObjects, identity_name};
 pub use monitoring::pod_monitor_resource;
 pub use peers::{PeerObjects, access_name as peer_access_name, peers_name};
 
@@ -202,6 +204,8 @@ pub struct Children {
     pub network_policy: Option<NetworkPolicy>,
     /// Present with `extensions.sequence.routing: Sidecar`.
     pub peers: Option<PeerObjects>,
+    /// Present with `auth.inference.from: Identity`.
+    pub identity: Option<IdentityObjects>,
 }
 
 impl Children {
@@ -221,6 +225,13 @@ impl Children {
             }
             out.push(typed(&peers.role)?);
             out.push(typed(&peers.role_binding)?);
+        }
+        if let Some(identity) = &self.identity {
+            if let Some(account) = &identity.service_account {
+                out.push(typed(account)?);
+            }
+            out.push(typed(&identity.role)?);
+            out.push(typed(&identity.role_binding)?);
         }
         out.push(typed(&self.deployment)?);
         out.push(typed(&self.service)?);
@@ -252,6 +263,13 @@ impl Children {
             }
             out.push(&peers.role.metadata);
             out.push(&peers.role_binding.metadata);
+        }
+        if let Some(identity) = &self.identity {
+            if let Some(account) = &identity.service_account {
+                out.push(&account.metadata);
+            }
+            out.push(&identity.role.metadata);
+            out.push(&identity.role_binding.metadata);
         }
         out.push(&self.deployment.metadata);
         out.push(&self.service.metadata);
@@ -331,6 +349,7 @@ pub fn build_children(
         certificate: certificate::certificate(isvc, &owner, &settings.cluster_domain),
         network_policy: network::network_policy(isvc, settings, &owner),
         peers: peers::peer_objects(isvc, &owner),
+        identity: identity::identity_objects(isvc, &owner),
     })
 }
 
