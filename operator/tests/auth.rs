@@ -149,12 +149,7 @@ fn inference_by_identity_checks_tokens_for_the_services_audience_and_the_infer_v
     let subject = &objects.role_binding.subjects.as_ref().unwrap()[0];
     assert_eq!(subject.name, "resnet-identity");
     // Applied before the Deployment, whose pods need the account.
-    let kinds: Vec<String> = children
-        .to_values()
-        .unwrap()
-        .iter()
-        .map(|v| v["kind"].as_str().unwrap().to_string())
-        .collect();
+    let kinds = common::applied_kinds(&children);
     let at = |kind: &str| kinds.iter().position(|k| k == kind).unwrap();
     assert!(at("RoleBinding") < at("Deployment"), "{kinds:?}");
 }

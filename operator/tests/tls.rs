@@ -145,12 +145,7 @@ fn an_issuer_gets_a_certificate_for_the_services_names_in_the_mounted_secret() {
         .unwrap();
     assert_eq!(secret.secret_name.as_deref(), Some("resnet-tls"));
     // Applied before the Deployment whose pods mount its Secret.
-    let kinds: Vec<String> = children
-        .to_values()
-        .unwrap()
-        .iter()
-        .map(|v| v["kind"].as_str().unwrap().to_string())
-        .collect();
+    let kinds = common::applied_kinds(&children);
     let position = |kind: &str| kinds.iter().position(|k| k == kind).unwrap();
     assert!(
         position("Certificate") < position("Deployment"),

@@ -408,14 +408,23 @@ def nginx(out: Path, grpc: bool):
     pw = subprocess.run(["openssl", "passwd", "-apr1", "password"], capture_output=True,
                         text=True, check=True).stdout.strip()
     (out / "pswd").write_text(f"username:{pw}\n")
-    tmp = out / "nginx-tmp"
-    tmp.mkdir(exist_ok=True)
     if grpc:
         server = f"listen {NGINX} http2;\n location / {{ grpc_pass grpc://127.0.0.1:{GRPC}; }}"
     else:
         server = (f"listen {NGINX};\n location / {{ proxy_pass http://127.0.0.1:{HTTP};"
                   " proxy_set_header Host $host; }")
     conf = out / ("nginx-grpc.conf" if grpc else "nginx-http.conf")
+    write_nginx_conf(conf, out, f"""auth_basic "Restricted Content";
+  auth_basic_user_file {out}/pswd;
+  server {{ {server} }}""")
+    return start_nginx(conf, NGINX)
+
+
+def write_nginx_conf(conf: Path, out: Path, http_body: str) -> None:
+    """An nginx configuration with its pid, logs and temporary files under `out`, and
+    `http_body` in its `http` block."""
+    tmp = out / "nginx-tmp"
+    tmp.mkdir(exist_ok=True)
     conf.write_text(f"""worker_processes 1;
 pid {out}/nginx.pid;
 error_log {out}/nginx-error.log;
@@ -424,16 +433,18 @@ http {{
   access_log {out}/nginx-access.log;
   client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
   fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
-  auth_basic "Restricted Content";
-  auth_basic_user_file {out}/pswd;
-  server {{ {server} }}
+  {http_body}
 }}
 """)
-    wait_ports_free([NGINX])
+
+
+def start_nginx(conf: Path, port: int):
+    """nginx with `conf`, in the foreground, once it listens on `port` (or after 5 s)."""
+    wait_ports_free([port])
     proc = subprocess.Popen(["nginx", "-c", str(conf), "-g", "daemon off;"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     for _ in range(50):
-        if not port_free(NGINX):
+        if not port_free(port):
             break
         time.sleep(0.1)
     return proc
@@ -1069,34 +1080,15 @@ def nginx_https(out: Path, certs: Path):
     """L0_https's nginx.conf: HTTPS on 443 with the server certificate, no client
     verification, proxied over HTTP/1.1 to the server on 8000 (test.sh copies the file into
     /etc/nginx; the same settings are written here with paths under `out`)."""
-    tmp = out / "nginx-tmp"
-    tmp.mkdir(exist_ok=True)
     conf = out / "nginx-https.conf"
-    conf.write_text(f"""worker_processes 1;
-pid {out}/nginx.pid;
-error_log {out}/nginx-error.log;
-events {{ worker_connections 1024; }}
-http {{
-  access_log {out}/nginx-access.log;
-  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
-  fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
-  server {{
+    write_nginx_conf(conf, out, f"""server {{
     listen {HTTPS} ssl;
     server_name localhost;
     ssl_certificate {certs / 'server.crt'};
     ssl_certificate_key {certs / 'server.key'};
     location / {{ proxy_pass http://localhost:{HTTP}; proxy_http_version 1.1; }}
-  }}
-}}
-""")
-    wait_ports_free([HTTPS])
-    proc = subprocess.Popen(["nginx", "-c", str(conf), "-g", "daemon off;"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    for _ in range(50):
-        if not port_free(HTTPS):
-            break
-        time.sleep(0.1)
-    return proc
+  }}""")
+    return start_nginx(conf, HTTPS)
 
 
 def l0_https(c: Ctx, rows):

@@ -7,11 +7,11 @@
 //! else.
 
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
-use super::child_meta;
+use super::{child_meta, pods_role, pods_role_binding};
 use crate::crd::InferenceService;
 
 /// Name of the Role, the RoleBinding and the service account made for the pods.
@@ -58,29 +58,18 @@ pub(super) fn identity_objects(
             metadata: child_meta(isvc, name.clone(), owner),
             ..ServiceAccount::default()
         }),
-        role: Role {
-            metadata: child_meta(isvc, name.clone(), owner),
-            rules: Some(vec![PolicyRule {
+        role: pods_role(
+            isvc,
+            &name,
+            PolicyRule {
                 api_groups: Some(vec!["authorization.k8s.io".to_string()]),
                 resources: Some(vec!["localsubjectaccessreviews".to_string()]),
                 verbs: vec!["create".to_string()],
                 ..PolicyRule::default()
-            }]),
-        },
-        role_binding: RoleBinding {
-            metadata: child_meta(isvc, name.clone(), owner),
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".to_string(),
-                kind: "Role".to_string(),
-                name,
             },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".to_string(),
-                name: account,
-                namespace: isvc.namespace(),
-                ..Subject::default()
-            }]),
-        },
+            owner,
+        ),
+        role_binding: pods_role_binding(isvc, &name, account, owner),
     })
 }
 

@@ -39,6 +39,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
@@ -417,6 +418,43 @@ fn child_meta(isvc: &InferenceService, name: String, owner: &OwnerReference) -> 
         labels: Some(labels(isvc)),
         owner_references: Some(vec![owner.clone()]),
         ..ObjectMeta::default()
+    }
+}
+
+/// A Role `name` of the pods' access: `rule` alone.
+fn pods_role(
+    isvc: &InferenceService,
+    name: &str,
+    rule: PolicyRule,
+    owner: &OwnerReference,
+) -> Role {
+    Role {
+        metadata: child_meta(isvc, name.to_string(), owner),
+        rules: Some(vec![rule]),
+    }
+}
+
+/// The RoleBinding `name` of the Role `name` to the service account `account` of the
+/// resource's namespace.
+fn pods_role_binding(
+    isvc: &InferenceService,
+    name: &str,
+    account: String,
+    owner: &OwnerReference,
+) -> RoleBinding {
+    RoleBinding {
+        metadata: child_meta(isvc, name.to_string(), owner),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_string(),
+            kind: "Role".to_string(),
+            name: name.to_string(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".to_string(),
+            name: account,
+            namespace: isvc.namespace(),
+            ..Subject::default()
+        }]),
     }
 }
 

@@ -5,12 +5,12 @@
 //! `<name>-sequence-peers`, made for it).
 
 use k8s_openapi::api::core::v1::{Service, ServiceAccount, ServicePort, ServiceSpec};
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::{child_meta, selector_labels};
+use super::{child_meta, pods_role, pods_role_binding, selector_labels};
 use crate::crd::InferenceService;
 
 /// Name of the headless Service, the Role, the RoleBinding and (where the resource names none)
@@ -51,29 +51,18 @@ pub(super) fn peer_objects(isvc: &InferenceService, owner: &OwnerReference) -> O
                 metadata: child_meta(isvc, access.clone(), owner),
                 ..ServiceAccount::default()
             }),
-        role: Role {
-            metadata: child_meta(isvc, access.clone(), owner),
-            rules: Some(vec![PolicyRule {
+        role: pods_role(
+            isvc,
+            &access,
+            PolicyRule {
                 api_groups: Some(vec!["discovery.k8s.io".to_string()]),
                 resources: Some(vec!["endpointslices".to_string()]),
                 verbs: vec!["list".to_string(), "watch".to_string()],
                 ..PolicyRule::default()
-            }]),
-        },
-        role_binding: RoleBinding {
-            metadata: child_meta(isvc, access.clone(), owner),
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".to_string(),
-                kind: "Role".to_string(),
-                name: access,
             },
-            subjects: Some(vec![Subject {
-                kind: "ServiceAccount".to_string(),
-                name: account,
-                namespace: isvc.namespace(),
-                ..Subject::default()
-            }]),
-        },
+            owner,
+        ),
+        role_binding: pods_role_binding(isvc, &access, account, owner),
     })
 }
 

@@ -129,3 +129,13 @@ pub fn sidecar_config(children: &Children) -> infergate_config::SidecarConfig {
     config.validate(&[]).unwrap();
     config
 }
+
+/// The kinds of the children, in the order they are applied.
+pub fn applied_kinds(children: &Children) -> Vec<String> {
+    children
+        .to_values()
+        .unwrap()
+        .iter()
+        .map(|v| v["kind"].as_str().unwrap().to_string())
+        .collect()
+}
