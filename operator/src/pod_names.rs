@@ -24,6 +24,11 @@ pub const TLS_DIR: &str = "/etc/infergate/tls";
 pub const AUTH_VOLUME: &str = "infergate-auth";
 /// Where that volume is mounted in the sidecar, whole.
 pub const AUTH_DIR: &str = "/etc/infergate/auth";
+/// Name of the volume holding the sidecar's ServiceAccount token (with the cluster's CA and the
+/// namespace), where the sidecar needs one: projected into the sidecar alone.
+pub const TOKEN_VOLUME: &str = "infergate-token";
+/// Where that volume is mounted: the path every Kubernetes client reads in a pod.
+pub const TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Prefix of the volumes holding label files (`infergate-labels-<index of the model>`).
 pub const LABELS_VOLUME_PREFIX: &str = "infergate-labels-";
 /// Prefix reserved for the operator's volumes.

@@ -86,18 +86,65 @@ fn a_key_without_its_secret_is_refused() {
     );
 }
 
+/// Who in the pod holds a ServiceAccount token: (the pod mounts one in every container, the
+/// containers with the sidecar's own token volume at the standard path).
+fn token_holders(children: &Children) -> (Option<bool>, Vec<String>) {
+    let pod = pod(children);
+    let holders = all_containers(pod)
+        .into_iter()
+        .filter(|c| {
+            c.volume_mounts.iter().flatten().any(|m| {
+                m.name == "infergate-token"
+                    && m.mount_path == "/var/run/secrets/kubernetes.io/serviceaccount"
+            })
+        })
+        .map(|c| c.name.clone())
+        .collect();
+    (pod.automount_service_account_token, holders)
+}
+
 #[test]
 fn the_pods_get_a_token_only_where_something_uses_it() {
-    let token = |extra: &str| pod(&build(extra)).automount_service_account_token;
-    assert_eq!(token(""), Some(false));
-    // Sidecars that route sequences watch their peers' EndpointSlices with it.
+    let token = |extra: &str| token_holders(&build(extra));
+    assert_eq!(token(""), (Some(false), vec![]));
+    // Sidecars that route sequences watch their peers' EndpointSlices with it: the sidecar
+    // alone gets one, the model server none.
     assert_eq!(
         token("  extensions:\n    sequence: {enabled: true, routing: Sidecar}\n"),
-        Some(true)
+        (Some(false), vec!["infergate".to_string()])
     );
+    // Every container, where the resource asks (then the sidecar uses the pod's).
     assert_eq!(
         token("  pod: {automountServiceAccountToken: true}\n"),
-        Some(true)
+        (Some(true), vec![])
+    );
+    assert_eq!(
+        token(
+            "  pod: {automountServiceAccountToken: true}\n  extensions:\n    sequence: {enabled: true, routing: Sidecar}\n"
+        ),
+        (Some(true), vec![])
+    );
+    // What the kubelet would mount: the token, the cluster's CA and the namespace.
+    let children = build("  extensions:\n    sequence: {enabled: true, routing: Sidecar}\n");
+    let volume = common::volume(pod(&children), "infergate-token");
+    let sources = volume.projected.as_ref().unwrap().sources.as_ref().unwrap();
+    let token = sources[0].service_account_token.as_ref().unwrap();
+    assert_eq!(
+        (token.path.as_str(), token.audience.as_ref()),
+        ("token", None)
+    );
+    let ca = sources[1].config_map.as_ref().unwrap();
+    assert_eq!(ca.name, "kube-root-ca.crt");
+    let namespace = &sources[2]
+        .downward_api
+        .as_ref()
+        .unwrap()
+        .items
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        namespace.field_ref.as_ref().unwrap().field_path,
+        "metadata.namespace"
     );
 }
 
@@ -127,9 +174,13 @@ fn inference_by_identity_checks_tokens_for_the_services_audience_and_the_infer_v
         ),
         (ns.as_str(), "resnet", "infer")
     );
-    // The pods run with a token of an account of their own, allowed to ask reviews only.
+    // The pods run with an account of their own, allowed to ask reviews only; its token is the
+    // sidecar's alone.
+    assert_eq!(
+        token_holders(&children),
+        (Some(false), vec!["infergate".to_string()])
+    );
     let pod = pod(&children);
-    assert_eq!(pod.automount_service_account_token, Some(true));
     assert_eq!(pod.service_account_name.as_deref(), Some("resnet-identity"));
     let objects = children.identity.as_ref().expect("identity objects");
     assert_eq!(

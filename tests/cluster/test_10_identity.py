@@ -240,7 +240,14 @@ def test_the_operator_renders_inference_by_identity(cluster, operator, namespace
     deploy = wait_for("the Deployment", lambda: cluster.get_json("deployment", NAME, "-n", ns))
     pod = deploy["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == account
-    assert pod["automountServiceAccountToken"] is True
+    # The token is the sidecar's alone: a volume of its own at the standard path; the model
+    # container gets none.
+    assert pod["automountServiceAccountToken"] is False
+    mounts = {c["name"]: [m["mountPath"] for m in c.get("volumeMounts", [])]
+              for c in pod["containers"] + pod.get("initContainers", [])}
+    holders = [name for name, paths in mounts.items()
+               if "/var/run/secrets/kubernetes.io/serviceaccount" in paths]
+    assert holders == ["infergate"], mounts
     user = f"system:serviceaccount:{ns}:{account}"
     for verb, resource, want in (("create", "localsubjectaccessreviews.authorization.k8s.io", "yes"),
                                  ("get", "secrets", "no"), ("list", "pods", "no")):

@@ -41,10 +41,11 @@ pub struct PodOverrides {
     /// Service account of the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
-    /// Whether the pods get a token of their service account. Unset: only where the sidecars
-    /// need one (extensions.sequence.routing Sidecar watches EndpointSlices); no container
-    /// gets a credential to the API server it does not use. Set true for a model server that
-    /// calls the API server itself.
+    /// Whether every container of the pods gets a token of their service account. Unset or
+    /// false: none but the sidecar, and the sidecar only where it needs one (it watches its
+    /// peers' EndpointSlices with extensions.sequence.routing Sidecar, it checks callers'
+    /// identities with auth.inference.from Identity); no container gets a credential to the API
+    /// server it does not use. Set true for a model server that calls the API server itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub automount_service_account_token: Option<bool>,
     /// Secrets for pulling the images.

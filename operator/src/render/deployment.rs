@@ -45,10 +45,12 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, ExecAction, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler,
-    ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecretVolumeSource, SecurityContext, TCPSocketAction, Volume, VolumeMount,
+    Capabilities, ConfigMapProjection, ConfigMapVolumeSource, Container, ContainerPort,
+    DownwardAPIProjection, DownwardAPIVolumeFile, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    ExecAction, HTTPGetAction, KeyToPath, Lifecycle, LifecycleHandler, ObjectFieldSelector,
+    PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, ResourceRequirements, SeccompProfile,
+    SecretVolumeSource, SecurityContext, ServiceAccountTokenProjection, TCPSocketAction, Volume,
+    VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -64,7 +66,7 @@ use crate::crd::{InferenceService, InferenceServiceSpec, SidecarMode, UpstreamPr
 pub use crate::pod_names::{
     AUTH_DIR, AUTH_VOLUME, CONFIG_VOLUME, HOOK_DIR, HOOK_VOLUME, LABELS_VOLUME_PREFIX,
     MODEL_CONTAINER, RESERVED_VOLUME_PREFIX, SHM_VOLUME, SIDECAR_CONTAINER, TLS_DIR, TLS_VOLUME,
-    UPSTREAM_PORT_NAME, UPSTREAM_REST_PORT_NAME,
+    TOKEN_DIR, TOKEN_VOLUME, UPSTREAM_PORT_NAME, UPSTREAM_REST_PORT_NAME,
 };
 
 /// The Secret of the control APIs' key, where they take one.
@@ -136,10 +138,9 @@ pub(super) fn deployment(
         priority_class_name: pod.priority_class_name.clone(),
         runtime_class_name: pod.runtime_class_name.clone(),
         service_account_name: super::identity::pods_service_account(isvc),
-        automount_service_account_token: Some(
-            pod.automount_service_account_token
-                .unwrap_or_else(|| super::identity::pods_need_token(isvc)),
-        ),
+        // Only the sidecar gets the token it needs (`sidecar_token`); every container gets one
+        // only where the resource asks.
+        automount_service_account_token: Some(pod.automount_service_account_token == Some(true)),
         image_pull_secrets: non_empty(&pod.image_pull_secrets),
         security_context: pod.security_context.clone(),
         termination_grace_period_seconds: Some(pod.termination_grace_period_seconds),
@@ -188,6 +189,62 @@ fn users_container(isvc: &InferenceService, container: &Container) -> Container 
             .push(shm_mount());
     }
     container
+}
+
+/// Whether the sidecar gets a token of its own: it needs one (to watch its peers, to check
+/// callers' identities) and the pod does not mount one in every container already.
+fn sidecar_token(isvc: &InferenceService) -> bool {
+    super::identity::pods_need_token(isvc)
+        && isvc.spec.pod.automount_service_account_token != Some(true)
+}
+
+/// What the kubelet mounts for a ServiceAccount, as a volume of its own so that only the
+/// sidecar mounts it and the model server never holds the pod's identity: a token it renews
+/// (an hour), the cluster's CA (the `kube-root-ca.crt` ConfigMap every namespace has) and the
+/// namespace.
+fn token_volume() -> Volume {
+    Volume {
+        name: TOKEN_VOLUME.to_string(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: None,
+            sources: Some(vec![
+                VolumeProjection {
+                    service_account_token: Some(ServiceAccountTokenProjection {
+                        audience: None,
+                        expiration_seconds: Some(3607),
+                        path: "token".to_string(),
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    config_map: Some(ConfigMapProjection {
+                        name: "kube-root-ca.crt".to_string(),
+                        items: Some(vec![KeyToPath {
+                            key: "ca.crt".to_string(),
+                            path: "ca.crt".to_string(),
+                            mode: None,
+                        }]),
+                        optional: None,
+                    }),
+                    ..VolumeProjection::default()
+                },
+                VolumeProjection {
+                    downward_api: Some(DownwardAPIProjection {
+                        items: Some(vec![DownwardAPIVolumeFile {
+                            path: "namespace".to_string(),
+                            field_ref: Some(ObjectFieldSelector {
+                                api_version: Some("v1".to_string()),
+                                field_path: "metadata.namespace".to_string(),
+                            }),
+                            ..DownwardAPIVolumeFile::default()
+                        }]),
+                    }),
+                    ..VolumeProjection::default()
+                },
+            ]),
+        }),
+        ..Volume::default()
+    }
 }
 
 /// The Deployment's strategy from `spec.rollout` (see `RolloutSpec::rolling_limits`).
@@ -246,6 +303,9 @@ fn volumes(isvc: &InferenceService) -> Vec<Volume> {
             }),
             ..Volume::default()
         });
+    }
+    if sidecar_token(isvc) {
+        volumes.push(token_volume());
     }
     if let Some(tls) = &spec.tls {
         // The whole Secret, so that the kubelet's updates (a renewal) reach the sidecar.
@@ -403,6 +463,14 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
         mounts.push(VolumeMount {
             name: AUTH_VOLUME.to_string(),
             mount_path: AUTH_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
+    if sidecar_token(isvc) {
+        mounts.push(VolumeMount {
+            name: TOKEN_VOLUME.to_string(),
+            mount_path: TOKEN_DIR.to_string(),
             read_only: Some(true),
             ..VolumeMount::default()
         });
