@@ -241,7 +241,10 @@ def check_shm(args):
         oh = shm.create_shared_memory_region(f"out_{proto}", key + "_out", size * 2)
         try:
             shm.set_shared_memory_region(ih, [a, b])
-            client.unregister_system_shared_memory()
+            # By name: with no name Triton's API unregisters every region of the server, and the
+            # pod's other client (triton-shm.yaml's perf_analyzer loop) has its own registered.
+            for name in (f"in_{proto}", f"out_{proto}"):
+                client.unregister_system_shared_memory(name)
             client.register_system_shared_memory(f"in_{proto}", key + "_in", size * 2)
             client.register_system_shared_memory(f"out_{proto}", key + "_out", size * 2)
             inputs = [module.InferInput("INPUT0", [1, 16], "INT32"),
@@ -261,7 +264,8 @@ def check_shm(args):
                      else list(status.regions))
             out[proto] = {"OUTPUT0": got0.tolist(), "OUTPUT1": got1.tolist(),
                           "registered": len({f"in_{proto}", f"out_{proto}"} & set(names))}
-            client.unregister_system_shared_memory()
+            for name in (f"in_{proto}", f"out_{proto}"):
+                client.unregister_system_shared_memory(name)
         finally:
             shm.destroy_shared_memory_region(ih)
             shm.destroy_shared_memory_region(oh)
