@@ -48,9 +48,37 @@ pub fn control_call(
     );
 }
 
+/// A call of `category` checked against the caller's Kubernetes identity (`server.identity`),
+/// with its audit line where `category` is a control API; the refusal, if it is refused.
+pub async fn identity_call(
+    identity: &crate::identity::Authenticator,
+    protocol: &str,
+    category: RestrictedCategory,
+    method: Option<&str>,
+    path: &str,
+    caller: Option<Caller>,
+    headers: &http::HeaderMap,
+) -> Result<(), crate::identity::Refusal> {
+    let checked = identity.check(headers).await;
+    if is_control(category) {
+        let credential = identity_credential(checked.as_ref());
+        let allowed = checked.is_ok();
+        control_call_with(
+            protocol,
+            category,
+            method,
+            path,
+            caller,
+            &credential,
+            allowed,
+        );
+    }
+    checked.map(drop).map_err(|denied| denied.refusal)
+}
+
 /// What an audit line says of a Kubernetes identity: the user it proved, or that it proved
 /// none (never the token).
-pub fn identity_credential(
+fn identity_credential(
     checked: Result<&crate::identity::User, &crate::identity::Denied>,
 ) -> String {
     match checked {
@@ -63,8 +91,7 @@ pub fn identity_credential(
 }
 
 /// One control call, with what is said of its credential.
-#[allow(clippy::too_many_arguments)]
-pub fn control_call_with(
+fn control_call_with(
     protocol: &str,
     category: RestrictedCategory,
     method: Option<&str>,

@@ -69,24 +69,14 @@ where
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
                 return Either::Right(Box::pin(async move {
-                    let checked = identity.check(request.headers()).await;
-                    if audit::is_control(category) {
-                        let path = request.uri().path();
-                        let credential = audit::identity_credential(checked.as_ref());
-                        let allowed = checked.is_ok();
-                        audit::control_call_with(
-                            "grpc",
-                            category,
-                            None,
-                            path,
-                            caller,
-                            &credential,
-                            allowed,
-                        );
-                    }
+                    let (path, headers) = (request.uri().path(), request.headers());
+                    let checked = audit::identity_call(
+                        &identity, "grpc", category, None, path, caller, headers,
+                    )
+                    .await;
                     match checked {
-                        Ok(_) => inner.call(request).await,
-                        Err(denied) => Ok(status_answer(identity_status(denied.refusal))),
+                        Ok(()) => inner.call(request).await,
+                        Err(refusal) => Ok(status_answer(identity_status(refusal))),
                     }
                 }));
             }

@@ -114,25 +114,15 @@ where
                 // The rest waits for the caller's identity.
                 let (identity, mut front) = (identity.clone(), self.clone());
                 return Either::Left(Box::pin(async move {
-                    let checked = identity.check(request.headers()).await;
-                    if audit::is_control(category) {
-                        let path = request.uri().path();
-                        let method = Some(request.method().as_str());
-                        let credential = audit::identity_credential(checked.as_ref());
-                        let allowed = checked.is_ok();
-                        audit::control_call_with(
-                            "http",
-                            category,
-                            method,
-                            path,
-                            front.caller,
-                            &credential,
-                            allowed,
-                        );
-                    }
+                    let (method, path) = (Some(request.method().as_str()), request.uri().path());
+                    let (caller, headers) = (front.caller, request.headers());
+                    let checked = audit::identity_call(
+                        &identity, "http", category, method, path, caller, headers,
+                    )
+                    .await;
                     match checked {
-                        Ok(_) => front.route(request).await,
-                        Err(denied) => Ok(restricted::identity_refusal(denied.refusal)),
+                        Ok(()) => front.route(request).await,
+                        Err(refusal) => Ok(restricted::identity_refusal(refusal)),
                     }
                 }));
             }

@@ -92,13 +92,18 @@ impl ClientTls {
 }
 
 fn build(files: &ClientTlsFiles) -> Result<ClientConfig, String> {
+    client_config(roots_from(&files.root)?, files.identity.as_ref(), b"h2")
+}
+
+/// The roots in a PEM file.
+pub(super) fn roots_from(path: &Path) -> Result<rustls::RootCertStore, String> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in read_certs(&files.root)? {
+    for cert in read_certs(path)? {
         roots
             .add(cert)
-            .map_err(|e| format!("{}: {e}", files.root.display()))?;
+            .map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    client_config(roots, files.identity.as_ref(), b"h2")
+    Ok(roots)
 }
 
 /// A client configuration (the ring provider, safe default versions) that trusts `roots`,

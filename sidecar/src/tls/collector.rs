@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use rustls::ClientConfig;
 
-use super::client::client_config;
-use super::{Seen, read_certs};
+use super::Seen;
+use super::client::{client_config, roots_from};
 
 /// What the TLS towards the collector is made of.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -71,18 +71,12 @@ pub fn trusting_nothing() -> Result<ClientConfig, String> {
 }
 
 fn build(files: &CollectorTlsFiles) -> Result<ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    match &files.root {
-        Some(root) => {
-            for cert in read_certs(root)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("{}: {e}", root.display()))?;
-            }
-        }
+    let roots = match &files.root {
+        Some(root) => roots_from(root)?,
         None => {
             // Unreadable entries among the system's are skipped, as every client skips them;
             // none at all is an error that says what to give instead.
+            let mut roots = rustls::RootCertStore::empty();
             let (added, _) =
                 roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
             if added == 0 {
@@ -92,7 +86,8 @@ fn build(files: &CollectorTlsFiles) -> Result<ClientConfig, String> {
                         .to_string(),
                 );
             }
+            roots
         }
-    }
+    };
     client_config(roots, files.identity.as_ref(), b"http/1.1")
 }
