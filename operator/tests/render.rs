@@ -6,7 +6,7 @@
 mod common;
 
 use common::{MINIMAL, UID, all_containers, pod, sidecar_config, volume, with_spec};
-use infergate_operator::crd::InferenceService;
+use infergate_operator::crd::{InferenceService, ModelListen};
 use infergate_operator::render::{
     self, CONFIG_HASH_ANNOTATION, Children, DEFAULT_SIDECAR_IMAGE, KubernetesVersion,
     OperatorSettings, RenderError,
@@ -65,22 +65,24 @@ fn cpu_defaults() {
     assert_eq!(http_path(&sidecar.startup_probe), ("/livez", &admin));
     assert_eq!(http_path(&sidecar.liveness_probe), ("/livez", &admin));
     assert_eq!(http_path(&sidecar.readiness_probe), ("/readyz", &admin));
+    // The model server listens on loopback (model.listen: Loopback): no port of it is declared,
+    // and the kubelet, which cannot reach loopback, asks the sidecar whether it accepts
+    // connections.
     let model = container(pod, "model");
     let startup = model.startup_probe.as_ref().unwrap();
+    assert_eq!(http_path(&model.startup_probe), ("/upstream/livez", &admin));
     assert_eq!(
-        startup.tcp_socket.as_ref().unwrap().port,
-        IntOrString::String("upstream-grpc".into())
+        http_path(&model.liveness_probe),
+        ("/upstream/livez", &admin)
     );
     assert_eq!(startup.period_seconds, Some(10));
     assert_eq!(startup.failure_threshold, Some(60));
+    assert_eq!(
+        model.liveness_probe.as_ref().unwrap().failure_threshold,
+        Some(3)
+    );
     assert!(model.readiness_probe.is_none());
-    let model_ports: Vec<(Option<&str>, i32)> = model
-        .ports
-        .iter()
-        .flatten()
-        .map(|p| (p.name.as_deref(), p.container_port))
-        .collect();
-    assert_eq!(model_ports, [(Some("upstream-grpc"), 9001)]);
+    assert_eq!(model.ports, None);
     // The preStop hook runs the drain binary the sidecar copied into the shared hook volume,
     // which the model container mounts read-only; it reaches the admin port on loopback.
     let drain = model
@@ -667,6 +669,11 @@ fn a_rest_port_sends_small_calls_over_rest() {
         }
         other => panic!("backend {other:?}"),
     }
+    // On loopback (the default) neither port is declared; listening on the pod's address, both.
+    assert_eq!(container(pod(&children), "model").ports, None);
+    let mut on_pod = isvc.clone();
+    on_pod.spec.model.listen = ModelListen::Pod;
+    let children = build(&on_pod);
     let model = container(pod(&children), "model");
     let ports: Vec<(&str, i32)> = model
         .ports
@@ -871,6 +878,13 @@ fn a_rest_only_upstream_is_reached_and_probed_over_rest() {
         "svc",
         &format!("{MINIMAL}  upstream:\n    protocol: rest\n    restPort: 8080\n"),
     );
+    // On loopback the sidecar is asked, and it connects to the REST port it was given.
+    let on_loopback = build(&isvc);
+    let model = container(pod(&on_loopback), "model");
+    let admin = IntOrString::String("admin".into());
+    assert_eq!(http_path(&model.startup_probe), ("/upstream/livez", &admin));
+    let mut isvc = isvc;
+    isvc.spec.model.listen = ModelListen::Pod;
     let children = build(&isvc);
     let config = sidecar_config(&children);
     match &config.backend {

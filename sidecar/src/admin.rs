@@ -5,7 +5,8 @@
 //! `GET /status` → `{"server", "ready", "backend", "extensions": [{name, state, implementation,
 //! reason}], "shm", "gpu"}`; states are `Active`, `Degraded`, `Unsupported` and `Disabled`.
 //! `GET /drain?seconds=N` is the pod's preStop hook (`drain.rs`). `GET /livez` and `GET /readyz`
-//! are the kubelet's probes. Who may call which: `admin_access.rs`.
+//! are the kubelet's probes of the sidecar, `GET /upstream/livez` its probe of a model server that
+//! listens on loopback only. Who may call which: `admin_access.rs`.
 
 use crate::peers::membership::PeerState;
 use axum::Router;
@@ -26,6 +27,7 @@ pub fn router(state: SharedState) -> Router {
     Router::new()
         .route("/livez", get(live))
         .route("/readyz", get(ready))
+        .route("/upstream/livez", get(upstream_live))
         .route("/status", get(status))
         .route("/drain", get(crate::drain::hook))
         .with_state(state)
@@ -43,6 +45,23 @@ async fn ready(State(st): State<SharedState>) -> Response {
         (StatusCode::OK, "ok\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+/// Live while the model server accepts connections on its loopback address, as a TCP probe from
+/// the node would find it if it listened there; 404 without a model server (built-in models).
+async fn upstream_live(State(st): State<SharedState>) -> Response {
+    let Some(upstream) = &st.upstream else {
+        return (StatusCode::NOT_FOUND, "no model server\n").into_response();
+    };
+    let probe_timeout = std::time::Duration::from_secs(1);
+    if crate::backend::upstream::listening::accepts_connections(&upstream.config.url, probe_timeout)
+        .await
+    {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        let refusal = "the model server does not accept connections\n";
+        (StatusCode::SERVICE_UNAVAILABLE, refusal).into_response()
     }
 }
 

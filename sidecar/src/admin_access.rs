@@ -3,7 +3,7 @@
 //!
 //! | endpoint | who | why |
 //! |---|---|---|
-//! | `/livez`, `/readyz` | anyone, in plain HTTP | the kubelet's probes carry no credential; they say nothing but live or ready |
+//! | `/livez`, `/readyz`, `/upstream/livez` | anyone, in plain HTTP | the kubelet's probes (of the sidecar, and of a model server on loopback) carry no credential; they say nothing but live or ready |
 //! | `/drain` | loopback only | only the pod's own preStop hook (`infergate-drain`, an `exec` in the pod) may take it out of service |
 //! | `/status` | loopback, or a bearer token whose SHA-256 is in `server.status_token_sha256` | the operator reads it from outside the pod; it names the upstream, its models and the GPU |
 //!

@@ -6,7 +6,8 @@ costs and how long it takes, measured rather than asserted.
 2. The sidecar's memory (the container's cgroup: RSS and working set) and CPU while idle (cgroup
    CPU time over IDLE_SECONDS with no client), per pod, beside the model server's.
 3. The latency a call gains through the Service and the sidecar, against the model server's own
-   port in the same pod: perf_analyzer 2.45 in the client pod, concurrency 1, gRPC and HTTP, the
+   port in the same pod (Triton here listens on the pod's address, `model.listen: Pod`, which the
+   examples' default, loopback, would refuse): perf_analyzer 2.45 in the client pod, concurrency 1, gRPC and HTTP, the
    `classifier` model of examples/triton.yaml (FP32 identity, 4 elements), the two targets
    alternated over ROUNDS rounds; p50 and p99.
 Only examples/triton.yaml and mlserver.yaml run during 2 and 3 (triton-shm.yaml's own client
@@ -41,8 +42,12 @@ IDLE_SECONDS = float(os.environ.get("IDLE_SECONDS", "30"))
 CGROUP = Path("/sys/fs/cgroup")
 
 
-def apply_to_ready(k, name: str) -> float:
+def apply_to_ready(k, name: str, on_pod_address: bool = False) -> float:
     doc = scenario.adapt(scenario.example(name))
+    if on_pod_address:
+        model = doc["spec"]["model"]
+        model["listen"] = "Pod"
+        model["args"] = [a for a in model.get("args", []) if not a.endswith("-address=127.0.0.1")]
     started = time.monotonic()
     k.apply(json.dumps(doc), "-n", NS)
     k.wait_condition(f"infsvc/{doc['metadata']['name']}", "Ready", NS, timeout="600s")
@@ -131,7 +136,7 @@ def main() -> int:
 
         # 2. idle cost of each pod's containers.
         for example in ("triton.yaml", "mlserver.yaml"):
-            apply_to_ready(k, example)
+            apply_to_ready(k, example, on_pod_address=example == "triton.yaml")
         scenario.start_client(k)
         time.sleep(10)
         pods = [p for name in ("triton", "mlserver")

@@ -244,6 +244,7 @@ ADMIN_CALLS = textwrap.dedent("""
         got[name] = [r.status_code, r.text, r.headers.get("www-authenticate")]
     get("livez", "/livez")
     get("readyz", "/readyz")
+    get("upstream_livez", "/upstream/livez")
     get("drain", "/drain?seconds=0")
     get("status", "/status")
     get("status_wrong", "/status", "a-wrong-token-of-some-length-000000")
@@ -274,6 +275,8 @@ def test_the_admin_port_refuses_to_drain_or_tell_a_caller_outside_the_pod(tmp_pa
         got = admin_calls(namespace, sidecar)
         assert got["livez"][:2] == [200, "ok\n"], got
         assert got["readyz"][:2] == [200, "ok\n"], got
+        # Built-in models: there is no model server to probe.
+        assert got["upstream_livez"][:2] == [404, "no model server\n"], got
         assert got["drain"][0] == 403, got
         assert json.loads(got["drain"][1]) == {
             "error": "/drain is accepted only from inside the pod (loopback)"}
@@ -290,6 +293,29 @@ def test_the_admin_port_refuses_to_drain_or_tell_a_caller_outside_the_pod(tmp_pa
         assert any(CALLER_SIDE in line and "drain" in line for line in refused), log[-3000:]
     finally:
         sidecar.stop()
+
+
+def test_a_model_server_on_loopback_is_probed_through_the_admin_port(tmp_path, namespace):
+    """The kubelet cannot reach a model server bound to 127.0.0.1 (`model.listen: Loopback`);
+    `/upstream/livez` answers for it from outside, and says only whether it accepts connections.
+    The model server here is a second sidecar serving the built-in models on loopback."""
+    model_server = Sidecar(tmp_path, [])
+    sidecar = None
+    try:
+        sidecar = Sidecar(tmp_path, [f"--upstream=grpc://127.0.0.1:{model_server.grpc}"])
+        got = admin_calls(namespace, sidecar)
+        assert got["upstream_livez"][:2] == [200, "ok\n"], got
+        model_server.stop()
+        got = admin_calls(namespace, sidecar)
+        assert got["upstream_livez"][:2] == [
+            503, "the model server does not accept connections\n"], got
+        # The sidecar itself stays live: the kubelet restarts the model server, not the sidecar.
+        assert got["livez"][:2] == [200, "ok\n"], got
+    finally:
+        if sidecar:
+            sidecar.stop()
+        if model_server.proc.poll() is None:
+            model_server.stop()
 
 
 def test_status_is_served_outside_the_pod_only_with_a_listed_token(tmp_path, namespace):

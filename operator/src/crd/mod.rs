@@ -55,7 +55,7 @@ pub use auth::{
 pub use autoscaling::{AutoscalingEngine, AutoscalingMetric, AutoscalingSpec, MonitoringSpec};
 pub use extensions::{CudaSharedMemory, Extensions, Sequence, SequenceRouting, SystemSharedMemory};
 pub use generate::{crd, crd_json, crd_yaml, openapi_schema};
-pub use model::{ModelContainer, ModelProbes, PullPolicy};
+pub use model::{ModelContainer, ModelListen, ModelProbes, PullPolicy};
 pub use models::{DynamicBatching, LabelFiles, ModelSettings};
 pub use network::NetworkPolicySpec;
 pub use pod::PodOverrides;

@@ -59,7 +59,7 @@ pub struct ModelContainer {
     pub resources: Option<ResourceRequirements>,
     /// More ports the model server listens on (its REST or metrics ports), declared on the
     /// container. They must differ from the sidecar's ports and upstream.grpcPort, which is
-    /// declared for you. They are not added to the Service.
+    /// declared for you with listen: Pod. They are not added to the Service.
     #[serde(default)]
     #[schemars(length(max = 16))]
     pub ports: Vec<ContainerPort>,
@@ -87,6 +87,15 @@ pub struct ModelContainer {
     /// How the model in storageUri is fetched and mounted.
     #[serde(default)]
     pub storage: ModelStorage,
+    /// Where the model server listens. Loopback (the default): only on 127.0.0.1 (pass it the
+    /// server's own flag: Triton --http-address=127.0.0.1 --grpc-address=127.0.0.1, MLServer
+    /// MLSERVER_HOST=127.0.0.1), so that only the pod's containers reach it and every client goes
+    /// through the sidecar; no port of it is declared on the pod, and its probes go through the
+    /// sidecar's admin port (/upstream/livez), which connects to it on loopback. Pod: on the
+    /// pod's address, for servers that cannot bind loopback; its ports are declared and probed by
+    /// the kubelet over TCP, and only a NetworkPolicy keeps other pods from it.
+    #[serde(default)]
+    pub listen: ModelListen,
     /// Probes of the model server. The pod's readiness comes from the sidecar, which is ready
     /// when the model server is; these probes give the model its start-up budget and restart it
     /// when it stops listening.
@@ -119,6 +128,16 @@ fn default_pre_stop_sleep() -> i64 {
     5
 }
 
+/// Where the model server listens: Loopback (the default) or Pod.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ModelListen {
+    /// 127.0.0.1 only: reached through the sidecar alone, probed through the sidecar.
+    #[default]
+    Loopback,
+    /// The pod's address: its ports declared, probed by the kubelet over TCP.
+    Pod,
+}
+
 /// Image pull policy: Always, IfNotPresent or Never. Unset: the Kubernetes default.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PullPolicy {
@@ -141,12 +160,14 @@ impl PullPolicy {
     }
 }
 
-/// TCP probes of the model server on upstream.grpcPort.
+/// Probes of the model server: that it accepts connections on upstream.grpcPort (restPort for a
+/// REST-only server), asked by the sidecar on loopback (listen: Loopback) or by the kubelet
+/// over TCP (listen: Pod).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelProbes {
-    /// Probe the model server. The kubelet connects to the pod's IP, so a model server bound to
-    /// 127.0.0.1 only must turn this off.
+    /// Probe the model server. Off: it is never restarted for not listening, and has no start-up
+    /// budget of its own.
     #[serde(default = "default_true")]
     pub enabled: bool,
     /// Seconds between two checks.

@@ -7,7 +7,9 @@
 //!   server once the sidecar's startup probe passes, and stops it after the model server, so
 //!   requests that arrive during start-up or shutdown get a protocol error instead of a refused
 //!   connection. `sidecar.mode: Regular` makes it an ordinary container instead.
-//! - **Model server** (`model`): the user's container, with its gRPC port declared and probed.
+//! - **Model server** (`model`): the user's container. By default (`model.listen: Loopback`) it
+//!   listens on loopback only and declares no port: every client goes through the sidecar. With
+//!   `listen: Pod` its gRPC (or REST) port is declared.
 //! - **Extra containers** from `pod.containers`, appended as written.
 //!
 //! Probes, and why they never make the sidecar wait for the model server:
@@ -23,10 +25,12 @@
 //!   server's models and the model server reports ready. Readiness does not gate the start of
 //!   other containers; it only decides whether the pod receives traffic, so the model's load time
 //!   is covered by it without blocking anything.
-//! - The model server gets TCP **startup** and **liveness** probes on its gRPC port: the startup
-//!   probe's budget (`model.probes`) is the time the model may take to load, and the liveness
-//!   probe restarts a model server that stopped listening. It has no readiness probe of its own:
-//!   the sidecar's readiness already follows it.
+//! - The model server gets **startup** and **liveness** probes that it accepts connections on its
+//!   gRPC port: the startup probe's budget (`model.probes`) is the time the model may take to
+//!   load, and the liveness probe restarts a model server that stopped listening. On loopback the
+//!   kubelet cannot connect to it, so the probes are HTTP on the sidecar's admin port
+//!   (`/upstream/livez`), which connects for it; with `listen: Pod` they are TCP. It has no
+//!   readiness probe of its own: the sidecar's readiness already follows it.
 //!
 //! Security: the sidecar runs with the `restricted` Pod Security Standard's settings; the model
 //! server and the extra containers get them for every field the user leaves unset (see
@@ -61,7 +65,9 @@ use super::config::{CONFIG_DIR, CONFIG_FILE, config_map_name, labels_dir};
 use super::security::restricted_defaults;
 use super::storage;
 use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, selector_labels};
-use crate::crd::{InferenceService, InferenceServiceSpec, SidecarMode, UpstreamProtocol};
+use crate::crd::{
+    InferenceService, InferenceServiceSpec, ModelListen, SidecarMode, UpstreamProtocol,
+};
 
 pub use crate::pod_names::{
     AUTH_DIR, AUTH_VOLUME, CONFIG_VOLUME, HOOK_DIR, HOOK_VOLUME, LABELS_VOLUME_PREFIX,
@@ -374,6 +380,49 @@ fn tcp_port(name: &str, port: i32) -> ContainerPort {
     }
 }
 
+/// The model server's ports the sidecar uses, declared on the pod with `listen: Pod`: gRPC (none
+/// for a REST-only server) and REST.
+fn upstream_ports(spec: &InferenceServiceSpec) -> Vec<ContainerPort> {
+    let mut ports = Vec::new();
+    if spec.upstream.protocol != UpstreamProtocol::Rest {
+        ports.push(tcp_port(UPSTREAM_PORT_NAME, spec.upstream.grpc_port));
+    }
+    if let Some(rest_port) = spec.upstream.rest_port {
+        ports.push(tcp_port(UPSTREAM_REST_PORT_NAME, rest_port));
+    }
+    ports
+}
+
+/// A probe that the model server accepts connections on the port the sidecar uses (gRPC, or
+/// REST for a REST-only server). On loopback only the sidecar can connect, so its admin port
+/// asks for the kubelet (`/upstream/livez`); on the pod's address the kubelet connects itself.
+fn model_probe(spec: &InferenceServiceSpec, failures: i32) -> Probe {
+    let m = &spec.model;
+    let probe = match m.listen {
+        ModelListen::Loopback => admin_probe("/upstream/livez", m.probes.period_seconds, failures),
+        ModelListen::Pod => {
+            let probed = if spec.upstream.protocol == UpstreamProtocol::Rest {
+                UPSTREAM_REST_PORT_NAME
+            } else {
+                UPSTREAM_PORT_NAME
+            };
+            Probe {
+                tcp_socket: Some(TCPSocketAction {
+                    port: IntOrString::String(probed.to_string()),
+                    ..TCPSocketAction::default()
+                }),
+                period_seconds: Some(m.probes.period_seconds),
+                failure_threshold: Some(failures),
+                ..Probe::default()
+            }
+        }
+    };
+    Probe {
+        timeout_seconds: Some(2),
+        ..probe
+    }
+}
+
 /// A probe of the sidecar's admin port, whose `/livez` and `/readyz` need no credential and
 /// no TLS, whatever the client ports ask of their clients.
 fn admin_probe(path: &str, period: i32, failures: i32) -> Probe {
@@ -601,20 +650,10 @@ fn tracing_env() -> Vec<EnvVar> {
 fn model_container(isvc: &InferenceService, model_storage: Option<&VolumeMount>) -> Container {
     let spec = &isvc.spec;
     let m = &spec.model;
-    // A REST-only model server has no gRPC port to declare or probe: its REST port is probed.
-    let rest_only = spec.upstream.protocol == UpstreamProtocol::Rest;
     let mut ports = Vec::new();
-    if !rest_only {
-        ports.push(tcp_port(UPSTREAM_PORT_NAME, spec.upstream.grpc_port));
+    if m.listen == ModelListen::Pod {
+        ports.extend(upstream_ports(spec));
     }
-    if let Some(rest_port) = spec.upstream.rest_port {
-        ports.push(tcp_port(UPSTREAM_REST_PORT_NAME, rest_port));
-    }
-    let probed = if rest_only {
-        UPSTREAM_REST_PORT_NAME
-    } else {
-        UPSTREAM_PORT_NAME
-    };
     ports.extend(m.ports.iter().cloned());
     let mut mounts = m.volume_mounts.clone();
     mounts.extend(model_storage.cloned());
@@ -622,16 +661,7 @@ fn model_container(isvc: &InferenceService, model_storage: Option<&VolumeMount>)
     if spec.extensions.system_shared_memory.enabled {
         mounts.push(shm_mount());
     }
-    let tcp_probe = |failures: i32| Probe {
-        tcp_socket: Some(TCPSocketAction {
-            port: IntOrString::String(probed.to_string()),
-            ..TCPSocketAction::default()
-        }),
-        period_seconds: Some(m.probes.period_seconds),
-        failure_threshold: Some(failures),
-        timeout_seconds: Some(2),
-        ..Probe::default()
-    };
+    let probe = |failures: i32| model_probe(spec, failures);
     Container {
         name: MODEL_CONTAINER.to_string(),
         image: Some(m.image.clone()),
@@ -641,7 +671,7 @@ fn model_container(isvc: &InferenceService, model_storage: Option<&VolumeMount>)
         env: non_empty(&m.env),
         env_from: non_empty(&m.env_from),
         resources: m.resources.clone(),
-        ports: Some(ports),
+        ports: non_empty(&ports),
         volume_mounts: non_empty(&mounts),
         security_context: Some(restricted_defaults(
             m.security_context.as_ref(),
@@ -651,11 +681,11 @@ fn model_container(isvc: &InferenceService, model_storage: Option<&VolumeMount>)
         startup_probe: m
             .probes
             .enabled
-            .then(|| tcp_probe(m.probes.startup_failure_threshold)),
+            .then(|| probe(m.probes.startup_failure_threshold)),
         liveness_probe: m
             .probes
             .enabled
-            .then(|| tcp_probe(m.probes.liveness_failure_threshold)),
+            .then(|| probe(m.probes.liveness_failure_threshold)),
         lifecycle: pre_stop_drain(spec, &format!("{HOOK_DIR}/infergate-drain")),
         ..Container::default()
     }

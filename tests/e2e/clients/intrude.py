@@ -2,11 +2,12 @@
 would try it: on the admin port (8003), the probes' paths, a drain, and the status with no token,
 with a wrong one, and (given --token) with the operator's; on the REST port (8000), the control
 APIs that change what the service does for everyone (the log settings, the trace settings, a
-model load and unload).
+model load and unload) and shared memory (registering the sidecar's staging pool, or a region
+another client of the pod created); and the model server's own ports, past the sidecar.
 
 Run inside the client image (passed to `python3 -` on standard input):
 
-    intrude.py POD_IP [--token TOKEN]
+    intrude.py POD_IP [--token TOKEN] [--model-port PORT ...]
 
 The last line printed is a JSON object: for each call, [HTTP status, the answer's text (up to
 300 characters)]. The test compares it with what it expects.
@@ -14,6 +15,7 @@ The last line printed is a JSON object: for each call, [HTTP status, the answer'
 
 import argparse
 import json
+import socket
 import urllib.error
 import urllib.request
 
@@ -37,10 +39,25 @@ def post(url, body):
         return [e.code, e.read().decode(errors="replace")[:300]]
 
 
+def connect(ip, port):
+    """Whether the port accepts a TCP connection: "accepted", or the error's name."""
+    try:
+        with socket.create_connection((ip, port), timeout=5):
+            return "accepted"
+    except OSError as e:
+        return type(e).__name__
+
+
+def register(url, name, key):
+    return post(f"{url}/v2/systemsharedmemory/region/{name}/register",
+                {"key": key, "offset": 0, "byte_size": 4096})
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("ip")
     parser.add_argument("--token")
+    parser.add_argument("--model-port", type=int, action="append", default=[])
     args = parser.parse_args()
     admin = f"http://{args.ip}:8003"
     got = {
@@ -54,6 +71,13 @@ def main():
         "trace_everything": post(f"http://{args.ip}:8000/v2/trace/setting", {"trace_rate": "1"}),
         "load_a_model": post(f"http://{args.ip}:8000/v2/repository/models/simple/load", {}),
         "unload_a_model": post(f"http://{args.ip}:8000/v2/repository/models/simple/unload", {}),
+        # The staging pool's objects are named infergate_staging_<pid>_<n>; a client's region,
+        # whatever its name, is in the same /dev/shm.
+        "register_the_staging_pool": register(f"http://{args.ip}:8000", "stolen",
+                                              "/infergate_staging_1_00"),
+        "register_a_clients_region": register(f"http://{args.ip}:8000", "borrowed", "/input_data"),
+        # The model server's own ports: bound to loopback, nothing answers on the pod's address.
+        "model_ports": {str(port): connect(args.ip, port) for port in args.model_port},
         # Still ready after the tries: the drain did not take the pod out of its Service.
         "readyz_after": get(f"{admin}/readyz"),
         "ready_after": get(f"http://{args.ip}:8000/v2/health/ready"),

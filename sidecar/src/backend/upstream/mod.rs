@@ -10,6 +10,7 @@ mod connection;
 mod discovery;
 mod h2_channel;
 mod http1;
+pub mod listening;
 mod model;
 pub mod passthrough;
 mod rest;
