@@ -99,10 +99,19 @@ def main(rendered: str, rbac_json: str, out_dir: str) -> None:
     version = next(a.split("=", 1)[1] for a in args if a.startswith("--kubernetes-version="))
     policies = by_kind.get("ValidatingAdmissionPolicy", [])
     if int(version.lstrip("v").split(".")[1]) >= 30:
-        [policy] = policies
-        [binding] = by_kind["ValidatingAdmissionPolicyBinding"]
-        assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-        assert binding["spec"]["validationActions"] == ["Deny"]
+        named = {p["metadata"]["name"].rsplit("-", 2)[-2] + "-" + p["metadata"]["name"].rsplit("-", 1)[-1]: p
+                 for p in policies}
+        assert set(named) == {"operator-writes", "tenant-fields"}, list(named)
+        bindings = {b["spec"]["policyName"]: b for b in by_kind["ValidatingAdmissionPolicyBinding"]}
+        assert set(bindings) == {p["metadata"]["name"] for p in policies}, list(bindings)
+        assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings.values())
+        policy = named["operator-writes"]
+        # The tenants' policy is matched to InferenceServices alone, for every requester.
+        tenants = named["tenant-fields"]["spec"]
+        assert "matchConditions" not in tenants, tenants
+        assert tenants["matchConstraints"]["resourceRules"] == [{
+            "apiGroups": ["infergate.dev"], "apiVersions": ["*"],
+            "resources": ["inferenceservices"], "operations": ["CREATE", "UPDATE"]}]
         account = pod["serviceAccountName"]
         namespace = deployment["metadata"]["namespace"]
         [condition] = policy["spec"]["matchConditions"]
