@@ -2,6 +2,8 @@
 //! audience-bound ServiceAccount token (`Authorization: Bearer <token>`), and, where asked, the
 //! permission to call them, as a LocalSubjectAccessReview on the InferenceService says.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::RestrictedCategory;
@@ -56,6 +58,10 @@ pub struct IdentityAuthorization {
     pub name: String,
     /// The verb asked, a custom one such as `infer`.
     pub verb: String,
+    /// Another verb for some of the APIs, by category name (e.g. `model-repository: control`),
+    /// so that one Role may grant inference and another the control APIs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub verbs: BTreeMap<String, String>,
     #[serde(default = "default_group")]
     pub group: String,
     #[serde(default = "default_resource")]
@@ -68,6 +74,15 @@ fn default_group() -> String {
 
 fn default_resource() -> String {
     "inferenceservices".to_string()
+}
+
+impl IdentityAuthorization {
+    /// The verb asked for calls of `category`.
+    pub fn verb_for(&self, category: RestrictedCategory) -> &str {
+        self.verbs
+            .get(category.as_str())
+            .map_or(self.verb.as_str(), String::as_str)
+    }
 }
 
 impl IdentitySettings {
@@ -97,6 +112,19 @@ impl IdentitySettings {
                 .any(|v| v.trim().is_empty())
         {
             return Err("authorize needs a namespace, a name, a verb and a resource".to_string());
+        }
+        if let Some(a) = &self.authorize {
+            for (api, verb) in &a.verbs {
+                let category = crate::restricted::categories(std::slice::from_ref(api))?;
+                if category.len() != 1 || !categories.contains(&category[0]) {
+                    return Err(format!(
+                        "authorize.verbs names {api}, which is not one of the APIs it guards"
+                    ));
+                }
+                if verb.trim().is_empty() {
+                    return Err(format!("authorize.verbs gives {api} an empty verb"));
+                }
+            }
         }
         Ok(())
     }

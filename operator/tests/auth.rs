@@ -238,3 +238,50 @@ fn an_identity_uses_the_accounts_the_pods_already_run_with() {
     assert!(build("").identity.is_none());
     assert!(server(&build("")).identity.is_none());
 }
+
+#[test]
+fn the_control_apis_by_identity_ask_a_verb_of_their_own() {
+    use infergate_config::RestrictedCategory as Api;
+    // Alone: the control APIs take a token for the service's audience and the control verb;
+    // inference stays open, and the pod-only rule is not rendered (callers come from anywhere).
+    let control = build_in_apps("  auth:\n    controlAPIs: {from: Identity}\n");
+    let settings = server(&control);
+    assert!(
+        settings.pod_only_api.is_empty(),
+        "{:?}",
+        settings.pod_only_api
+    );
+    let identity = settings.identity.expect("server.identity");
+    assert_eq!(identity.apis, ["model-repository,logging,trace"]);
+    assert_eq!(identity.audience, "infergate.dev/apps/resnet");
+    let rule = identity.authorize.expect("authorize");
+    for api in [Api::ModelRepository, Api::Logging, Api::Trace] {
+        assert_eq!(rule.verb_for(api), "control");
+    }
+    // The pods get what asking the API server takes, as for inference.
+    assert!(control.identity.is_some());
+    assert_eq!(
+        token_holders(&control),
+        (Some(false), vec!["infergate".to_string()])
+    );
+
+    // With inference: one audience, a verb for each, so that one Role may grant inference and
+    // another the control APIs.
+    let both = build_in_apps(
+        "  auth:\n    inference: {from: Identity, audience: fraud.example}\n    controlAPIs: {from: Identity, verb: administer}\n",
+    );
+    let identity = server(&both).identity.unwrap();
+    assert_eq!(
+        identity.apis,
+        ["inference", "model-repository,logging,trace"]
+    );
+    assert_eq!(identity.audience, "fraud.example");
+    let rule = identity.authorize.unwrap();
+    assert_eq!(rule.verb_for(Api::Inference), "infer");
+    for api in [Api::ModelRepository, Api::Logging, Api::Trace] {
+        assert_eq!(rule.verb_for(api), "administer");
+    }
+    // What the sidecar is given, it accepts.
+    let config = common::sidecar_config(&both);
+    assert_eq!(config.validate(&[]), Ok(()));
+}

@@ -273,7 +273,7 @@ fn cel_rules_compile_within_the_cost_budget() {
     let compiled = compile_schema(&schema());
     let mut rules = Vec::new();
     compiled_rules(&compiled, &mut rules);
-    assert_eq!(rules.len(), 24, "rules found: {rules:#?}");
+    assert_eq!(rules.len(), 25, "rules found: {rules:#?}");
     for (rule, warnings) in rules {
         assert!(warnings.is_empty(), "{rule}: {warnings:?}");
     }
@@ -536,6 +536,14 @@ fn invalid_specs_are_rejected() {
                 json!({"inference": {"from": "Anyone", "verb": "predict"}}),
             )],
             "inference.audience and inference.verb are read only with inference.from Identity",
+        ),
+        (
+            "a control verb that would not be asked",
+            vec![(
+                "/spec/auth",
+                json!({"controlAPIs": {"from": "Pod", "verb": "admin"}}),
+            )],
+            "controlAPIs.verb is read only with controlAPIs.from Identity",
         ),
         (
             "TLS from both a Secret and an issuer",

@@ -59,7 +59,7 @@ pub async fn identity_call(
     caller: Option<Caller>,
     headers: &http::HeaderMap,
 ) -> Result<(), crate::identity::Refusal> {
-    let checked = identity.check(headers).await;
+    let checked = identity.check(headers, category).await;
     if is_control(category) {
         let credential = identity_credential(checked.as_ref());
         let allowed = checked.is_ok();

@@ -1,5 +1,5 @@
 """Kubernetes identities (`server.identity`, and the operator's `auth.inference.from:
-Identity`) against the real API server: a sidecar serves the
+Identity` and `auth.controlAPIs.from: Identity`, each with its verb) against the real API server: a sidecar serves the
 APIs it names only to callers with an audience-bound ServiceAccount token, checked by the
 sidecar itself against the cluster's issuer keys (OIDC discovery, with nothing but its own
 ServiceAccount's token and the default discovery role) or by a TokenReview; and, where asked,
@@ -13,6 +13,7 @@ RoleBinding deleted takes effect once the remembered answer expires."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import time
@@ -221,6 +222,26 @@ def test_callers_need_a_token_and_the_verb(cluster, namespace, workdir, verify):
                         check=False)
 
 
+@contextlib.contextmanager
+def rendered_sidecar(workdir, ns: str, identity: dict, kubeconfig):
+    """A real sidecar with the identity settings the operator rendered and the pods' token (its
+    backend the built-in models in place of the model container); yields its REST address."""
+    config = workdir / f"{ns}-rendered.yaml"
+    config.write_text(json.dumps({"server": {"identity": identity}}))
+    http = free_port()
+    process = Process("sidecar-rendered", [
+        str(_env_path("INFERGATE_SIDECAR_BIN")), "--host", "127.0.0.1",
+        "--http-port", str(http), "--grpc-port", "0", "--metrics-port", "0",
+        "--admin-port", "0", "--config", str(config),
+    ], workdir / f"{ns}-rendered-{http}.log", env={**os.environ, "KUBECONFIG": str(kubeconfig)})
+    try:
+        address = f"127.0.0.1:{http}"
+        wait_for("the sidecar", lambda: call(address, "/v2/health/ready")[0] == 200, timeout=30)
+        yield address
+    finally:
+        process.stop()
+
+
 def test_the_operator_renders_inference_by_identity(cluster, operator, namespace, workdir):
     """`auth.inference.from: Identity`: the operator (with the chart's RBAC, which must hold
     what it grants) gives the pods an account of their own, with a token, allowed to ask
@@ -277,30 +298,53 @@ def test_the_operator_renders_inference_by_identity(cluster, operator, namespace
                                                            "items": docs}))
     kubeconfig = cluster.token_kubeconfig(workdir / f"{ns}-pods.kubeconfig",
                                           token(cluster, ns, account))
-    config = workdir / f"{ns}-rendered.yaml"
-    config.write_text(json.dumps({"server": {"identity": rendered}}))
-    http = free_port()
-    process = Process("sidecar-rendered", [
-        str(_env_path("INFERGATE_SIDECAR_BIN")), "--host", "127.0.0.1",
-        "--http-port", str(http), "--grpc-port", "0", "--metrics-port", "0",
-        "--admin-port", "0", "--config", str(config),
-    ], workdir / f"{ns}-rendered.log", env={**os.environ, "KUBECONFIG": str(kubeconfig)})
-    try:
-        address = f"127.0.0.1:{http}"
-        wait_for("the sidecar", lambda: call(address, "/v2/health/ready")[0] == 200, timeout=30)
-        infer = "/v2/models/simple/infer"
+    infer = "/v2/models/simple/infer"
+    with rendered_sidecar(workdir, ns, rendered, kubeconfig) as address:
         status, answer, _ = call(address, infer, token(cluster, ns, "caller", audience(ns)),
                                  infer_body())
         assert status == 200, answer
         assert call(address, infer, token(cluster, ns, "stranger", audience(ns)),
                     infer_body())[0] == 403
         assert call(address, infer, None, infer_body())[0] == 401
-    finally:
-        process.stop()
+
+    # The control APIs by identity too, with a verb of their own: the caller a Role grants
+    # `infer` may not change the log settings; an operator of the service granted `control` may.
+    cluster.kubectl("patch", "infsvc", NAME, "-n", ns, "--type=merge",
+                    "-p", '{"spec":{"auth":{"controlAPIs":{"from":"Identity"}}}}')
+
+    def both_rendered():
+        cm = cluster.get_json("configmap", f"{NAME}-sidecar", "-n", ns)
+        got = yaml.safe_load(cm["data"]["config.yaml"])["server"]
+        return got if len(got["identity"]["apis"]) == 2 else None
+    server = wait_for("the control APIs' identity settings", both_rendered, timeout=60)
+    assert "pod_only_api" not in server or not server["pod_only_api"], server
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "service-owner", "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "control", "namespace": ns},
+         "rules": [{"apiGroups": ["infergate.dev"], "resources": ["inferenceservices"],
+                    "resourceNames": [NAME], "verbs": ["control"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "control", "namespace": ns},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "control"},
+         "subjects": [{"kind": "ServiceAccount", "name": "service-owner", "namespace": ns}]}]}))
+    quiet = json.dumps({"log_info": False}).encode()
+    with rendered_sidecar(workdir, ns, server["identity"], kubeconfig) as address:
+        caller = token(cluster, ns, "caller", audience(ns))
+        assert call(address, infer, caller, infer_body())[0] == 200
+        assert call(address, "/v2/logging", caller, quiet)[0] == 403
+        assert call(address, "/v2/logging", None, quiet)[0] == 401
+        owner = token(cluster, ns, "service-owner", audience(ns))
+        status, answer, _ = call(address, "/v2/logging", owner, quiet)
+        assert status == 200 and answer["log_info"] is False, answer
+        # The owner's `control` is not `infer`.
+        assert call(address, infer, owner, infer_body())[0] == 403
 
     # Back to Anyone: the objects go.
     cluster.kubectl("patch", "infsvc", NAME, "-n", ns, "--type=merge",
-                    "-p", '{"spec":{"auth":{"inference":{"from":"Anyone"}}}}')
+                    "-p", '{"spec":{"auth":{"inference":{"from":"Anyone"},'
+                          '"controlAPIs":{"from":"Pod"}}}}')
     wait_for("the identity objects to go", lambda: all(
         cluster.kubectl("get", kind, account, "-n", ns, check=False).returncode != 0
         for kind in ("role", "rolebinding", "serviceaccount")), timeout=60)

@@ -157,4 +157,42 @@ fn identities_read_from_yaml_and_an_api_takes_a_key_or_an_identity() {
             .name = String::new()
     });
     assert!(nameless.contains("authorize needs"), "{nameless}");
+    // A verb of its own for some APIs: only for APIs the identity guards, and never empty.
+    let verbs = |api: &str, verb: &str| {
+        let (api, verb) = (api.to_string(), verb.to_string());
+        move |c: &mut SidecarConfig| {
+            let rule = c
+                .server
+                .identity
+                .as_mut()
+                .unwrap()
+                .authorize
+                .as_mut()
+                .unwrap();
+            rule.verbs.insert(api.clone(), verb.clone());
+        }
+    };
+    let mut split = cfg.clone();
+    verbs("logging", "control")(&mut split);
+    assert_eq!(split.validate(&["simple"]), Ok(()));
+    let rule = split
+        .server
+        .identity
+        .as_ref()
+        .unwrap()
+        .authorize
+        .as_ref()
+        .unwrap();
+    assert_eq!(rule.verb_for(crate::RestrictedCategory::Logging), "control");
+    assert_eq!(
+        rule.verb_for(crate::RestrictedCategory::Inference),
+        rule.verb
+    );
+    let unguarded = refused(&verbs("model-repository", "control"));
+    assert!(
+        unguarded.contains("not one of the APIs it guards"),
+        "{unguarded}"
+    );
+    let blank = refused(&verbs("trace", " "));
+    assert!(blank.contains("an empty verb"), "{blank}");
 }

@@ -49,10 +49,23 @@ pub struct InferenceAuth {
     pub verb: Option<String>,
 }
 
+impl AuthSpec {
+    /// Whether some API takes a Kubernetes identity: the sidecar then checks tokens, and the
+    /// pods need a token and a Role to ask the API server.
+    pub fn by_identity(&self) -> bool {
+        self.inference.by_identity() || self.control_apis.by_identity()
+    }
+}
+
 impl InferenceAuth {
     /// Whether callers must prove an identity.
     pub fn by_identity(&self) -> bool {
         self.from == InferenceFrom::Identity
+    }
+
+    /// The verb a Role grants for it.
+    pub fn verb(&self) -> &str {
+        self.verb.as_deref().unwrap_or(DEFAULT_INFER_VERB)
     }
 }
 
@@ -75,16 +88,26 @@ pub const DEFAULT_INFER_VERB: &str = "infer";
     validation = Rule::new("self.from != 'Key' || has(self.key)")
         .message("controlAPIs.from Key needs controlAPIs.key (the Secret that holds the key)"),
     validation = Rule::new("self.from == 'Key' || !has(self.key)")
-        .message("controlAPIs.key is read only with controlAPIs.from Key")
+        .message("controlAPIs.key is read only with controlAPIs.from Key"),
+    validation = Rule::new("self.from == 'Identity' || !has(self.verb)")
+        .message("controlAPIs.verb is read only with controlAPIs.from Identity")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ControlApis {
     /// Pod (the default): only the pod's own containers, on loopback, may call them; any other
     /// caller gets Triton's restricted-API answer (HTTP 403, gRPC UNAVAILABLE). Key: callers
-    /// that send the key of `key` in its header, from anywhere. Anyone: every client of the
-    /// Service, as Triton leaves them.
+    /// that send the key of `key` in its header, from anywhere. Identity: callers that send a
+    /// ServiceAccount token bound to the service's audience (inference.audience where inference
+    /// takes an identity, else infergate.dev/<namespace>/<name>) and whose account a Role in this
+    /// namespace grants `verb` on this InferenceService, from anywhere. Anyone: every client of
+    /// the Service, as Triton leaves them.
     #[serde(default)]
     pub from: ControlFrom,
+    /// With from Identity: the verb a Role must grant on `inferenceservices` (group
+    /// `infergate.dev`) for this resource. Default: control.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z][-a-z0-9]*$"))]
+    pub verb: Option<String>,
     /// With from Key: where the key is. The Secret is mounted in the sidecar and read again as it
     /// changes, so a new key takes effect without a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,9 +122,26 @@ pub enum ControlFrom {
     Pod,
     /// Callers with the key.
     Key,
+    /// Callers with a ServiceAccount token for the audience, granted the verb.
+    Identity,
     /// Every client.
     Anyone,
 }
+
+impl ControlApis {
+    /// Whether callers must prove an identity.
+    pub fn by_identity(&self) -> bool {
+        self.from == ControlFrom::Identity
+    }
+
+    /// The verb a Role grants for them.
+    pub fn verb(&self) -> &str {
+        self.verb.as_deref().unwrap_or(DEFAULT_CONTROL_VERB)
+    }
+}
+
+/// The verb a Role grants for the control APIs by default.
+pub const DEFAULT_CONTROL_VERB: &str = "control";
 
 /// A key in a Secret of the resource's namespace, and the header that carries it.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -11,9 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
 use super::child_meta;
-use crate::crd::{
-    CONTROL_APIS, ControlFrom, DEFAULT_INFER_VERB, InferenceService, UpstreamProtocol,
-};
+use crate::crd::{CONTROL_APIS, ControlFrom, InferenceService, UpstreamProtocol};
 
 /// Key of the configuration in the ConfigMap.
 pub const CONFIG_KEY: &str = "config.yaml";
@@ -73,25 +71,43 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
             server.http_restricted_api_file = vec![setting.clone()];
             server.grpc_restricted_protocol_file = vec![setting];
         }
-        // Refused by the schema and by `validate::spec`.
-        (ControlFrom::Key, None) | (ControlFrom::Anyone, _) => {}
+        // Identity: `server.identity` below. Key without a key: refused by the schema and by
+        // `validate::spec`.
+        (ControlFrom::Identity, _) | (ControlFrom::Key, None) | (ControlFrom::Anyone, _) => {}
     }
-    // Inference by Kubernetes identity: the token's audience, and the verb on this resource as
-    // the namespace's Roles grant it.
-    if spec.auth.inference.by_identity() {
+    // Calls by Kubernetes identity: the token's audience, and the verbs on this resource as the
+    // namespace's Roles grant them (one for inference, one for the control APIs).
+    if spec.auth.by_identity() {
+        let (inference, control) = (&spec.auth.inference, &spec.auth.control_apis);
+        let mut apis = Vec::new();
+        if inference.by_identity() {
+            apis.push("inference".to_string());
+        }
+        if control.by_identity() {
+            apis.push(CONTROL_APIS.to_string());
+        }
+        let (verb, verbs) = if inference.by_identity() {
+            let control_verbs = control.by_identity().then(|| {
+                CONTROL_APIS
+                    .split(',')
+                    .map(|api| (api.to_string(), control.verb().to_string()))
+            });
+            (
+                inference.verb().to_string(),
+                control_verbs.into_iter().flatten().collect(),
+            )
+        } else {
+            (control.verb().to_string(), BTreeMap::new())
+        };
         server.identity = Some(IdentitySettings {
-            apis: vec!["inference".to_string()],
+            apis,
             audience: super::identity::audience(isvc),
             verify: TokenVerification::Jwks,
             authorize: Some(IdentityAuthorization {
                 namespace: isvc.namespace().unwrap_or_default(),
                 name: isvc.name_any(),
-                verb: spec
-                    .auth
-                    .inference
-                    .verb
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_INFER_VERB.to_string()),
+                verb,
+                verbs,
                 group: "infergate.dev".to_string(),
                 resource: "inferenceservices".to_string(),
             }),

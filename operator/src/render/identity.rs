@@ -1,4 +1,5 @@
-//! What inference by Kubernetes identity needs (`auth.inference.from: Identity`): the sidecar
+//! What calls by Kubernetes identity need (`auth.inference.from: Identity`,
+//! `auth.controlAPIs.from: Identity`): the sidecar
 //! checks callers' tokens against the cluster's issuer keys (which every ServiceAccount may read)
 //! and asks the API server whether a caller may use the verb, with a LocalSubjectAccessReview.
 //! So the pods run with a ServiceAccount token (the one `pod.serviceAccountName` names, else the
@@ -35,7 +36,7 @@ pub fn audience(isvc: &InferenceService) -> String {
         })
 }
 
-/// The objects, where inference takes an identity.
+/// The objects, where inference or the control APIs take an identity.
 #[derive(Clone, Debug, PartialEq)]
 pub struct IdentityObjects {
     /// `None` where the pods run with another account (the resource's, or the peers').
@@ -48,7 +49,7 @@ pub(super) fn identity_objects(
     isvc: &InferenceService,
     owner: &OwnerReference,
 ) -> Option<IdentityObjects> {
-    if !isvc.spec.auth.inference.by_identity() {
+    if !isvc.spec.auth.by_identity() {
         return None;
     }
     let name = identity_name(isvc);
@@ -74,18 +75,13 @@ pub(super) fn identity_objects(
 }
 
 /// The pods' service account: the resource's own, else the sequence peers', else ours where
-/// inference takes an identity; none (the namespace's default) otherwise.
+/// an API takes an identity; none (the namespace's default) otherwise.
 pub(super) fn pods_service_account(isvc: &InferenceService) -> Option<String> {
-    super::peers::service_account_name(isvc).or_else(|| {
-        isvc.spec
-            .auth
-            .inference
-            .by_identity()
-            .then(|| identity_name(isvc))
-    })
+    super::peers::service_account_name(isvc)
+        .or_else(|| isvc.spec.auth.by_identity().then(|| identity_name(isvc)))
 }
 
 /// Whether the pods need a ServiceAccount token: to watch peers, or to check identities.
 pub(super) fn pods_need_token(isvc: &InferenceService) -> bool {
-    isvc.spec.extensions.sequence.routed_by_sidecars() || isvc.spec.auth.inference.by_identity()
+    isvc.spec.extensions.sequence.routed_by_sidecars() || isvc.spec.auth.by_identity()
 }

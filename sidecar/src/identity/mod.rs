@@ -82,8 +82,8 @@ pub struct Authenticator {
     /// Verified tokens (by their SHA-256) to their user, until the token expires or
     /// `cache_for` passes, whichever is sooner.
     tokens: Cache<[u8; 32], User>,
-    /// Users to whether the permission is theirs.
-    permissions: Cache<String, bool>,
+    /// Users and verbs to whether the permission is theirs.
+    permissions: Cache<(String, String), bool>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -158,28 +158,34 @@ impl Authenticator {
         self.guarded[category as usize]
     }
 
-    /// The caller, if the request's token proves an identity that may call; else the refusal.
-    pub async fn check(&self, headers: &HeaderMap) -> Result<User, Denied> {
+    /// The caller, if the request's token proves an identity that may make a call of
+    /// `category`; else the refusal.
+    pub async fn check(
+        &self,
+        headers: &HeaderMap,
+        category: RestrictedCategory,
+    ) -> Result<User, Denied> {
         let Some(token) = bearer(headers) else {
             return Err(Refusal::Unauthenticated.into());
         };
         let user = self.authenticate(token).await?;
         if let Some(rule) = &self.authorize {
-            let allowed = match self.permissions.get(&user.name) {
+            let verb = rule.verb_for(category);
+            let key = (user.name.clone(), verb.to_string());
+            let allowed = match self.permissions.get(&key) {
                 Some(allowed) => allowed,
                 None => {
                     let client = &self.api().await.map_err(unavailable)?.client;
-                    let allowed = review::may(client, rule, &user).await.map_err(|e| {
+                    let allowed = review::may(client, rule, verb, &user).await.map_err(|e| {
                         tracing::warn!(error = %e, user = %user.name, "identity: the permission could not be asked");
                         Refusal::Unavailable
                     })?;
-                    self.permissions
-                        .put(user.name.clone(), allowed, self.cache_for);
+                    self.permissions.put(key, allowed, self.cache_for);
                     allowed
                 }
             };
             if !allowed {
-                tracing::debug!(user = %user.name, verb = %rule.verb, "identity: permission refused");
+                tracing::debug!(user = %user.name, verb = %verb, "identity: permission refused");
                 return Err(Denied {
                     refusal: Refusal::Forbidden,
                     user: Some(user),

@@ -75,10 +75,11 @@ pub async fn token_review(
     }))
 }
 
-/// Whether `user` may use the verb on the InferenceService.
+/// Whether `user` may use `verb` on the InferenceService `rule` names.
 pub async fn may(
     client: &kube::Client,
     rule: &IdentityAuthorization,
+    verb: &str,
     user: &User,
 ) -> Result<bool, String> {
     let review = LocalSubjectAccessReview {
@@ -94,7 +95,7 @@ pub async fn may(
                 group: Some(rule.group.clone()),
                 resource: Some(rule.resource.clone()),
                 name: Some(rule.name.clone()),
-                verb: Some(rule.verb.clone()),
+                verb: Some(verb.to_string()),
                 ..ResourceAttributes::default()
             }),
             ..SubjectAccessReviewSpec::default()
