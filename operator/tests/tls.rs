@@ -240,3 +240,54 @@ fn the_certificate_of_sidecars_that_route_sequences_names_the_peers_service_too(
             .contains(&json!("client auth"))
     );
 }
+
+#[test]
+fn the_metrics_port_serves_the_certificate_to_scrapers_that_hold_none() {
+    let monitored = |tls: &str| {
+        let isvc = with_spec(
+            "resnet",
+            &format!(
+                "{MINIMAL}  tls: {tls}\n  monitoring: {{servicePort: true, podMonitor: true}}\n"
+            ),
+        );
+        render::build_children(&isvc, &OperatorSettings::default())
+            .unwrap_or_else(|e| panic!("render failed: {e}"))
+    };
+    let children = monitored("{secretName: resnet-cert, mutual: true}");
+    let server = sidecar_config(&children).server;
+    let metrics = &server.metrics_tls;
+    assert!(metrics.use_ssl);
+    // Never mutual: a scraper presents no certificate, whatever the client ports ask.
+    assert!(!metrics.use_ssl_mutual && metrics.root_cert.is_none());
+    assert_eq!(metrics.server_cert, server.http_tls.server_cert);
+    // The PodMonitor scrapes over https, trusting the Secret's CA, verifying the Service's
+    // name: pods are reached by address, which the certificate does not name.
+    let pm = serde_json::to_value(children.pod_monitor.as_ref().unwrap()).unwrap();
+    let endpoint = &pm["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(
+        endpoint["tlsConfig"],
+        json!({"ca": {"secret": {"name": "resnet-cert", "key": "ca.crt"}},
+               "serverName": format!("resnet.{}.svc", children.service.metadata.namespace.as_deref().unwrap())})
+    );
+    let app_protocol = |children: &Children| {
+        let ports = children
+            .service
+            .spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .as_ref()
+            .unwrap();
+        let metrics = ports.iter().find(|p| p.name.as_deref() == Some("metrics"));
+        metrics.unwrap().app_protocol.clone().unwrap()
+    };
+    assert_eq!(app_protocol(&children), "https");
+
+    // metrics: false keeps it plain, for scrapers that cannot be given the CA.
+    let plain = monitored("{secretName: resnet-cert, metrics: false}");
+    assert!(!sidecar_config(&plain).server.metrics_tls.use_ssl);
+    let pm = serde_json::to_value(plain.pod_monitor.as_ref().unwrap()).unwrap();
+    assert!(pm["spec"]["podMetricsEndpoints"][0].get("scheme").is_none());
+    assert_eq!(app_protocol(&plain), "http");
+}

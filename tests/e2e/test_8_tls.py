@@ -109,8 +109,14 @@ def test_mutual_tls_from_a_secret_and_its_rotation_without_a_restart(kube, clien
     assert first_expiry == time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                          time.gmtime(not_after(server.cert))), obj["status"]["tls"]
 
+    # The metrics port serves the certificate too (tls.metrics, the default), to scrapers that
+    # present none.
+    assert obj["status"]["tls"]["metrics"]["state"] == "On", obj["status"]["tls"]
     start_tls_client(kube, scenario.service_ip(kube, "triton"))
-    seen = scenario.call(kube, "tls.py", HOST, "/certs", pod=CLIENT_POD)
+    pod_ip = kube.running_pods(NS, SELECTOR)[0]["status"]["podIP"]
+    seen = scenario.call(kube, "tls.py", HOST, "/certs", "--metrics-ip", pod_ip, pod=CLIENT_POD)
+    assert seen["metrics_over_tls"].startswith("nv_"), seen
+    assert seen["metrics_in_plaintext"] == "refused", seen
     assert seen["grpc_with_certificate"] is True, seen
     assert seen["http_with_certificate"] is True, seen
     assert seen["https_ready_with_certificate"] == 200, seen
@@ -133,6 +139,7 @@ def test_mutual_tls_from_a_secret_and_its_rotation_without_a_restart(kube, clien
     status = scenario.admin_status(kube, pod["status"]["podIP"])
     assert status["tls"]["grpc"]["not_after"] == not_after(renewed.cert), status["tls"]
     assert status["tls"]["http"]["not_after"] == not_after(renewed.cert), status["tls"]
+    assert status["tls"]["metrics"]["not_after"] == not_after(renewed.cert), status["tls"]
     again = kube.get("pod", "-n", NS, pod["metadata"]["name"])
     statuses = again["status"].get("containerStatuses", []) + \
         again["status"].get("initContainerStatuses", [])

@@ -13,6 +13,8 @@ pub struct AdminTls {
     pub http: AdminPortTls,
     #[serde(default)]
     pub grpc: AdminPortTls,
+    #[serde(default)]
+    pub metrics: AdminPortTls,
 }
 
 /// One client port's TLS in a sidecar's admin status.
@@ -43,7 +45,7 @@ pub fn tls_status(isvc: &InferenceService, reports: &[&AdminTls]) -> TlsStatus {
         None => "Off",
         Some(_) => "Pending",
     };
-    let port = |pick: fn(&AdminTls) -> &AdminPortTls| {
+    let port = |pick: fn(&AdminTls) -> &AdminPortTls, unreported: &str| {
         let mut states = reports.iter().map(|r| pick(r).state());
         let state = match states.next() {
             None => unreported,
@@ -55,8 +57,13 @@ pub fn tls_status(isvc: &InferenceService, reports: &[&AdminTls]) -> TlsStatus {
             pods_reporting: i32::try_from(reports.len()).unwrap_or(i32::MAX),
         }
     };
-    let http = port(|r| &r.http);
-    let grpc = port(|r| &r.grpc);
+    let http = port(|r| &r.http, unreported);
+    let grpc = port(|r| &r.grpc, unreported);
+    let metrics_unreported = match &isvc.spec.tls {
+        Some(tls) if tls.metrics => "Pending",
+        _ => "Off",
+    };
+    let metrics = port(|r| &r.metrics, metrics_unreported);
     let summary = if http.state == grpc.state {
         http.state.clone()
     } else {
@@ -74,6 +81,7 @@ pub fn tls_status(isvc: &InferenceService, reports: &[&AdminTls]) -> TlsStatus {
         summary,
         http,
         grpc,
+        metrics,
         not_after,
     }
 }
@@ -112,13 +120,17 @@ mod tests {
         let a = AdminTls {
             http: port(true, true, Some(2_000_000_000)),
             grpc: port(true, true, Some(1_900_000_000)),
+            metrics: port(true, false, Some(1_900_000_000)),
         };
         let b = AdminTls {
             http: port(true, true, Some(1_800_000_000)),
             grpc: port(true, true, Some(1_800_000_000)),
+            metrics: port(true, false, Some(1_800_000_000)),
         };
         let status = tls_status(&isvc(true), &[&a, &b]);
         assert_eq!(status.summary, "Mutual");
+        // The metrics port is never mutual, and is not in the summary of the client ports.
+        assert_eq!(status.metrics.state, "On");
         assert_eq!(status.http.pods_reporting, 2);
         assert_eq!(status.not_after.as_deref(), Some("2027-01-15T08:00:00Z"));
     }
@@ -129,6 +141,7 @@ mod tests {
         let new = AdminTls {
             http: port(true, false, Some(1_800_000_000)),
             grpc: port(true, false, Some(1_800_000_000)),
+            metrics: port(false, false, None),
         };
         let status = tls_status(&isvc(true), &[&old, &new]);
         assert_eq!(status.summary, "Mixed");
@@ -138,7 +151,12 @@ mod tests {
 
     #[test]
     fn without_reports_the_spec_says_pending_or_off() {
-        assert_eq!(tls_status(&isvc(true), &[]).summary, "Pending");
+        let pending = tls_status(&isvc(true), &[]);
+        assert_eq!(pending.summary, "Pending");
+        assert_eq!(pending.metrics.state, "Pending");
+        let mut plain_metrics = isvc(true);
+        plain_metrics.spec.tls.as_mut().unwrap().metrics = false;
+        assert_eq!(tls_status(&plain_metrics, &[]).metrics.state, "Off");
         let off = tls_status(&isvc(false), &[]);
         assert_eq!((off.summary.as_str(), off.not_after), ("Off", None));
         let plain = AdminTls::default();

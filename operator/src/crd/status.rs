@@ -61,6 +61,9 @@ pub struct TlsStatus {
     pub http: PortTls,
     /// The gRPC port's TLS.
     pub grpc: PortTls,
+    /// The metrics port's TLS (never mutual: scrapers present no certificate).
+    #[serde(default)]
+    pub metrics: PortTls,
     /// When the first of the certificates the pods serve expires (RFC 3339), as the sidecars
     /// read it from the certificate they loaded last: a renewal that reached the pods moves it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

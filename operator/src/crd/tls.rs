@@ -5,10 +5,11 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// TLS on the sidecar's HTTP and gRPC ports. The admin port's probes and the metrics port stay
-/// plain HTTP (the kubelet's probes present no certificate). A renewed certificate is served to
-/// new connections without restarting the pod; open connections keep theirs.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+/// TLS on the sidecar's HTTP and gRPC ports, and its metrics port. The admin port stays plain
+/// HTTP (the kubelet's probes present no certificate; its other paths are loopback-only or need
+/// the operator's token). A renewed certificate is served to new connections without restarting
+/// the pod; open connections keep theirs.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[x_kube(
     validation = Rule::new("has(self.secretName) != has(self.issuerRef)")
         .message("tls takes exactly one of secretName (a Secret of yours) and issuerRef (cert-manager makes the Secret)")
@@ -35,9 +36,37 @@ pub struct TlsSpec {
     /// refused during the handshake.
     #[serde(default)]
     pub mutual: bool,
+    /// The metrics port serves the same certificate, never asking for a client's (scrapers hold
+    /// none): scrapers use https, trust the Secret's ca.crt and verify the name
+    /// <name>.<namespace>.svc, which the certificate carries (they reach pods by address). The
+    /// PodMonitor (monitoring.podMonitor) is rendered so. false: plain HTTP, for scrapers that
+    /// cannot be given the CA.
+    #[serde(default = "default_true")]
+    pub metrics: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for TlsSpec {
+    fn default() -> Self {
+        TlsSpec {
+            secret_name: None,
+            issuer_ref: None,
+            mutual: false,
+            metrics: true,
+        }
+    }
 }
 
 impl TlsSpec {
+    /// The name scrapers verify on the metrics port: the Service's, which the certificate
+    /// carries.
+    pub fn metrics_server_name(isvc_name: &str, namespace: &str) -> String {
+        format!("{isvc_name}.{namespace}.svc")
+    }
+
     /// The Secret the sidecar mounts: the user's, or the one cert-manager keeps for the
     /// Certificate of `isvc_name`.
     pub fn secret(&self, isvc_name: &str) -> String {

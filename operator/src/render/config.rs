@@ -115,8 +115,9 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
         });
     }
     if let Some(tls) = &spec.tls {
-        // Both client ports serve the Secret's certificate; the sidecar re-reads the files as
-        // the kubelet updates the mounted Secret (server.tls_reload_seconds).
+        // Both client ports (and the metrics port, unless tls.metrics is false) serve the
+        // Secret's certificate; the sidecar re-reads the files as the kubelet updates the
+        // mounted Secret (server.tls_reload_seconds).
         let settings = TlsSettings {
             use_ssl: true,
             use_ssl_mutual: tls.mutual,
@@ -124,6 +125,14 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
             server_key: Some(tls_file("tls.key")),
             root_cert: tls.mutual.then(|| tls_file("ca.crt")),
         };
+        if tls.metrics {
+            // Scrapers present no certificate: the metrics port never asks for one.
+            server.metrics_tls = TlsSettings {
+                use_ssl_mutual: false,
+                root_cert: None,
+                ..settings.clone()
+            };
+        }
         server.grpc_tls = settings.clone();
         server.http_tls = settings;
         if spec.extensions.sequence.routed_by_sidecars() {

@@ -7,7 +7,7 @@ use kube::api::{ApiResource, DynamicObject};
 use serde_json::json;
 
 use super::{child_meta, selector_labels};
-use crate::crd::InferenceService;
+use crate::crd::{InferenceService, TlsSpec};
 
 /// The Prometheus Operator's PodMonitor resource.
 pub fn pod_monitor_resource() -> ApiResource {
@@ -22,7 +22,7 @@ pub fn pod_monitor_resource() -> ApiResource {
 
 /// The PodMonitor `<name>`: the container port named `metrics` of the pods, path `/metrics`, each
 /// series labelled with the pod's InferenceService (`inferenceservice`) besides Prometheus's
-/// `namespace` and `pod`.
+/// `namespace` and `pod`; over https where the metrics port serves TLS (`tls.metrics`).
 pub(super) fn pod_monitor(
     isvc: &InferenceService,
     owner: &OwnerReference,
@@ -41,6 +41,18 @@ pub(super) fn pod_monitor(
     });
     if let Some(interval) = &monitoring.interval {
         endpoint["interval"] = json!(interval);
+    }
+    // The metrics port serves the service's certificate: scraped over https, trusting the
+    // Secret's CA and verifying the Service's name (the certificate names no pod address).
+    if let Some(tls) = isvc.spec.tls.as_ref().filter(|t| t.metrics) {
+        endpoint["scheme"] = json!("https");
+        endpoint["tlsConfig"] = json!({
+            "ca": {"secret": {"name": tls.secret(&isvc.name_any()), "key": "ca.crt"}},
+            "serverName": TlsSpec::metrics_server_name(
+                &isvc.name_any(),
+                &isvc.namespace().unwrap_or_default(),
+            ),
+        });
     }
     let mut object = DynamicObject::new(&isvc.name_any(), &pod_monitor_resource());
     let mut metadata = child_meta(isvc, isvc.name_any(), owner);

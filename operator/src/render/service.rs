@@ -46,6 +46,7 @@ fn service_ports(isvc: &InferenceService) -> Vec<ServicePort> {
     let ports = &isvc.spec.sidecar.ports;
     // With TLS both ports are HTTP over TLS (gRPC negotiates h2 by ALPN).
     let tls = isvc.spec.tls.is_some();
+    let metrics_tls = isvc.spec.tls.as_ref().is_some_and(|t| t.metrics);
     let mut out = vec![
         ServicePort {
             name: Some("http".to_string()),
@@ -71,7 +72,7 @@ fn service_ports(isvc: &InferenceService) -> Vec<ServicePort> {
             port: ports.metrics,
             target_port: Some(IntOrString::String("metrics".to_string())),
             protocol: Some("TCP".to_string()),
-            app_protocol: Some("http".to_string()),
+            app_protocol: Some(if metrics_tls { "https" } else { "http" }.to_string()),
             ..ServicePort::default()
         });
     }

@@ -8,6 +8,10 @@ client certificate and a stranger's (another CA's), and tells what was served an
         and the served certificate's serial number and expiry
     tls.py HOST CERTS_DIR --serial
         only the served certificate's serial number and expiry (a new connection each time)
+    tls.py HOST CERTS_DIR --metrics-ip POD_IP
+        also scrapes a pod's metrics port as Prometheus would: over TLS without a client
+        certificate, trusting the CA and verifying HOST (the certificate names no pod address);
+        and in plaintext, which must be refused
 
 HOST is the Service's DNS name, resolved through the pod's hostAliases (the node has no cluster
 DNS), and checked against the certificate's names as any client would. The last line of output
@@ -27,6 +31,7 @@ import numpy as np
 
 HTTP_PORT = 8000
 GRPC_PORT = 8001
+METRICS_PORT = 8002
 # The one model the `triton` example serves in the test (its labels entry names it).
 MODEL = "classifier"
 VALUES = np.array([[0.5, 3.25, -1.0, 2.0]], dtype=np.float32)
@@ -68,6 +73,24 @@ def plain_http(host: str) -> int:
     return conn.getresponse().status
 
 
+def scrape(ip: str, host: str, certs: str | None) -> str:
+    """The metrics page's first Triton metric line, over TLS to the pod's address with `host`'s
+    name verified or, without `certs`, in plaintext."""
+    raw = socket.create_connection((ip, METRICS_PORT), timeout=10)
+    sock = context(certs, None).wrap_socket(raw, server_hostname=host) if certs else raw
+    with sock:
+        sock.sendall(f"GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+                     .encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = head.split(b" ", 2)[1] if head.startswith(b"HTTP/1.1 ") else b"none"
+    if status != b"200":
+        raise RuntimeError(f"answered {head[:60]!r}")
+    return next(line for line in body.decode().splitlines() if line.startswith("nv_"))
+
+
 def grpc_simple(host: str, certs: str, who: str | None, ssl_on: bool = True) -> bool:
     import tritonclient.grpc as grpcclient
     options = {"ssl": True, "root_certificates": f"{certs}/ca.crt"} if ssl_on else {}
@@ -98,6 +121,7 @@ def main() -> int:
     parser.add_argument("host")
     parser.add_argument("certs")
     parser.add_argument("--serial", action="store_true")
+    parser.add_argument("--metrics-ip")
     args = parser.parse_args()
     host, certs = args.host, args.certs
     out = {"certificate": served_certificate(host, certs)}
@@ -115,6 +139,9 @@ def main() -> int:
             "plaintext_http": refused(lambda: plain_http(host)),
             "plaintext_grpc": refused(lambda: grpc_simple(host, certs, None, ssl_on=False)),
         })
+    if args.metrics_ip:
+        out["metrics_over_tls"] = scrape(args.metrics_ip, host, certs)
+        out["metrics_in_plaintext"] = refused(lambda: scrape(args.metrics_ip, host, None))
     print(json.dumps(out))
     return 0
 
