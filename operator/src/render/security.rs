@@ -11,7 +11,9 @@
 //! shared-memory regions and the sidecar's staging pool are created mode 0600/0660 by their
 //! owner, so the containers that share `/dev/shm` must run as one user to open each other's
 //! regions. It also lets the kubelet verify `runAsNonRoot` for images whose `USER` is root or a
-//! name.
+//! name. A user of the user's choice (not root) keeps the sidecar's group unless a group is
+//! given: the model server then still opens the staging pool (0660), but no longer clients'
+//! regions (0600), which the sidecar then copies (docs/operator.md, "Security").
 
 use k8s_openapi::api::core::v1::{
     Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
@@ -40,9 +42,17 @@ pub(super) fn restricted_defaults(
     }
     if sc.run_as_user.is_none() && pod.run_as_user.is_none() {
         sc.run_as_user = Some(default_user);
-        if sc.run_as_group.is_none() && pod.run_as_group.is_none() {
-            sc.run_as_group = Some(default_user);
-        }
+    }
+    // A user of its own keeps the sidecar's group, unless a group is given: the staging pool
+    // (mode 0660) stays shared, while clients' regions (0600) are no longer the model server's
+    // to open, so the sidecar copies their bytes instead of passing the regions through.
+    let chosen_root = sc.run_as_user == Some(0);
+    if sc.run_as_group.is_none()
+        && pod.run_as_group.is_none()
+        && pod.run_as_user.is_none()
+        && !chosen_root
+    {
+        sc.run_as_group = Some(default_user);
     }
     let user = sc.run_as_user.or(pod.run_as_user);
     if sc.run_as_non_root.is_none() && pod.run_as_non_root.is_none() && user != Some(0) {
@@ -90,8 +100,17 @@ mod tests {
         assert_eq!(caps.add, Some(vec!["IPC_LOCK".to_string()]));
         assert_eq!(caps.drop, Some(vec!["ALL".to_string()]));
         assert_eq!(sc.run_as_user, Some(1000));
-        // The group follows the image's user database for a user the user chose.
-        assert_eq!(sc.run_as_group, None);
+        // A user of its own shares the sidecar's group (the staging pool is 0660), unless a
+        // group is given.
+        assert_eq!(sc.run_as_group, Some(65532));
+        let grouped = SecurityContext {
+            run_as_group: Some(3000),
+            ..user.clone()
+        };
+        assert_eq!(
+            restricted_defaults(Some(&grouped), None, 65532).run_as_group,
+            Some(3000)
+        );
         assert_eq!(sc.run_as_non_root, Some(true));
         assert_eq!(sc.privileged, Some(false));
     }
@@ -105,6 +124,7 @@ mod tests {
         let sc = restricted_defaults(Some(&user), None, 65532);
         assert_eq!(sc.run_as_user, Some(0));
         assert_eq!(sc.run_as_non_root, None);
+        assert_eq!(sc.run_as_group, None);
     }
 
     #[test]
