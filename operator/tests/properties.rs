@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use infergate_operator::admission;
 use infergate_operator::crd::{
     CudaSharedMemory, DynamicBatching, Extensions, InferenceService, InferenceServiceSpec,
-    LabelFiles, ModelContainer, ModelSettings, PodOverrides, Sequence, SequenceRouting,
-    SidecarMode, SidecarSpec, SystemSharedMemory, Upstream,
+    LabelFiles, ModelContainer, ModelListen, ModelSettings, PodOverrides, Sequence,
+    SequenceRouting, SidecarMode, SidecarSpec, SystemSharedMemory, Upstream,
 };
 use infergate_operator::render::{self, CONFIG_HASH_ANNOTATION, OperatorSettings};
 use infergate_operator::validate::is_dns1035_label;
@@ -131,6 +131,12 @@ fn build_isvc(k: &Knobs) -> InferenceService {
                 .map(|i| port(format!("model-{i}"), 20000 + i as i32))
                 .collect(),
             pre_stop_sleep_seconds: 5,
+            // Both ways of listening, from a knob that already varies.
+            listen: if k.grpc_port % 2 == 0 {
+                ModelListen::Pod
+            } else {
+                ModelListen::Loopback
+            },
             ..ModelContainer::default()
         },
         upstream: Upstream {
@@ -286,6 +292,20 @@ proptest! {
             }
         }
         prop_assert_eq!(pod.share_process_namespace == Some(true), k.cuda);
+
+        // A probe's port given by name is one of the probed container's own: the kubelet
+        // resolves names nowhere else, and a probe of another container's port must give the
+        // number.
+        for c in &containers {
+            let own: BTreeSet<&str> = c.ports.iter().flatten().filter_map(|p| p.name.as_deref()).collect();
+            for probe in [&c.startup_probe, &c.liveness_probe, &c.readiness_probe].into_iter().flatten() {
+                let port = probe.http_get.as_ref().map(|h| &h.port)
+                    .or(probe.tcp_socket.as_ref().map(|t| &t.port));
+                if let Some(IntOrString::String(name)) = port {
+                    prop_assert!(own.contains(name.as_str()), "{} probes port {} it does not declare", c.name, name);
+                }
+            }
+        }
 
         // Every mount names a volume of the pod.
         let volume_names: BTreeSet<&str> = pod.volumes.iter().flatten().map(|v| v.name.as_str()).collect();

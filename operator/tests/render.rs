@@ -70,10 +70,16 @@ fn cpu_defaults() {
     // connections.
     let model = container(pod, "model");
     let startup = model.startup_probe.as_ref().unwrap();
-    assert_eq!(http_path(&model.startup_probe), ("/upstream/livez", &admin));
+    // By number: the kubelet resolves a port's name among the probed container's own ports, and
+    // the admin port is the sidecar's.
+    let admin_number = IntOrString::Int(8003);
+    assert_eq!(
+        http_path(&model.startup_probe),
+        ("/upstream/livez", &admin_number)
+    );
     assert_eq!(
         http_path(&model.liveness_probe),
-        ("/upstream/livez", &admin)
+        ("/upstream/livez", &admin_number)
     );
     assert_eq!(startup.period_seconds, Some(10));
     assert_eq!(startup.failure_threshold, Some(60));
@@ -881,7 +887,7 @@ fn a_rest_only_upstream_is_reached_and_probed_over_rest() {
     // On loopback the sidecar is asked, and it connects to the REST port it was given.
     let on_loopback = build(&isvc);
     let model = container(pod(&on_loopback), "model");
-    let admin = IntOrString::String("admin".into());
+    let admin = IntOrString::Int(8003);
     assert_eq!(http_path(&model.startup_probe), ("/upstream/livez", &admin));
     let mut isvc = isvc;
     isvc.spec.model.listen = ModelListen::Pod;

@@ -399,7 +399,12 @@ fn upstream_ports(spec: &InferenceServiceSpec) -> Vec<ContainerPort> {
 fn model_probe(spec: &InferenceServiceSpec, failures: i32) -> Probe {
     let m = &spec.model;
     let probe = match m.listen {
-        ModelListen::Loopback => admin_probe("/upstream/livez", m.probes.period_seconds, failures),
+        ModelListen::Loopback => admin_probe(
+            "/upstream/livez",
+            IntOrString::Int(spec.sidecar.ports.admin),
+            m.probes.period_seconds,
+            failures,
+        ),
         ModelListen::Pod => {
             let probed = if spec.upstream.protocol == UpstreamProtocol::Rest {
                 UPSTREAM_REST_PORT_NAME
@@ -423,13 +428,15 @@ fn model_probe(spec: &InferenceServiceSpec, failures: i32) -> Probe {
     }
 }
 
-/// A probe of the sidecar's admin port, whose `/livez` and `/readyz` need no credential and
-/// no TLS, whatever the client ports ask of their clients.
-fn admin_probe(path: &str, period: i32, failures: i32) -> Probe {
+/// A probe of the sidecar's admin port, whose `/livez`, `/readyz` and `/upstream/livez` need no
+/// credential and no TLS, whatever the client ports ask of their clients. `port` is the port's
+/// name in the sidecar's own probes; another container's probe must give the number, since the
+/// kubelet resolves a name among the probed container's ports only.
+fn admin_probe(path: &str, port: IntOrString, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_string()),
-            port: IntOrString::String("admin".to_string()),
+            port,
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
@@ -437,6 +444,11 @@ fn admin_probe(path: &str, period: i32, failures: i32) -> Probe {
         timeout_seconds: Some(2),
         ..Probe::default()
     }
+}
+
+/// The sidecar's admin port, by the name it declares.
+fn admin_port() -> IntOrString {
+    IntOrString::String("admin".to_string())
 }
 
 /// The preStop hook: `infergate-drain`, which asks the sidecar's admin port on loopback to drain
@@ -574,10 +586,10 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
         // A native sidecar is an init container that keeps running.
         restart_policy: (side.mode == SidecarMode::Native).then(|| "Always".to_string()),
         // Only the sidecar's own liveness: passes as soon as it serves (see the module docs).
-        startup_probe: Some(admin_probe("/livez", 1, 30)),
-        liveness_probe: Some(admin_probe("/livez", 10, 3)),
+        startup_probe: Some(admin_probe("/livez", admin_port(), 1, 30)),
+        liveness_probe: Some(admin_probe("/livez", admin_port(), 10, 3)),
         // Follows the model server: no traffic until its models are discovered and it is ready.
-        readiness_probe: Some(admin_probe("/readyz", 5, 2)),
+        readiness_probe: Some(admin_probe("/readyz", admin_port(), 5, 2)),
         // A native sidecar is stopped after the model server and needs no hook of its own; a
         // regular one is stopped with it, so it waits on the same drain.
         lifecycle: match side.mode {
