@@ -10,6 +10,11 @@ costs and how long it takes, measured rather than asserted.
    examples' default, loopback, would refuse): perf_analyzer 2.45 in the client pod, concurrency 1, gRPC and HTTP, the
    `classifier` model of examples/triton.yaml (FP32 identity, 4 elements), the two targets
    alternated over ROUNDS rounds; p50 and p99.
+4. The secure settings: `kubectl apply` to `Ready` for examples/triton.yaml with mutual TLS from
+   a Secret and inference by Kubernetes identity, ROUNDS times, beside 1's plain rounds; then the
+   latency through the Service with mutual TLS (gRPC and HTTPS, the client pod resolving the
+   Service's name through hostAliases and verifying it), and over HTTPS with a ServiceAccount
+   token as well (perf_analyzer sends headers over HTTP only), beside 3's plain rows.
 Only examples/triton.yaml and mlserver.yaml run during 2 and 3 (triton-shm.yaml's own client
 keeps perf_analyzer busy in its pod, which would be neither idle nor quiet).
 
@@ -42,8 +47,10 @@ IDLE_SECONDS = float(os.environ.get("IDLE_SECONDS", "30"))
 CGROUP = Path("/sys/fs/cgroup")
 
 
-def apply_to_ready(k, name: str, on_pod_address: bool = False) -> float:
+def apply_to_ready(k, name: str, on_pod_address: bool = False,
+                   spec: dict | None = None) -> float:
     doc = scenario.adapt(scenario.example(name))
+    doc["spec"].update(spec or {})
     if on_pod_address:
         model = doc["spec"]["model"]
         model["listen"] = "Pod"
@@ -94,10 +101,10 @@ def cpu_seconds(pod: dict, container: str) -> float:
     return int((container_cgroup(pod, container, "cpuacct") / "cpuacct.usage").read_text()) / 1e9
 
 
-def perf(k, url: str, protocol: str) -> dict:
+def perf(k, url: str, protocol: str, extra: tuple = (), pod: str = "client") -> dict:
     argv = ["perf_analyzer", "-m", "classifier", "-u", url, "-i", protocol,
-            "--concurrency-range", "1", "-p", "2000", "--max-trials", "10", "-s", "25"]
-    out = k.exec(NS, "client", "client", argv, timeout=300, check=False).stdout
+            "--concurrency-range", "1", "-p", "2000", "--max-trials", "10", "-s", "25", *extra]
+    out = k.exec(NS, pod, "client", argv, timeout=300, check=False).stdout
     def grab(pattern):
         m = re.search(pattern, out)
         return float(m.group(1)) if m else None
@@ -164,11 +171,80 @@ def main() -> int:
                 latency[f"{proto}/{where}"].append(perf(k, url, proto))
         results["latency"] = latency
         print(json.dumps(latency, indent=1), flush=True)
+
+        # 4. the secure settings.
+        delete(k, "triton")
+        results.update(secure(k, work))
     finally:
         k.dump_logs()
         k.stop()
     write(results)
     return 0
+
+
+def secure(k, work: Path) -> dict:
+    """Step 4: apply -> Ready with mutual TLS and inference by identity, and the latency with TLS
+    (and, over HTTPS, a token)."""
+    import test_8_tls as tls
+    folder = work / "tls"
+    ca = tls.certs.ca(folder, "bench-ca")
+    server = tls.certs.signed(folder, "server", ca, server=True, serial=1,
+                              names=tls.SERVICE_NAMES)
+    client = tls.certs.signed(folder, "client", ca, server=False)
+    k.apply(tls.serving_secret(ca, server))
+    k.apply(tls.secret(tls.CLIENT_SECRET, {"ca.crt": ca.cert, "client.crt": client.cert,
+                                           "client.key": client.key}))
+    # The caller's account, which a Role grants `infer` on the service.
+    k.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "caller", "namespace": NS}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "infer", "namespace": NS},
+         "rules": [{"apiGroups": ["infergate.dev"], "resources": ["inferenceservices"],
+                    "resourceNames": ["triton"], "verbs": ["infer"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "infer", "namespace": NS},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "infer"},
+         "subjects": [{"kind": "ServiceAccount", "name": "caller", "namespace": NS}]}]}))
+    spec = {"tls": {"secretName": tls.SECRET, "mutual": True},
+            "auth": {"inference": {"from": "Identity"}}}
+    times = []
+    for i in range(ROUNDS):
+        times.append(apply_to_ready(k, "triton.yaml", spec=spec))
+        if i < ROUNDS - 1:
+            delete(k, "triton")
+    print(f"apply -> Ready triton.yaml, mutual TLS and identity: {[round(t, 1) for t in times]}",
+          flush=True)
+
+    tls.start_tls_client(k, scenario.service_ip(k, "triton"))
+    token = k.kubectl("create", "token", "caller", "-n", NS,
+                      f"--audience=infergate.dev/{NS}/triton").stdout.strip()
+    https = ("--ssl-https-ca-certificates-file", "/certs/ca.crt",
+             "--ssl-https-client-certificate-file", "/certs/client.crt",
+             "--ssl-https-private-key-file", "/certs/client.key")
+    grpcs = ("--ssl-grpc-use-ssl", "true", "--ssl-grpc-root-certifications-file", "/certs/ca.crt",
+             "--ssl-grpc-private-key-file", "/certs/client.key",
+             "--ssl-grpc-certificate-chain-file", "/certs/client.crt")
+    latency = {"http/tls+token": [], "grpc/tls": [], "http/tls": []}
+    for _ in range(ROUNDS):
+        latency["http/tls+token"].append(perf(
+            k, f"https://{tls.HOST}:8000", "http", (*https, "-H", f"Authorization:Bearer {token}"),
+            pod=tls.CLIENT_POD))
+    # TLS alone: inference open again (one rollout; perf_analyzer's gRPC sends no token).
+    k.kubectl("patch", "infsvc", "triton", "-n", NS, "--type=merge",
+              "-p", json.dumps({"spec": {"auth": {"inference": {"from": "Anyone"}}}}))
+    k.wait_until("triton rolled out with inference open", lambda: (
+        len(k.running_pods(NS, "app.kubernetes.io/instance=triton")) == 1
+        and k.get("infsvc", "-n", NS, "triton")["status"].get("observedGeneration")
+        == k.get("infsvc", "-n", NS, "triton")["metadata"]["generation"]
+        and k.condition(k.get("infsvc", "-n", NS, "triton"), "Ready").get("status") == "True"),
+        timeout=300, interval=2)
+    for _ in range(ROUNDS):
+        latency["grpc/tls"].append(perf(k, f"{tls.HOST}:8001", "grpc", grpcs, pod=tls.CLIENT_POD))
+        latency["http/tls"].append(perf(k, f"https://{tls.HOST}:8000", "http", https,
+                                        pod=tls.CLIENT_POD))
+    print(json.dumps(latency, indent=1), flush=True)
+    return {"apply_to_ready_secure_s": times, "latency_secure": latency}
 
 
 def median(values):
@@ -199,6 +275,16 @@ def write(results: dict):
         mp50, mp99 = median([r["p50_us"] for r in m]), median([r["p99_us"] for r in m])
         lines.append(f"| {proto} | {sp50:.0f} / {sp99:.0f} | {mp50:.0f} / {mp99:.0f} | "
                      f"{sp50 - mp50:.0f} / {sp99 - mp99:.0f} |")
+    if "latency_secure" in results:
+        lines += ["", "| triton.yaml | apply -> Ready, s (each round) |", "|---|---|",
+                  "| plain | " + ", ".join(f"{t:.1f}" for t in results["apply_to_ready_s"]["triton.yaml"]) + " |",
+                  "| mutual TLS + identity | " + ", ".join(f"{t:.1f}" for t in results["apply_to_ready_secure_s"]) + " |",
+                  "", "| through the Service | p50 / p99, us | added to plain, p50 / p99, us |", "|---|---|---|"]
+        plain = {proto: results["latency"][f"{proto}/service"] for proto in ("grpc", "http")}
+        for row, runs in [("grpc/tls", "grpc"), ("http/tls", "http"), ("http/tls+token", "http")]:
+            p50, p99 = (median([r[q] for r in results["latency_secure"][row]]) for q in ("p50_us", "p99_us"))
+            b50, b99 = (median([r[q] for r in plain[runs]]) for q in ("p50_us", "p99_us"))
+            lines.append(f"| {row} | {p50:.0f} / {p99:.0f} | {p50 - b50:.0f} / {p99 - b99:.0f} |")
     (out / f"pods-{stamp}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
