@@ -83,10 +83,8 @@ def write_repositories(root: Path) -> dict[str, Path]:
                    check=True, capture_output=True)
     subprocess.run([sys.executable, str(REPO / "tests/upstream/mlserver/make_repo.py"), str(mlserver),
                     "--http-port", "8080", "--grpc-port", "8081"], check=True, capture_output=True)
-    # The kubelet probes the model server on the pod's address, not on loopback.
-    settings = json.loads((mlserver / "settings.json").read_text())
-    settings["host"] = "0.0.0.0"
-    (mlserver / "settings.json").write_text(json.dumps(settings, indent=2))
+    # make_repo.py's settings.json binds MLServer to loopback (as examples/mlserver.yaml's
+    # MLSERVER_HOST does; a settings.json in the repository wins over the environment).
     for repo, keep in ((triton, TRITON_MODELS), (mlserver, MLSERVER_MODELS)):
         for entry in repo.iterdir():
             if entry.is_dir() and entry.name not in keep:
