@@ -1097,7 +1097,11 @@ fn sidecar_routing_gives_a_headless_service_and_only_endpointslice_access() {
             .sequence_peers_service
             .is_none()
     );
-    assert!(pod(&stream).service_account_name.is_none());
+    // The namespace's default account, named, in both fields: a template's deprecated
+    // `serviceAccount` would otherwise keep the peers' account after routing changes.
+    let stream_pod = pod(&stream);
+    assert_eq!(stream_pod.service_account_name.as_deref(), Some("default"));
+    assert_eq!(stream_pod.service_account.as_deref(), Some("default"));
 }
 
 /// The preStop commands of every container that has one, each as one line.

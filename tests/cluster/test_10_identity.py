@@ -348,3 +348,11 @@ def test_the_operator_renders_inference_by_identity(cluster, operator, namespace
     wait_for("the identity objects to go", lambda: all(
         cluster.kubectl("get", kind, account, "-n", ns, check=False).returncode != 0
         for kind in ("role", "rolebinding", "serviceaccount")), timeout=60)
+    # And the pods no longer run as that account, which is gone: the API server keeps the
+    # deprecated `serviceAccount` field of a template, and fills `serviceAccountName` back from
+    # it, unless the operator sets both.
+    def account_of_the_template():
+        spec = cluster.get_json("deployment", NAME, "-n", ns)["spec"]["template"]["spec"]
+        return spec.get("serviceAccountName"), spec.get("serviceAccount")
+    wait_for("the pods' account to be the namespace's default", lambda: (
+        account_of_the_template() == ("default", "default")), timeout=60)

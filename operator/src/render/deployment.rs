@@ -132,6 +132,9 @@ pub(super) fn deployment(
     );
     annotations.insert(CONFIG_HASH_ANNOTATION.to_string(), config_hash.to_string());
 
+    // The namespace's default account where the pods need none of their own.
+    let pods_account = super::identity::pods_service_account(isvc)
+        .unwrap_or_else(|| DEFAULT_SERVICE_ACCOUNT.to_string());
     let pod_spec = PodSpec {
         init_containers: (!init_containers.is_empty()).then_some(init_containers),
         containers,
@@ -143,7 +146,12 @@ pub(super) fn deployment(
         affinity: pod.affinity.clone(),
         priority_class_name: pod.priority_class_name.clone(),
         runtime_class_name: pod.runtime_class_name.clone(),
-        service_account_name: super::identity::pods_service_account(isvc),
+        // Always named, and the deprecated `serviceAccount` with it: the API server fills a
+        // missing `serviceAccountName` back from `serviceAccount`, which it keeps from an earlier
+        // apply, so an account dropped from the spec would stay in the template (and, once the
+        // operator deletes that account, no new pod could be made).
+        service_account_name: Some(pods_account.clone()),
+        service_account: Some(pods_account),
         // Only the sidecar gets the token it needs (`sidecar_token`); every container gets one
         // only where the resource asks.
         automount_service_account_token: Some(pod.automount_service_account_token == Some(true)),
@@ -445,6 +453,9 @@ fn admin_probe(path: &str, port: IntOrString, period: i32, failures: i32) -> Pro
         ..Probe::default()
     }
 }
+
+/// The account Kubernetes gives pods that name none.
+const DEFAULT_SERVICE_ACCOUNT: &str = "default";
 
 /// The sidecar's admin port, by the name it declares.
 fn admin_port() -> IntOrString {
