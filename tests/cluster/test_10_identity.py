@@ -91,6 +91,25 @@ def grpc_code(grpc_address: str, bearer: str | None):
         client.close()
 
 
+def verb_granted(ns: str, role: str, verb: str, account: str) -> list[dict]:
+    """A Role granting `verb` on this test's InferenceService, bound to `account`."""
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": role, "namespace": ns},
+         "rules": [{"apiGroups": ["infergate.dev"], "resources": ["inferenceservices"],
+                    "resourceNames": [NAME], "verbs": [verb]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": role, "namespace": ns},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]},
+    ]
+
+
+def apply_list(cluster, docs: list[dict]):
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                           "items": docs}))
+
+
 def setup_accounts(cluster, namespace):
     """The sidecar's ServiceAccount (allowed to ask LocalSubjectAccessReviews, and, bound to
     `system:auth-delegator`, TokenReviews), a caller granted `infer` on the InferenceService by
@@ -114,18 +133,8 @@ def setup_accounts(cluster, namespace):
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                      "name": "system:auth-delegator"},
          "subjects": [{"kind": "ServiceAccount", "name": "sidecar", "namespace": ns}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": f"{NAME}-infer", "namespace": ns},
-         "rules": [{"apiGroups": ["infergate.dev"], "resources": ["inferenceservices"],
-                    "resourceNames": [NAME], "verbs": ["infer"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": f"{NAME}-infer", "namespace": ns},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                     "name": f"{NAME}-infer"},
-         "subjects": [{"kind": "ServiceAccount", "name": "caller", "namespace": ns}]},
-    ]
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                           "items": docs}))
+    ] + verb_granted(ns, f"{NAME}-infer", "infer", "caller")
+    apply_list(cluster, docs)
 
 
 def start_sidecar(cluster, namespace, workdir, verify: str) -> dict:
@@ -281,21 +290,10 @@ def test_the_operator_renders_inference_by_identity(cluster, operator, namespace
     config_map = cluster.get_json("configmap", f"{NAME}-sidecar", "-n", ns)
     rendered = yaml.safe_load(config_map["data"]["config.yaml"])["server"]["identity"]
     assert rendered["audience"] == audience(ns) and rendered["apis"] == ["inference"]
-    docs = [
+    apply_list(cluster, [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": n, "namespace": ns}}
         for n in ("caller", "stranger")
-    ] + [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "infer", "namespace": ns},
-         "rules": [{"apiGroups": ["infergate.dev"], "resources": ["inferenceservices"],
-                    "resourceNames": [NAME], "verbs": ["infer"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "infer", "namespace": ns},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "infer"},
-         "subjects": [{"kind": "ServiceAccount", "name": "caller", "namespace": ns}]},
-    ]
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
-                                                           "items": docs}))
+    ] + verb_granted(ns, "infer", "infer", "caller"))
     kubeconfig = cluster.token_kubeconfig(workdir / f"{ns}-pods.kubeconfig",
                                           token(cluster, ns, account))
     infer = "/v2/models/simple/infer"
@@ -318,17 +316,10 @@ def test_the_operator_renders_inference_by_identity(cluster, operator, namespace
         return got if len(got["identity"]["apis"]) == 2 else None
     server = wait_for("the control APIs' identity settings", both_rendered, timeout=60)
     assert "pod_only_api" not in server or not server["pod_only_api"], server
-    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+    apply_list(cluster, [
         {"apiVersion": "v1", "kind": "ServiceAccount",
          "metadata": {"name": "service-owner", "namespace": ns}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-         "metadata": {"name": "control", "namespace": ns},
-         "rules": [{"apiGroups": ["infergate.dev"], "resources": ["inferenceservices"],
-                    "resourceNames": [NAME], "verbs": ["control"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-         "metadata": {"name": "control", "namespace": ns},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "control"},
-         "subjects": [{"kind": "ServiceAccount", "name": "service-owner", "namespace": ns}]}]}))
+    ] + verb_granted(ns, "control", "control", "service-owner"))
     quiet = json.dumps({"log_info": False}).encode()
     with rendered_sidecar(workdir, ns, server["identity"], kubeconfig) as address:
         caller = token(cluster, ns, "caller", audience(ns))

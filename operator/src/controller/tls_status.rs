@@ -59,9 +59,9 @@ pub fn tls_status(isvc: &InferenceService, reports: &[&AdminTls]) -> TlsStatus {
     };
     let http = port(|r| &r.http, unreported);
     let grpc = port(|r| &r.grpc, unreported);
-    let metrics_unreported = match &isvc.spec.tls {
-        Some(tls) if tls.metrics => "Pending",
-        _ => "Off",
+    let metrics_unreported = match isvc.spec.metrics_tls() {
+        Some(_) => "Pending",
+        None => "Off",
     };
     let metrics = port(|r| &r.metrics, metrics_unreported);
     let summary = if http.state == grpc.state {

@@ -49,8 +49,7 @@ mod tracing;
 mod upstream;
 
 pub use auth::{
-    AuthSpec, CONTROL_APIS, ControlApis, ControlFrom, ControlKey, DEFAULT_CONTROL_VERB,
-    DEFAULT_INFER_VERB, InferenceAuth, InferenceFrom,
+    AuthSpec, CONTROL_APIS, ControlApis, ControlFrom, ControlKey, InferenceAuth, InferenceFrom,
 };
 pub use autoscaling::{AutoscalingEngine, AutoscalingMetric, AutoscalingSpec, MonitoringSpec};
 pub use extensions::{CudaSharedMemory, Extensions, Sequence, SequenceRouting, SystemSharedMemory};

@@ -162,8 +162,8 @@ pub struct InferenceServiceSpec {
     /// anywhere, the operator's pods, scrapers of the monitoring namespace); enabled false: none.
     #[serde(default)]
     pub network_policy: NetworkPolicySpec,
-    /// TLS on the sidecar's HTTP and gRPC ports, from a Secret or from cert-manager. Unset:
-    /// plaintext.
+    /// TLS on the sidecar's HTTP and gRPC ports (and its metrics port), from a Secret or from
+    /// cert-manager. Unset: plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
     /// Who may call the control APIs (model repository, logging, trace), and inference. Unset:
@@ -174,4 +174,11 @@ pub struct InferenceServiceSpec {
 
 fn default_replicas() -> i32 {
     1
+}
+
+impl InferenceServiceSpec {
+    /// The TLS the metrics port serves, where it serves one (`tls.metrics`).
+    pub fn metrics_tls(&self) -> Option<&TlsSpec> {
+        self.tls.as_ref().filter(|t| t.metrics)
+    }
 }

@@ -86,18 +86,18 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
         if control.by_identity() {
             apis.push(CONTROL_APIS.to_string());
         }
-        let (verb, verbs) = if inference.by_identity() {
-            let control_verbs = control.by_identity().then(|| {
-                CONTROL_APIS
-                    .split(',')
-                    .map(|api| (api.to_string(), control.verb().to_string()))
-            });
-            (
-                inference.verb().to_string(),
-                control_verbs.into_iter().flatten().collect(),
-            )
+        // One verb for every API it guards, unless both take an identity: then the control
+        // APIs ask theirs (`authorize.verbs`).
+        let mut verbs = BTreeMap::new();
+        let verb = if inference.by_identity() {
+            if control.by_identity() {
+                for api in CONTROL_APIS.split(',') {
+                    verbs.insert(api.to_string(), control.verb().to_string());
+                }
+            }
+            inference.verb()
         } else {
-            (control.verb().to_string(), BTreeMap::new())
+            control.verb()
         };
         server.identity = Some(IdentitySettings {
             apis,
@@ -106,7 +106,7 @@ pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>
             authorize: Some(IdentityAuthorization {
                 namespace: isvc.namespace().unwrap_or_default(),
                 name: isvc.name_any(),
-                verb,
+                verb: verb.to_string(),
                 verbs,
                 group: "infergate.dev".to_string(),
                 resource: "inferenceservices".to_string(),

@@ -44,7 +44,7 @@ pub(super) fn pod_monitor(
     }
     // The metrics port serves the service's certificate: scraped over https, trusting the
     // Secret's CA and verifying the Service's name (the certificate names no pod address).
-    if let Some(tls) = isvc.spec.tls.as_ref().filter(|t| t.metrics) {
+    if let Some(tls) = isvc.spec.metrics_tls() {
         endpoint["scheme"] = json!("https");
         endpoint["tlsConfig"] = json!({
             "ca": {"secret": {"name": tls.secret(&isvc.name_any()), "key": "ca.crt"}},

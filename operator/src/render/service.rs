@@ -46,7 +46,7 @@ fn service_ports(isvc: &InferenceService) -> Vec<ServicePort> {
     let ports = &isvc.spec.sidecar.ports;
     // With TLS both ports are HTTP over TLS (gRPC negotiates h2 by ALPN).
     let tls = isvc.spec.tls.is_some();
-    let metrics_tls = isvc.spec.tls.as_ref().is_some_and(|t| t.metrics);
+    let metrics_tls = isvc.spec.metrics_tls().is_some();
     let mut out = vec![
         ServicePort {
             name: Some("http".to_string()),

@@ -13,15 +13,18 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 /// The `host:port` of an upstream URL (`grpc://127.0.0.1:9001`, `http://[::1]:9000/`).
-pub fn authority(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    rest.split('/').next().unwrap_or(rest)
+pub fn authority(url: &str) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    Some(uri.authority()?.to_string())
 }
 
 /// True when a TCP connection to the upstream's address is accepted within `within`.
 pub async fn accepts_connections(url: &str, within: Duration) -> bool {
+    let Some(address) = authority(url) else {
+        return false;
+    };
     matches!(
-        tokio::time::timeout(within, TcpStream::connect(authority(url))).await,
+        tokio::time::timeout(within, TcpStream::connect(address)).await,
         Ok(Ok(_))
     )
 }
@@ -32,9 +35,12 @@ mod tests {
 
     #[test]
     fn the_authority_is_between_the_scheme_and_the_path() {
-        assert_eq!(authority("grpc://127.0.0.1:9001"), "127.0.0.1:9001");
-        assert_eq!(authority("http://[::1]:9000/"), "[::1]:9000");
-        assert_eq!(authority("localhost:9001"), "localhost:9001");
+        assert_eq!(
+            authority("grpc://127.0.0.1:9001").unwrap(),
+            "127.0.0.1:9001"
+        );
+        assert_eq!(authority("http://[::1]:9000/").unwrap(), "[::1]:9000");
+        assert_eq!(authority("localhost:9001").unwrap(), "localhost:9001");
     }
 
     #[tokio::test]
