@@ -48,13 +48,21 @@ pub struct ServerSettings {
     pub grpc_port: u16,
     pub metrics_port: u16,
     /// The admin port: health-only probes (`/livez`, `/readyz`) for anyone, `/drain` from
-    /// loopback only, `/status` from loopback or with a status token. Not for clients.
+    /// loopback only, `/status` from loopback, with a status token or with a client
+    /// certificate of `status_client_ca`. Not for clients.
     pub admin_port: u16,
     /// Hex SHA-256 digests of the bearer tokens that may read `/status` on the admin port from
     /// outside the pod (`Authorization: Bearer <token>`). Digests, not tokens, so the
     /// configuration holds no credential. Empty: `/status` answers on loopback only.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub status_token_sha256: Vec<String>,
+    /// A PEM file of the certificate authority whose client certificates may read `/status`
+    /// from outside the pod (the operator's, from a CA its chart creates). Set: the admin port
+    /// also speaks TLS, told apart from plain HTTP by a connection's first byte, with a
+    /// certificate the sidecar makes for itself at start; the kubelet's probes and the preStop
+    /// hook keep speaking plain HTTP. The file is read again when it changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_client_ca: Option<String>,
     /// The longest wait one `/drain` call may ask for, each of its `seconds` and `sequences`
     /// (the operator sets the pod's termination grace period).
     pub max_drain_seconds: u64,
@@ -250,6 +258,7 @@ impl Default for ServerSettings {
             metrics_port: 8002,
             admin_port: 8003,
             status_token_sha256: Vec::new(),
+            status_client_ca: None,
             max_drain_seconds: DEFAULT_MAX_DRAIN_SECONDS,
             drain_hook_dir: None,
             log_level: "info".to_string(),

@@ -23,6 +23,7 @@ pub mod input;
 pub mod pod_names;
 pub mod reference;
 pub mod render;
+pub mod status_client;
 pub mod status_token;
 pub mod storage_uri;
 pub mod validate;

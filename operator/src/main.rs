@@ -12,6 +12,7 @@ use infergate_operator::render::{
     self, DEFAULT_SIDECAR_IMAGE, DEFAULT_STORAGE_INITIALIZER_IMAGE, KubernetesVersion,
     OperatorSettings,
 };
+use infergate_operator::status_client::StatusClientCertificate;
 use infergate_operator::status_token::StatusToken;
 use infergate_operator::{controller, crd, yaml};
 
@@ -56,6 +57,11 @@ enum Command {
         /// configuration, so the operator may read /status from outside the pod.
         #[arg(long, value_name = "FILE", env = "INFERGATE_STATUS_TOKEN_FILE")]
         status_token_file: Option<PathBuf>,
+        /// PEM file of the CA of the operator's client certificate: it goes into each
+        /// sidecar's configuration, so the operator may read /status over TLS from outside the
+        /// pod.
+        #[arg(long, value_name = "FILE")]
+        status_client_ca: Option<PathBuf>,
         /// The cluster's DNS domain, for the names of the Certificates of tls.issuerRef.
         #[arg(long, value_name = "DOMAIN", default_value = "cluster.local")]
         cluster_domain: String,
@@ -110,10 +116,16 @@ struct RunArgs {
     /// This replica's identity in the Lease and in Events (default: the host name).
     #[arg(long, value_name = "ID", env = "POD_NAME")]
     identity: Option<String>,
-    /// File holding the token the operator presents to read each sidecar's /status from
-    /// outside its pod (the chart makes one). The sidecars get its SHA-256, never the token.
-    /// Without it the sidecars answer /status on loopback only and the resources' status
-    /// cannot say which extensions are live.
+    /// Directory of the client certificate the operator presents, over TLS, to read each
+    /// sidecar's /status from outside its pod: `tls.crt`, `tls.key` and `ca.crt`, as a
+    /// mounted `kubernetes.io/tls` Secret has them (the chart makes one). The sidecars get the
+    /// CA's certificate, never the key. The certificate is read again when it changes.
+    #[arg(long, value_name = "DIR", env = "INFERGATE_STATUS_CLIENT_CERT_DIR")]
+    status_client_cert_dir: Option<PathBuf>,
+    /// File holding a token the operator presents instead, over plain HTTP, where it has no
+    /// client certificate. The sidecars get its SHA-256, never the token. Without either, the
+    /// sidecars answer /status on loopback only and the resources' status cannot say which
+    /// extensions are live.
     #[arg(long, value_name = "FILE", env = "INFERGATE_STATUS_TOKEN_FILE")]
     status_token_file: Option<PathBuf>,
     /// The cluster's DNS domain, for the names of the Certificates of tls.issuerRef.
@@ -160,10 +172,16 @@ fn run_controller(args: RunArgs) -> anyhow::Result<()> {
             bail!("--leader-elect needs --leader-election-namespace (or POD_NAMESPACE)")
         }
     };
+    let status_client_certificate = args
+        .status_client_cert_dir
+        .as_deref()
+        .map(StatusClientCertificate::read)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--status-client-cert-dir: {e}"))?;
     let status_token = read_status_token(args.status_token_file.as_deref())?;
-    if status_token.is_none() {
+    if status_client_certificate.is_none() && status_token.is_none() {
         tracing::warn!(
-            "no --status-token-file: sidecars answer /status on loopback only, so the resources' status cannot say which extensions are live"
+            "no --status-client-cert-dir or --status-token-file: sidecars answer /status on loopback only, so the resources' status cannot say which extensions are live"
         );
     }
     let config = controller::RunConfig {
@@ -175,9 +193,13 @@ fn run_controller(args: RunArgs) -> anyhow::Result<()> {
                 .filter(|ns| !ns.is_empty()),
             kubernetes_version: args.kubernetes_version,
             status_token_sha256: status_token.as_ref().map(StatusToken::sha256_hex),
+            status_client_ca: status_client_certificate
+                .as_ref()
+                .map(|c| c.ca_pem().to_string()),
             cluster_domain: args.cluster_domain,
         },
         status_token,
+        status_client_certificate,
         namespace: args.namespace,
         concurrency: args.concurrency,
         metrics_addr: args.metrics_bind_address,
@@ -218,6 +240,13 @@ fn read_status_token(path: Option<&Path>) -> anyhow::Result<Option<StatusToken>>
         .transpose()
 }
 
+fn read_pem(path: Option<&Path>) -> anyhow::Result<Option<String>> {
+    path.map(|p| {
+        std::fs::read_to_string(p).with_context(|| format!("--status-client-ca {}", p.display()))
+    })
+    .transpose()
+}
+
 /// Owner-reference uid used by `render` when neither the input nor --uid gives one.
 const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
 
@@ -234,19 +263,23 @@ fn main() -> ExitCode {
             operator_namespace,
             kubernetes_version,
             status_token_file,
+            status_client_ca,
             cluster_domain,
             uid,
-        } => read_status_token(status_token_file.as_deref()).and_then(|token| {
-            let settings = OperatorSettings {
-                sidecar_image,
-                storage_initializer_image,
-                operator_namespace,
-                kubernetes_version,
-                status_token_sha256: token.as_ref().map(StatusToken::sha256_hex),
-                cluster_domain,
-            };
-            render_file(&file, &settings, uid).map(|text| print!("{text}"))
-        }),
+        } => read_status_token(status_token_file.as_deref())
+            .and_then(|token| Ok((token, read_pem(status_client_ca.as_deref())?)))
+            .and_then(|(token, status_client_ca)| {
+                let settings = OperatorSettings {
+                    sidecar_image,
+                    storage_initializer_image,
+                    operator_namespace,
+                    kubernetes_version,
+                    status_token_sha256: token.as_ref().map(StatusToken::sha256_hex),
+                    status_client_ca,
+                    cluster_domain,
+                };
+                render_file(&file, &settings, uid).map(|text| print!("{text}"))
+            }),
         Command::Run(args) => run_controller(args),
         Command::Rbac => {
             let rules = serde_json::json!({

@@ -81,10 +81,14 @@ impl Drop for Sidecar {
 }
 
 fn start_sidecar(binary: &PathBuf, extra: &[&str]) -> Sidecar {
+    start_sidecar_on(binary, "127.0.0.1", extra)
+}
+
+fn start_sidecar_on(binary: &PathBuf, host: &str, extra: &[&str]) -> Sidecar {
     let mut child = Command::new(binary)
         .args([
             "--host",
-            "127.0.0.1",
+            host,
             "--http-port",
             "0",
             "--grpc-port",
@@ -324,4 +328,168 @@ async fn tls_is_reported_as_the_sidecars_serve_it() {
     assert_eq!(tls.summary, "Mixed", "{tls:?}");
     assert_eq!(tls.grpc.pods_reporting, 2);
     drop((mutual, plain));
+}
+
+/// This host's address on its default route: what a caller off loopback comes from (no packet
+/// is sent; connecting a UDP socket only picks the route).
+fn host_address() -> String {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    socket
+        .connect("198.51.100.1:9")
+        .expect("this test needs an address other than loopback (a default route)");
+    socket.local_addr().unwrap().ip().to_string()
+}
+
+/// Runs openssl (Debian's) in `dir`.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(out.status.success(), "openssl {args:?}: {out:?}");
+}
+
+/// A CA (`<name>-ca.crt`, `<name>-ca.key`) and a client certificate it signed, as a
+/// `kubernetes.io/tls` Secret holds them, in `dir/<name>`: `tls.crt`, `tls.key`, `ca.crt`.
+fn client_certificate(dir: &std::path::Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    openssl(
+        &out,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-subj",
+            "/CN=status test CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
+    std::fs::write(
+        out.join("client.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    openssl(
+        &out,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "tls.key",
+            "-out",
+            "tls.csr",
+            "-subj",
+            "/CN=infergate-operator",
+        ],
+    );
+    openssl(
+        &out,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "tls.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            "7",
+            "-days",
+            "2",
+            "-out",
+            "tls.crt",
+            "-extfile",
+            "client.ext",
+        ],
+    );
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operators_client_certificate_reads_status_from_outside_the_pod() {
+    use infergate_operator::status_client::StatusClientCertificate;
+    let binary = sidecar_binary();
+    let dir = std::env::temp_dir().join(format!("infergate-status-client-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let operator = client_certificate(&dir, "operator");
+    let stranger = client_certificate(&dir, "stranger");
+    let config = dir.join("sidecar.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "server:\n  status_client_ca: {}\n",
+            operator.join("ca.crt").display()
+        ),
+    )
+    .unwrap();
+    // Off loopback, as the operator calls a pod's address: loopback alone would be let in.
+    let host = host_address();
+    let sidecar = start_sidecar_on(&binary, &host, &[&format!("--config={}", config.display())]);
+    let map = HashMap::from([(format!("10.0.0.1:{ADMIN_PORT}"), sidecar.admin.clone())]);
+    let prober = |certificate: Option<&StatusClientCertificate>| {
+        Prober::new(Duration::from_secs(5), map.clone())
+            .with_client_certificate(certificate)
+            .unwrap()
+    };
+
+    let certificate = StatusClientCertificate::read(&operator).unwrap();
+    assert!(certificate.ca_pem().contains("BEGIN CERTIFICATE"));
+    let status = prober(Some(&certificate))
+        .probe(&format!("10.0.0.1:{ADMIN_PORT}"))
+        .await;
+    assert!(status.is_ok(), "{status:?}");
+
+    // Without a certificate, over plain HTTP: a credential is asked for.
+    let refused = prober(None).probe(&format!("10.0.0.1:{ADMIN_PORT}")).await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("401")),
+        "{refused:?}"
+    );
+
+    // Another CA's certificate: the handshake does not complete.
+    let other = StatusClientCertificate::read(&stranger).unwrap();
+    let refused = prober(Some(&other))
+        .probe(&format!("10.0.0.1:{ADMIN_PORT}"))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+
+    // The certificate is read again when its files change, as a renewed Secret changes them:
+    // with the stranger's pair in the operator's files, the same certificate is refused.
+    let renewed = prober(Some(&certificate));
+    assert!(
+        renewed
+            .probe(&format!("10.0.0.1:{ADMIN_PORT}"))
+            .await
+            .is_ok()
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    for file in ["tls.crt", "tls.key"] {
+        std::fs::copy(stranger.join(file), operator.join(file)).unwrap();
+    }
+    // A new connection (the pool's idle one would not handshake again).
+    let renewed = Prober::new(Duration::from_secs(5), map.clone())
+        .with_client_certificate(Some(&certificate))
+        .unwrap();
+    let refused = renewed.probe(&format!("10.0.0.1:{ADMIN_PORT}")).await;
+    assert!(refused.is_err(), "{refused:?}");
+    drop(sidecar);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1208,3 +1208,45 @@ fn the_operators_status_token_reaches_the_sidecar_as_its_digest_only() {
     let everything = format!("{children:?}");
     assert!(!everything.contains("0123456789abcdef0123456789abcdef"));
 }
+
+#[test]
+fn the_operators_client_ca_reaches_the_sidecar_beside_its_configuration() {
+    let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let settings = OperatorSettings {
+        status_client_ca: Some(ca.to_string()),
+        ..OperatorSettings::default()
+    };
+    let children = render::build_children(&with_spec("ca", MINIMAL), &settings).unwrap();
+    let config = sidecar_config(&children);
+    assert_eq!(
+        config.server.status_client_ca.as_deref(),
+        Some("/etc/infergate/config/status-client-ca.crt")
+    );
+    let data = children.config_map.data.as_ref().unwrap();
+    assert_eq!(data["status-client-ca.crt"], ca);
+    // The file is in the mounted ConfigMap's directory, mounted whole (a new CA reaches the pod).
+    let pod = common::pod(&children);
+    let sidecar = common::all_containers(pod)
+        .into_iter()
+        .find(|c| c.name == "infergate")
+        .unwrap();
+    let mount = sidecar
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == "/etc/infergate/config")
+        .unwrap();
+    assert!(mount.sub_path.is_none());
+    // Without one, neither the key nor the setting.
+    let plain =
+        render::build_children(&with_spec("ca", MINIMAL), &OperatorSettings::default()).unwrap();
+    assert!(sidecar_config(&plain).server.status_client_ca.is_none());
+    assert!(
+        !plain
+            .config_map
+            .data
+            .as_ref()
+            .unwrap()
+            .contains_key("status-client-ca.crt")
+    );
+}

@@ -9,6 +9,8 @@
 //!   connections are closed between requests by hyper's header deadline before that).
 //!
 //! A TLS port undoes TLS in each connection's own task, before hyper sees it (`Io::accept`).
+//! A port that offers TLS without requiring it (the admin port, `PortTls::Offered`) looks at a
+//! connection's first byte: a TLS handshake record starts with 0x16, which no HTTP method does.
 //!
 //! While the pod drains (`Health::draining`, before SIGTERM), a port given the drain signal keeps
 //! accepting and serving, but asks its connections to go: each gets a graceful shutdown (HTTP/2
@@ -30,7 +32,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::server::TlsStream;
 
 use crate::inflight::Activity;
-use crate::tls::Tls;
+use crate::tls::{AdminTls, Tls};
 
 /// How often connections accepted while draining are asked to go.
 const DRAIN_ROUND: Duration = Duration::from_millis(500);
@@ -58,9 +60,30 @@ pub struct PortLimits {
 #[derive(Clone)]
 pub struct PortSetup {
     pub limits: PortLimits,
-    pub tls: Option<Arc<Tls>>,
+    pub tls: Option<PortTls>,
     pub handshake_timeout: Duration,
 }
+
+/// The TLS a port speaks.
+#[derive(Clone)]
+pub enum PortTls {
+    /// On every connection: a client that does not speak TLS is dropped.
+    Required(Arc<Tls>),
+    /// On connections that open with a TLS handshake; the others are plain HTTP.
+    Offered(Arc<AdminTls>),
+}
+
+impl PortTls {
+    fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        match self {
+            PortTls::Required(tls) => tls.acceptor(),
+            PortTls::Offered(tls) => tls.acceptor(),
+        }
+    }
+}
+
+/// The first byte of a TLS record that carries a handshake (RFC 8446, 5.1).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 impl PortSetup {
     /// A client port's (HTTP, gRPC): `limits.max_connections`, `limits.idle_timeout_seconds`,
@@ -74,7 +97,7 @@ impl PortSetup {
                 max_age: limits.max_connection_age(),
                 age_grace: limits.max_connection_age_grace(),
             },
-            tls,
+            tls: tls.map(PortTls::Required),
             handshake_timeout: limits.http_header_timeout(),
         }
     }
@@ -144,7 +167,7 @@ pub async fn serve_until<C, S>(
         let (serve, tls, go) = (serve.clone(), setup.tls.clone(), go.subscribe());
         let handshake_timeout = setup.handshake_timeout;
         connections.spawn(async move {
-            let Some(io) = Io::accept(tcp, tls.as_deref(), handshake_timeout, port).await else {
+            let Some(io) = Io::accept(tcp, tls.as_ref(), handshake_timeout, port).await else {
                 return;
             };
             let activity = Activity::begin();
@@ -169,7 +192,7 @@ impl Io {
     /// (debug-logged: scanners and plaintext clients are common and say nothing to act on).
     async fn accept(
         tcp: TcpStream,
-        tls: Option<&Tls>,
+        tls: Option<&PortTls>,
         timeout: Duration,
         port: &'static str,
     ) -> Option<Io> {
@@ -177,6 +200,15 @@ impl Io {
             return Some(Io::Plain(tcp));
         };
         let peer = tcp.peer_addr().ok();
+        if let PortTls::Offered(_) = tls {
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(timeout, tcp.peek(&mut first)).await {
+                Ok(Ok(1)) if first[0] == TLS_HANDSHAKE_RECORD => {}
+                Ok(Ok(1)) => return Some(Io::Plain(tcp)),
+                // Closed, failed or silent before its first byte: nothing to serve.
+                _ => return None,
+            }
+        }
         match tokio::time::timeout(timeout, tls.acceptor().accept(tcp)).await {
             Ok(Ok(stream)) => Some(Io::Tls(Box::new(stream))),
             Ok(Err(e)) => {
@@ -187,6 +219,15 @@ impl Io {
                 tracing::debug!(port, ?peer, "TLS handshake not finished in time");
                 None
             }
+        }
+    }
+
+    /// Whether the client presented a certificate, which the port's verifier then verified (a
+    /// handshake with a bad one does not complete).
+    pub fn has_client_certificate(&self) -> bool {
+        match self {
+            Io::Plain(_) => false,
+            Io::Tls(tls) => tls.get_ref().1.peer_certificates().is_some(),
         }
     }
 

@@ -17,7 +17,7 @@ use axum::routing::get;
 use serde_json::{Value as J, json};
 
 use crate::backend::upstream::UpstreamInfo;
-use crate::caller::Caller;
+use crate::caller::{Caller, CertifiedClient};
 use crate::http::answer::json_ok;
 use crate::shm::cuda::Cuda;
 use crate::state::SharedState;
@@ -68,10 +68,14 @@ async fn upstream_live(State(st): State<SharedState>) -> Response {
 async fn status(
     State(st): State<SharedState>,
     caller: Option<axum::Extension<Caller>>,
+    certified: Option<axum::Extension<CertifiedClient>>,
     headers: HeaderMap,
 ) -> Response {
     let caller = caller.map(|axum::Extension(c)| c);
-    match st.admin.may_read_status(caller, &headers) {
+    match st
+        .admin
+        .may_read_status(caller, certified.is_some(), &headers)
+    {
         Ok(()) => json_ok(&report(&st)),
         Err(refusal) => crate::http::answer::admin_refusal(&refusal),
     }

@@ -5,11 +5,16 @@
 //! |---|---|---|
 //! | `/livez`, `/readyz`, `/upstream/livez` | anyone, in plain HTTP | the kubelet's probes (of the sidecar, and of a model server on loopback) carry no credential; they say nothing but live or ready |
 //! | `/drain` | loopback only | only the pod's own preStop hook (`infergate-drain`, an `exec` in the pod) may take it out of service |
-//! | `/status` | loopback, or a bearer token whose SHA-256 is in `server.status_token_sha256` | the operator reads it from outside the pod; it names the upstream, its models and the GPU |
+//! | `/status` | loopback, a TLS client certificate of `server.status_client_ca`, or a bearer token whose SHA-256 is in `server.status_token_sha256` | the operator reads it from outside the pod; it names the upstream, its models and the GPU |
+//!
+//! The client certificate is what the chart's operator presents (the port offers TLS where
+//! `server.status_client_ca` is set: `crate::tls::AdminTls`); the token serves installs without
+//! a CA, and travels in clear unless the caller speaks TLS to the port.
 //!
 //! Every call to `/drain` and `/status` writes an audit line (target `audit`): the caller's
-//! address, the credential it used (`loopback`, `status token`, or none), and the verdict. The
-//! token itself is never logged, and a refusal never says whether a token was wrong or missing.
+//! address, the credential it used (`loopback`, `client certificate`, `status token`, or none),
+//! and the verdict. The token itself is never logged, and a refusal never says whether a
+//! credential was wrong or missing.
 
 use axum::http::{HeaderMap, StatusCode, header};
 use ring::digest::{SHA256, digest};
@@ -22,6 +27,8 @@ use crate::restricted::same_secret;
 pub struct AdminRules {
     /// SHA-256 digests of the tokens that may read `/status` from outside the pod.
     status_tokens: Vec<[u8; 32]>,
+    /// Whether the admin port takes client certificates for `/status` (a CA is configured).
+    client_certificates: bool,
     /// The longest wait one `/drain` may ask for, each of its two.
     pub max_drain_seconds: u64,
 }
@@ -31,12 +38,12 @@ pub struct AdminRules {
 pub enum Refusal {
     /// Only a container of the pod may call this; the message says so.
     NotLocal(&'static str),
-    /// Outside the pod, this needs a valid bearer token.
+    /// Outside the pod, this needs a valid credential.
     Unauthenticated,
 }
 
 impl Refusal {
-    /// The answer's status: 403 for a caller off loopback, 401 for a missing or wrong token.
+    /// The answer's status: 403 for a caller off loopback, 401 for a missing or wrong credential.
     pub fn status(&self) -> StatusCode {
         match self {
             Refusal::NotLocal(_) => StatusCode::FORBIDDEN,
@@ -44,11 +51,11 @@ impl Refusal {
         }
     }
 
-    /// The answer's message: the same for a missing token as for a wrong one.
+    /// The answer's message: the same for a missing credential as for a wrong one.
     pub fn message(&self) -> &'static str {
         match self {
             Refusal::NotLocal(why) => why,
-            Refusal::Unauthenticated => "a valid bearer token is required",
+            Refusal::Unauthenticated => "a valid client certificate or bearer token is required",
         }
     }
 
@@ -67,7 +74,16 @@ impl AdminRules {
                 .iter()
                 .filter_map(|hex| decode_digest(hex))
                 .collect(),
+            client_certificates: false,
             max_drain_seconds,
+        }
+    }
+
+    /// The same rules, where the admin port takes client certificates (`server.status_client_ca`).
+    pub fn with_client_certificates(self, taken: bool) -> Self {
+        AdminRules {
+            client_certificates: taken,
+            ..self
         }
     }
 
@@ -84,19 +100,24 @@ impl AdminRules {
         verdict
     }
 
-    /// `/status`: loopback, or a bearer token the configuration lists by its digest.
+    /// `/status`: loopback, a client certificate the admin port verified (`certified`: the port
+    /// verifies against `server.status_client_ca` only), or a bearer token the configuration
+    /// lists by its digest.
     pub fn may_read_status(
         &self,
         caller: Option<Caller>,
+        certified: bool,
         headers: &HeaderMap,
     ) -> Result<(), Refusal> {
         let (credential, verdict) = if crate::caller::is_local(caller) {
             ("loopback", Ok(()))
-        } else if self.status_tokens.is_empty() {
+        } else if certified {
+            ("client certificate", Ok(()))
+        } else if self.status_tokens.is_empty() && !self.client_certificates {
             (
                 "none",
                 Err(Refusal::NotLocal(
-                    "/status is served only inside the pod (loopback): no status token is configured",
+                    "/status is served only inside the pod (loopback): no status credential is configured",
                 )),
             )
         } else {
@@ -192,10 +213,11 @@ mod tests {
     fn status_without_tokens_is_for_loopback_only() {
         let rules = AdminRules::default();
         assert_eq!(
-            rules.may_read_status(caller("127.0.0.1:1"), &HeaderMap::new()),
+            rules.may_read_status(caller("127.0.0.1:1"), false, &HeaderMap::new()),
             Ok(())
         );
-        let refused = rules.may_read_status(caller("10.0.0.7:1"), &with_auth("Bearer anything"));
+        let refused =
+            rules.may_read_status(caller("10.0.0.7:1"), false, &with_auth("Bearer anything"));
         assert!(matches!(refused, Err(Refusal::NotLocal(_))));
     }
 
@@ -204,22 +226,41 @@ mod tests {
         let rules = rules_for(&["old-token", "new-token"]);
         let remote = caller("10.0.0.7:1");
         assert_eq!(
-            rules.may_read_status(remote, &with_auth("Bearer new-token")),
+            rules.may_read_status(remote, false, &with_auth("Bearer new-token")),
             Ok(())
         );
         assert_eq!(
-            rules.may_read_status(remote, &with_auth("bearer old-token")),
+            rules.may_read_status(remote, false, &with_auth("bearer old-token")),
             Ok(())
         );
         for refused in ["Bearer new-toke", "Bearer ", "Basic new-token", "new-token"] {
             assert_eq!(
-                rules.may_read_status(remote, &with_auth(refused)),
+                rules.may_read_status(remote, false, &with_auth(refused)),
                 Err(Refusal::Unauthenticated),
                 "{refused}"
             );
         }
         assert_eq!(
-            rules.may_read_status(remote, &HeaderMap::new()),
+            rules.may_read_status(remote, false, &HeaderMap::new()),
+            Err(Refusal::Unauthenticated)
+        );
+    }
+
+    #[test]
+    fn status_takes_a_verified_client_certificate_from_outside() {
+        let rules = AdminRules::default().with_client_certificates(true);
+        let remote = caller("10.0.0.7:1");
+        assert_eq!(
+            rules.may_read_status(remote, true, &HeaderMap::new()),
+            Ok(())
+        );
+        // No certificate: a credential is asked for (401), not "loopback only" (403).
+        assert_eq!(
+            rules.may_read_status(remote, false, &HeaderMap::new()),
+            Err(Refusal::Unauthenticated)
+        );
+        assert_eq!(
+            rules.may_read_status(remote, false, &with_auth("Bearer not-configured")),
             Err(Refusal::Unauthenticated)
         );
     }

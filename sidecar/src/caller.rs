@@ -37,6 +37,11 @@ impl Caller {
     }
 }
 
+/// A request came on a TLS connection whose client presented a certificate that the port's
+/// verifier accepted (on the admin port: one of `server.status_client_ca`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CertifiedClient;
+
 /// Whether a request's caller is local; a request without one is not.
 pub fn is_local(caller: Option<Caller>) -> bool {
     caller.is_some_and(|c| c.is_local())

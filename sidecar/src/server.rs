@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 
+use crate::accept::PortTls;
 use crate::backend::builtin::Catalog;
 use crate::backend::upstream::{Upstream, UpstreamLoader, run_discovery};
 use crate::core::repository::Repository;
@@ -84,6 +85,13 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         .map_err(|e| anyhow::anyhow!("gRPC port TLS: {e}"))?;
     let metrics_tls = port_tls(&config.server.metrics_tls, &["http/1.1"])
         .map_err(|e| anyhow::anyhow!("metrics port TLS: {e}"))?;
+    let admin_tls = config
+        .server
+        .status_client_ca
+        .as_ref()
+        .map(|ca| crate::tls::AdminTls::load(ca.into()))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("server.status_client_ca: {e}"))?;
     let tracing = config
         .server
         .trace()
@@ -115,10 +123,12 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         state.http_tls = http_tls;
         state.grpc_tls = grpc_tls;
         state.metrics_tls = metrics_tls;
+        state.admin_tls = admin_tls;
         state.admin = crate::admin_access::AdminRules::new(
             &config.server.status_token_sha256,
             config.server.max_drain_seconds,
-        );
+        )
+        .with_client_certificates(state.admin_tls.is_some());
     }
     if config.server.allow_remote_shm {
         tracing::warn!(
@@ -309,14 +319,25 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
         background.push(tokio::spawn(async move { identity.warm_up().await }));
     }
 
-    // The admin port stays plain: the kubelet's probes cannot present a certificate.
+    // The admin port speaks plain HTTP to the kubelet's probes and the preStop hook, which
+    // cannot present a certificate, and TLS to the operator, which presents one of
+    // `server.status_client_ca` to read /status.
+    let admin_tls = state.admin_tls.clone();
+    if let Some(tls) = &admin_tls {
+        background.push(tokio::spawn(tls.clone().watch(every)));
+    }
     for (listener, port, router, tls) in [
-        (admin, "admin", crate::admin::router(state.clone()), None),
+        (
+            admin,
+            "admin",
+            crate::admin::router(state.clone()),
+            admin_tls.map(PortTls::Offered),
+        ),
         (
             metrics,
             "metrics",
             crate::metrics::router(state.clone()),
-            state.metrics_tls.clone(),
+            state.metrics_tls.clone().map(PortTls::Required),
         ),
     ] {
         let stop = signal(rx.clone());

@@ -53,6 +53,8 @@ pub struct AppState {
     pub http_tls: Option<Arc<crate::tls::Tls>>,
     pub metrics_tls: Option<Arc<crate::tls::Tls>>,
     pub grpc_tls: Option<Arc<crate::tls::Tls>>,
+    /// The admin port's TLS, offered where `server.status_client_ca` is set.
+    pub admin_tls: Option<Arc<crate::tls::AdminTls>>,
     /// The model container this sidecar fronts, when the backend is `upstream`.
     pub upstream: Option<UpstreamHandle>,
     /// Whether clients may load and unload models.
@@ -260,6 +262,7 @@ impl AppState {
             http_tls: None,
             metrics_tls: None,
             grpc_tls: None,
+            admin_tls: None,
             upstream: None,
             model_control: ModelControlMode::None,
             http_restricted: Guard::default(),

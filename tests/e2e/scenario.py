@@ -179,22 +179,33 @@ def apply_examples(kube: Kube, repos_root: Path) -> dict[str, dict]:
     return applied
 
 
-def status_token(kube: Kube) -> str:
-    """The operator's status token, from the chart's Secret: what reads a sidecar's /status from
-    outside its pod (the sidecars hold only its SHA-256)."""
-    secret = kube.get("secret", "-n", RELEASE_NS, f"{RELEASE}-status-token")
-    return base64.b64decode(secret["data"]["token"]).decode()
+def status_client_certificate(kube: Kube) -> tuple[str, str]:
+    """The operator's client certificate and key (PEM), from the chart's Secret: what reads a
+    sidecar's /status from outside its pod, over TLS (the sidecars hold only the CA)."""
+    secret = kube.get("secret", "-n", RELEASE_NS, f"{RELEASE}-status-client")
+    return tuple(base64.b64decode(secret["data"][k]).decode() for k in ("tls.crt", "tls.key"))
+
+
+ADMIN_STATUS = """
+import os, ssl, sys, tempfile, urllib.request
+folder = tempfile.mkdtemp()
+for name, pem in (("tls.crt", sys.argv[2]), ("tls.key", sys.argv[3])):
+    with open(os.path.join(folder, name), "w") as f:
+        f.write(pem)
+# The admin port's certificate is the sidecar's own, made at start: nothing to verify it by.
+context = ssl.create_default_context()
+context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+context.load_cert_chain(os.path.join(folder, "tls.crt"), os.path.join(folder, "tls.key"))
+print(urllib.request.urlopen(sys.argv[1], timeout=10, context=context).read().decode())
+"""
 
 
 def admin_status(kube: Kube, ip: str, pod: str = "client", namespace: str = NS) -> dict:
-    """A sidecar's /status on its admin port, read from a pod with the operator's token, as the
-    operator reads it."""
+    """A sidecar's /status on its admin port, read from a pod with the operator's client
+    certificate, over TLS, as the operator reads it."""
+    cert, key = status_client_certificate(kube)
     out = kube.exec(namespace, pod, "client", [
-        "python3", "-c",
-        "import sys,urllib.request;"
-        "r=urllib.request.Request(sys.argv[1],headers={'Authorization':'Bearer '+sys.argv[2]});"
-        "print(urllib.request.urlopen(r,timeout=10).read().decode())",
-        f"http://{ip}:8003/status", status_token(kube)])
+        "python3", "-c", ADMIN_STATUS, f"https://{ip}:8003/status", cert, key])
     return json.loads(out.stdout)
 
 

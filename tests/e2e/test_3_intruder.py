@@ -1,8 +1,8 @@
 """A pod that is not the sidecar's own, without credentials, against the sidecars: in the
 examples' namespace (the client pod) and from another namespace. On the admin port, the kubelet's
 probes' paths answer anyone (they say only live or ready); draining is refused (only the pod's
-own preStop hook, on loopback, may); `/status` is refused without the operator's token, and
-served with it. On the REST port, the control APIs are the pod's alone by default
+own preStop hook, on loopback, may); `/status` is refused without the operator's client
+certificate (in plain HTTP, and over TLS without one), and served with it. On the REST port, the control APIs are the pod's alone by default
 (`spec.auth`): silencing the log, tracing every call, loading or unloading a model are refused,
 and so is registering shared memory (the staging pool, another client's region). The model
 server's own ports answer nothing on the pod's address (`model.listen: Loopback`, the default):
@@ -53,8 +53,10 @@ def assert_refused(got: dict, ip: str):
     assert got["drain"][0] == 403 and "loopback" in got["drain"][1], (ip, got)
     assert got["status"][0] == 401, (ip, got)
     assert got["status_wrong_token"][0] == 401, (ip, got)
+    assert got["status_over_tls_without_certificate"][0] == 401, (ip, got)
     # A refusal says nothing of the sidecar: no upstream, no model, no extension.
-    for refusal in (got["status"][1], got["status_wrong_token"][1], got["drain"][1]):
+    for refusal in (got["status"][1], got["status_wrong_token"][1], got["drain"][1],
+                    got["status_over_tls_without_certificate"][1]):
         assert "upstream" not in refusal and "extensions" not in refusal, (ip, refusal)
     for call in ("silence_the_log", "trace_everything", "load_a_model", "unload_a_model",
                  "register_the_staging_pool", "register_a_clients_region"):
@@ -84,13 +86,13 @@ def test_a_pod_of_another_namespace_cannot_drain_or_read_status(kube, served, in
         assert_refused(intrude(kube, ip, ports, pod=intruder, namespace=INTRUDER_NS), ip)
 
 
-def test_the_operators_token_reads_status(kube, served, client):
-    token = scenario.status_token(kube)
+def test_the_operators_client_certificate_reads_status(kube, served, client):
+    cert, key = scenario.status_client_certificate(kube)
     for ip, ports in pod_ips(kube, served):
-        got = intrude(kube, ip, ports, "--token", token)
-        assert got["status_with_token"][0] == 200, (ip, got)
-        assert '"extensions"' in got["status_with_token"][1], (ip, got)
-    # Every resource's status came from its sidecars' /status, read with the same token.
+        got = intrude(kube, ip, ports, "--client-cert", cert, "--client-key", key)
+        assert got["status_with_certificate"][0] == 200, (ip, got)
+        assert '"extensions"' in got["status_with_certificate"][1], (ip, got)
+    # Every resource's status came from its sidecars' /status, read with the same certificate.
     for name in served:
         obj = kube.get("infsvc", "-n", NS, name)
         assert obj["status"].get("extensions"), (name, obj["status"])

@@ -1,6 +1,8 @@
 """`spec.tls` on the real node: the `triton` InferenceService is given mutual TLS from a Secret
-made here (a CA, the Service's names), a client pod calls it by the Service's name with
-tritonclient over gRPC and HTTPS, the refusals are seen (no certificate, another CA's, plaintext),
+made here (a CA, the Service's names), and its control APIs a key (`auth.controlAPIs.from:
+Key`); a client pod calls it by the Service's name with tritonclient over gRPC and HTTPS, the
+refusals are seen (no certificate, another CA's, plaintext, a control call without the key), the
+control calls with the key are served,
 and the Secret is then rotated as cert-manager would rotate it: the new certificate is served to
 new connections, and no container restarts. The kubelet's probes stay on the plain admin port
 throughout, which the pod's readiness shows."""
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import ssl
 import subprocess
 import sys
@@ -24,6 +27,7 @@ NS = scenario.NS
 SECRET = "triton-e2e-tls"
 CLIENT_SECRET = "tls-client-certs"
 CLIENT_POD = "tls-client"
+CONTROL_SECRET = "triton-control-key"
 SELECTOR = "app.kubernetes.io/instance=triton"
 HOST = f"triton.{NS}.svc"
 SERVICE_NAMES = ("DNS:triton", f"DNS:triton.{NS}", f"DNS:{HOST}", f"DNS:{HOST}.cluster.local")
@@ -90,10 +94,18 @@ def test_mutual_tls_from_a_secret_and_its_rotation_without_a_restart(kube, clien
         "ca.crt": ca.cert, "client.crt": client_cert.cert, "client.key": client_cert.key,
         "stranger.crt": stranger.cert, "stranger.key": stranger.key}))
 
-    # One replica (the scale-out test left three) with mutual TLS: one rollout.
+    control_key = base64.b64encode(os.urandom(24)).decode()
+    kube.apply(json.dumps({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": CONTROL_SECRET, "namespace": NS},
+        "type": "Opaque", "data": {"key": base64.b64encode(control_key.encode()).decode()}}))
+
+    # One replica (the scale-out test left three) with mutual TLS and the control APIs behind a
+    # key: one rollout.
     patched = time.monotonic()
     kube.kubectl("patch", "infsvc", "triton", "-n", NS, "--type=merge", "-p", json.dumps(
-        {"spec": {"replicas": 1, "tls": {"secretName": SECRET, "mutual": True}}}))
+        {"spec": {"replicas": 1, "tls": {"secretName": SECRET, "mutual": True},
+                  "auth": {"controlAPIs": {"from": "Key",
+                                           "key": {"secretName": CONTROL_SECRET}}}}}))
 
     def one_mutual_pod():
         obj = infsvc(kube, "triton")
@@ -114,7 +126,15 @@ def test_mutual_tls_from_a_secret_and_its_rotation_without_a_restart(kube, clien
     assert obj["status"]["tls"]["metrics"]["state"] == "On", obj["status"]["tls"]
     start_tls_client(kube, scenario.service_ip(kube, "triton"))
     pod_ip = kube.running_pods(NS, SELECTOR)[0]["status"]["podIP"]
-    seen = scenario.call(kube, "tls.py", HOST, "/certs", "--metrics-ip", pod_ip, pod=CLIENT_POD)
+    seen = scenario.call(kube, "tls.py", HOST, "/certs", "--metrics-ip", pod_ip,
+                         "--control-key", control_key, pod=CLIENT_POD)
+    # The control APIs: served with the key, from a pod that is not the service's own, and
+    # refused without it.
+    for call, answer in seen["control_with_key"].items():
+        assert answer.startswith("served"), (call, seen["control_with_key"])
+    for call, answer in seen["control_without_key"].items():
+        assert answer.startswith("refused") and "infergate-control-key" in answer, \
+            (call, seen["control_without_key"])
     assert seen["metrics_over_tls"].startswith("nv_"), seen
     assert seen["metrics_in_plaintext"] == "refused", seen
     assert seen["grpc_with_certificate"] is True, seen

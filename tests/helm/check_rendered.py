@@ -6,9 +6,30 @@ import base64
 import json
 import os
 import re
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import yaml
+
+
+def verify_client_certificate(data: dict) -> None:
+    """The Secret's certificate chains to its ca.crt for a TLS client, and its key is the
+    certificate's (openssl, Debian's)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {}
+        for key in ("tls.crt", "tls.key", "ca.crt"):
+            files[key] = Path(tmp) / key
+            files[key].write_bytes(base64.b64decode(data[key]))
+        verified = subprocess.run(["openssl", "verify", "-purpose", "sslclient", "-CAfile",
+                                   files["ca.crt"], files["tls.crt"]],
+                                  capture_output=True, text=True)
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        keys = [subprocess.run(command, capture_output=True, check=True).stdout for command in (
+            ["openssl", "x509", "-in", files["tls.crt"], "-noout", "-pubkey"],
+            ["openssl", "pkey", "-in", files["tls.key"], "-pubout"])]
+        assert keys[0] == keys[1], "the key is not the certificate's"
 
 
 def newest_kubernetes() -> str:
@@ -81,16 +102,25 @@ def main(rendered: str, rbac_json: str, out_dir: str) -> None:
     assert env["INFERGATE_SIDECAR_IMAGE"], env
     assert any(a.startswith("--kubernetes-version=1.") for a in args), args
 
-    # The status token: a Secret of the release's namespace (a random token, never in the pod
-    # spec), mounted whole into the operator, which reads it from the file its flag names.
-    assert "--status-token-file=/var/run/infergate/status-token/token" in args, args
-    [token_volume] = [v for v in pod["volumes"] if v["name"] == "status-token"]
-    secret_name = token_volume["secret"]["secretName"]
-    assert any(m["name"] == "status-token" and m["readOnly"] and "subPath" not in m
+    # The status client certificate: a kubernetes.io/tls Secret of the release's namespace
+    # (never in the pod spec), mounted whole into the operator, which reads it from the directory
+    # its flag names. Its certificate is a client's, signed by the CA beside it; the CA's key is
+    # in a Secret of its own that no pod mounts.
+    assert "--status-client-cert-dir=/var/run/infergate/status-client" in args, args
+    [client_volume] = [v for v in pod["volumes"] if v["name"] == "status-client"]
+    secret_name = client_volume["secret"]["secretName"]
+    assert any(m["name"] == "status-client" and m["readOnly"] and "subPath" not in m
                for m in container["volumeMounts"]), container["volumeMounts"]
-    made = [s for s in by_kind.get("Secret", []) if s["metadata"]["name"] == secret_name]
-    if made:
-        assert len(base64.b64decode(made[0]["data"]["token"])) >= 24, "a short status token"
+    made = {s["metadata"]["name"]: s for s in by_kind.get("Secret", [])}
+    if secret_name in made:
+        client = made[secret_name]
+        assert client["type"] == "kubernetes.io/tls", client["type"]
+        assert "PRIVATE KEY" not in base64.b64decode(client["data"]["ca.crt"]).decode()
+        verify_client_certificate(client["data"])
+        [ca] = [s for name, s in made.items() if name.endswith("-status-ca")]
+        assert ca["data"]["tls.crt"] == client["data"]["ca.crt"]
+        mounted = {v.get("secret", {}).get("secretName") for v in pod["volumes"]}
+        assert ca["metadata"]["name"] not in mounted, "the CA's key is mounted"
     assert not any("token" in str(e).lower() and "value" in e for e in container["env"]), \
         "a token in the operator's environment"
 

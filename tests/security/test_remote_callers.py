@@ -351,6 +351,82 @@ def test_status_is_served_outside_the_pod_only_with_a_listed_token(tmp_path, nam
         sidecar.stop()
 
 
+ADMIN_TLS_CALLS = textwrap.dedent("""
+    import json, ssl, sys
+    import requests
+    host, port, ca_cert, ca_key, stranger_cert, stranger_key = sys.argv[1:7]
+    got = {}
+    def get(name, scheme, path, cert=None):
+        # The port's certificate is the sidecar's own, made at start: nobody can verify it, and
+        # nothing rests on it (the client's certificate is the credential).
+        try:
+            r = requests.get(f"{scheme}://{host}:{port}{path}", cert=cert, verify=False,
+                             timeout=10)
+            got[name] = [r.status_code, r.text]
+        except requests.exceptions.SSLError as e:
+            got[name] = ["SSLError", str(e)]
+        except requests.exceptions.ConnectionError as e:
+            got[name] = ["ConnectionError", str(e)]
+    get("plain_livez", "http", "/livez")
+    get("plain_status", "http", "/status")
+    get("tls_livez", "https", "/livez")
+    get("tls_status_without_certificate", "https", "/status")
+    get("tls_status_of_another_ca", "https", "/status", (stranger_cert, stranger_key))
+    get("tls_status", "https", "/status", (ca_cert, ca_key))
+    get("tls_drain", "https", "/drain?seconds=0", (ca_cert, ca_key))
+    print(json.dumps(got))
+""")
+
+
+def test_status_is_served_outside_the_pod_to_a_client_certificate_of_the_status_ca(tmp_path,
+                                                                                   namespace):
+    """`server.status_client_ca`: the admin port speaks TLS too, and a client certificate of that
+    CA, and only of it, reads /status from outside the pod; probes stay plain HTTP, the drain
+    stays loopback only."""
+    sys.path.insert(0, str(REPO / "tests/conformance"))
+    import certs
+    status_ca = certs.ca(tmp_path / "status-ca", "status")
+    operator = certs.signed(tmp_path / "status-ca", "operator", status_ca, server=False)
+    stranger_ca = certs.ca(tmp_path / "stranger-ca", "status")  # the same name, another key
+    stranger = certs.signed(tmp_path / "stranger-ca", "stranger", stranger_ca, server=False)
+    for pair in (operator, stranger):
+        for path in (pair.cert, pair.key):
+            path.chmod(0o644)
+    sidecar = Sidecar(tmp_path, [config_file(tmp_path, f"""
+        server:
+          status_client_ca: {status_ca.cert}
+    """)])
+    try:
+        out = subprocess.run(
+            ["ip", "netns", "exec", namespace, PYTHON, "-c", ADMIN_TLS_CALLS, HOST_SIDE,
+             str(sidecar.admin), str(operator.cert), str(operator.key), str(stranger.cert),
+             str(stranger.key)],
+            check=True, capture_output=True, text=True, timeout=60)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        # The kubelet's probes: plain HTTP, as before, and over TLS without a certificate too.
+        assert got["plain_livez"] == [200, "ok\n"], got
+        assert got["tls_livez"] == [200, "ok\n"], got
+        # No certificate, in plain or over TLS: a credential is asked for.
+        for name in ("plain_status", "tls_status_without_certificate"):
+            assert got[name][0] == 401, (name, got)
+            assert "backend" not in got[name][1], (name, got)
+        # A certificate of another CA (the same CA name): the handshake does not complete.
+        assert got["tls_status_of_another_ca"][0] in ("SSLError", "ConnectionError"), got
+        # The status CA's certificate reads the status.
+        assert got["tls_status"][0] == 200, got
+        assert "extensions" in json.loads(got["tls_status"][1]), got
+        # And opens nothing else: the drain is the pod's own.
+        assert got["tls_drain"][0] == 403, got
+        local = f"http://127.0.0.1:{sidecar.http}"
+        assert requests.get(f"{local}/v2/health/ready", timeout=5).status_code == 200
+        log = (tmp_path / f"sidecar-{sidecar.http}.log").read_text()
+        audit = [line for line in log.splitlines() if "admin call" in line]
+        assert any(CALLER_SIDE in line and "client certificate" in line and "allowed=true" in line
+                   for line in audit), audit
+    finally:
+        sidecar.stop()
+
+
 def test_the_prestop_hook_drains_from_inside_the_pod_within_the_bound(tmp_path):
     """The sidecar copies `infergate-drain` into server.drain_hook_dir at start; run from there,
     as the model container's preStop hook runs it, it drains the sidecar over loopback, for no

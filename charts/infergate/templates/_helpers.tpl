@@ -30,13 +30,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{- /* The Secret holding the operator's status token. */ -}}
-{{- define "infergate.statusTokenSecret" -}}
-{{- if .Values.statusToken.create -}}
-{{- printf "%s-status-token" (include "infergate.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- /* The Secret holding the operator's status client certificate (tls.crt, tls.key, ca.crt). */ -}}
+{{- define "infergate.statusClientSecret" -}}
+{{- if .Values.statusClientCertificate.create -}}
+{{- printf "%s-status-client" (include "infergate.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- required "statusToken.existingSecret is needed when statusToken.create is false" .Values.statusToken.existingSecret -}}
+{{- required "statusClientCertificate.existingSecret is needed when statusClientCertificate.create is false" .Values.statusClientCertificate.existingSecret -}}
 {{- end -}}
+{{- end -}}
+
+{{- /* The Secret holding the CA that signs it, when the chart makes one. */ -}}
+{{- define "infergate.statusCASecret" -}}
+{{- printf "%s-status-ca" (include "infergate.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "infergate.kubernetesVersion" -}}

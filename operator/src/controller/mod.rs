@@ -60,6 +60,8 @@ pub struct RunConfig {
     pub identity: String,
     /// The token presented to read sidecars' `/status` (its digest is in `settings`).
     pub status_token: Option<crate::status_token::StatusToken>,
+    /// The client certificate presented instead, over TLS (its CA is in `settings`).
+    pub status_client_certificate: Option<crate::status_client::StatusClientCertificate>,
     /// Time limit of one sidecar admin probe.
     pub probe_timeout: Duration,
     /// Test-only: `pod-ip:port` → `host:port` for the probes.
@@ -109,7 +111,9 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     };
     let recorder = Recorder::new(client.clone(), reporter);
     let prober = probe::Prober::new(config.probe_timeout, config.probe_address_map.clone())
-        .with_token(config.status_token.clone());
+        .with_token(config.status_token.clone())
+        .with_client_certificate(config.status_client_certificate.as_ref())
+        .map_err(|e| anyhow::anyhow!("the status client certificate: {e}"))?;
     let mut context = reconcile::Context::new(
         client.clone(),
         config.settings.clone(),

@@ -1,5 +1,7 @@
 //! Asks each ready pod's sidecar what is live: `GET /status` on its admin port, with a time
 //! limit, a size limit and bounded parallelism, so a pod that hangs cannot stall a reconcile.
+//! With the operator's client certificate, over TLS (`crate::status_client`); otherwise over
+//! plain HTTP, with the status token where there is one.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -7,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::{BodyExt, Empty, Limited};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -14,6 +17,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::status::{AdminStatus, PodReport};
+use crate::status_client::StatusClientCertificate;
 use crate::status_token::StatusToken;
 
 /// Largest admin status accepted (a sidecar's is a few KiB).
@@ -24,7 +28,7 @@ const PARALLEL_PROBES: usize = 16;
 /// Probes sidecars' admin endpoints.
 #[derive(Clone)]
 pub struct Prober {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    transport: Transport,
     timeout: Duration,
     /// `pod-ip:port` → `host:port`: where to reach a pod instead (tests whose pods are not real
     /// processes point this at sidecars on loopback). Empty in production.
@@ -35,19 +39,34 @@ pub struct Prober {
 }
 
 impl Prober {
+    /// A prober over plain HTTP.
     pub fn new(timeout: Duration, address_map: HashMap<String, String>) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(timeout));
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
         Prober {
-            client,
+            transport: Transport::Plain(client(http_connector(timeout))),
             timeout,
             address_map,
             token: None,
         }
+    }
+
+    /// The client certificate to present, over TLS; without one, plain HTTP.
+    pub fn with_client_certificate(
+        mut self,
+        certificate: Option<&StatusClientCertificate>,
+    ) -> Result<Self, String> {
+        let Some(certificate) = certificate else {
+            return Ok(self);
+        };
+        let mut connector = http_connector(self.timeout);
+        // TLS is the outer connector's to speak.
+        connector.enforce_http(false);
+        let tls = HttpsConnectorBuilder::new()
+            .with_tls_config(certificate.client_config()?)
+            .https_only()
+            .enable_http1()
+            .wrap_connector(connector);
+        self.transport = Transport::Tls(client(tls));
+        Ok(self)
     }
 
     /// The status token to present.
@@ -91,10 +110,10 @@ impl Prober {
             .map_or(addr, String::as_str)
     }
 
-    /// `GET http://addr/status`, parsed.
+    /// `GET http(s)://addr/status`, parsed.
     pub async fn probe(&self, addr: &str) -> Result<AdminStatus, String> {
         let target = self.mapped(addr);
-        let uri: http::Uri = format!("http://{target}/status")
+        let uri: http::Uri = format!("{}://{target}/status", self.transport.scheme())
             .parse()
             .map_err(|e| format!("bad address {target}: {e}"))?;
         let call = async {
@@ -106,7 +125,7 @@ impl Prober {
                 .body(Empty::new())
                 .map_err(|e| format!("bad request to {target}: {e}"))?;
             let response = self
-                .client
+                .transport
                 .request(request)
                 .await
                 .map_err(|e| format!("admin endpoint {target} unreachable: {e}"))?;
@@ -130,6 +149,49 @@ impl Prober {
             )),
         }
     }
+}
+
+/// How the admin ports are reached.
+#[derive(Clone)]
+enum Transport {
+    Plain(Client<HttpConnector, Empty<Bytes>>),
+    /// With the operator's client certificate.
+    Tls(Client<HttpsConnector<HttpConnector>, Empty<Bytes>>),
+}
+
+impl Transport {
+    fn scheme(&self) -> &'static str {
+        match self {
+            Transport::Plain(_) => "http",
+            Transport::Tls(_) => "https",
+        }
+    }
+
+    async fn request(
+        &self,
+        request: http::Request<Empty<Bytes>>,
+    ) -> Result<http::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error> {
+        match self {
+            Transport::Plain(client) => client.request(request).await,
+            Transport::Tls(client) => client.request(request).await,
+        }
+    }
+}
+
+fn http_connector(timeout: Duration) -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(timeout));
+    connector.set_nodelay(true);
+    connector
+}
+
+fn client<C>(connector: C) -> Client<C, Empty<Bytes>>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone,
+{
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector)
 }
 
 /// A pod address and port as a URL's authority: an IPv6 address in brackets

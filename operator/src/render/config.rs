@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
+use super::OperatorSettings;
 use super::child_meta;
 use crate::crd::{CONTROL_APIS, ControlFrom, InferenceService, UpstreamProtocol};
 
@@ -19,6 +20,11 @@ pub const CONFIG_KEY: &str = "config.yaml";
 pub const CONFIG_DIR: &str = "/etc/infergate/config";
 /// Path of the configuration file in the sidecar.
 pub const CONFIG_FILE: &str = "/etc/infergate/config/config.yaml";
+/// The key of the operator's client CA in the ConfigMap, beside the configuration.
+pub const STATUS_CLIENT_CA_KEY: &str = "status-client-ca.crt";
+/// Where the sidecar reads it: a file of the mounted ConfigMap, so a new CA reaches the
+/// running sidecar, which reads it again (no pod restart).
+pub const STATUS_CLIENT_CA_FILE: &str = "/etc/infergate/config/status-client-ca.crt";
 /// Directory under which each model's label files are mounted, one subdirectory per model.
 pub const LABELS_DIR: &str = "/etc/infergate/labels";
 
@@ -34,19 +40,21 @@ pub(super) fn labels_dir(model: &str) -> String {
 
 /// The sidecar's configuration for `isvc`: its ports and logging, client shared memory when
 /// `extensions.systemSharedMemory` is enabled, and the model server as an upstream on loopback
-/// with the per-model settings of `spec.models`. `status_token_sha256`: the digest of the
-/// operator's status token, which lets it read `/status` from outside the pod.
-pub fn sidecar_config(isvc: &InferenceService, status_token_sha256: Option<&str>) -> SidecarConfig {
+/// with the per-model settings of `spec.models`. From `settings`: the operator's credential for
+/// `/status` from outside the pod, its client certificate's CA (in the ConfigMap beside the
+/// configuration) or its status token's digest.
+pub fn sidecar_config(isvc: &InferenceService, settings: &OperatorSettings) -> SidecarConfig {
     let spec = &isvc.spec;
     let mut config = SidecarConfig::default();
     let server = &mut config.server;
-    // The admin port's rules (docs/sidecar.md, "The admin port"): the operator's status token
-    // by its digest (no credential in the pod), drains bounded by the pod's grace period, and
-    // the preStop hook copied where the model container can run it.
-    server.status_token_sha256 = status_token_sha256
-        .map(str::to_string)
-        .into_iter()
-        .collect();
+    // The admin port's rules (docs/sidecar.md, "The admin port"): the operator's credential by
+    // its CA or digest (no credential in the pod), drains bounded by the pod's grace period,
+    // and the preStop hook copied where the model container can run it.
+    server.status_token_sha256 = settings.status_token_sha256.iter().cloned().collect();
+    server.status_client_ca = settings
+        .status_client_ca
+        .as_ref()
+        .map(|_| STATUS_CLIENT_CA_FILE.to_string());
     server.max_drain_seconds =
         u64::try_from(spec.pod.termination_grace_period_seconds).unwrap_or(0);
     server.drain_hook_dir = Some(crate::pod_names::HOOK_DIR.to_string());
@@ -281,18 +289,21 @@ fn port(p: i32) -> u16 {
     u16::try_from(p).unwrap_or(0)
 }
 
-/// The ConfigMap `<name>-sidecar` with the configuration under [`CONFIG_KEY`].
+/// The ConfigMap `<name>-sidecar` with the configuration under [`CONFIG_KEY`], and the
+/// operator's client CA under [`STATUS_CLIENT_CA_KEY`] where it has one.
 pub(super) fn config_map(
     isvc: &InferenceService,
     owner: &OwnerReference,
     config_yaml: &str,
+    status_client_ca: Option<&str>,
 ) -> ConfigMap {
+    let mut data = BTreeMap::from([(CONFIG_KEY.to_string(), config_yaml.to_string())]);
+    if let Some(ca) = status_client_ca {
+        data.insert(STATUS_CLIENT_CA_KEY.to_string(), ca.to_string());
+    }
     ConfigMap {
         metadata: child_meta(isvc, config_map_name(isvc), owner),
-        data: Some(BTreeMap::from([(
-            CONFIG_KEY.to_string(),
-            config_yaml.to_string(),
-        )])),
+        data: Some(data),
         ..ConfigMap::default()
     }
 }

@@ -95,6 +95,9 @@ pub struct OperatorSettings {
     /// their pods; `None` where it has none (the sidecars then answer `/status` on loopback
     /// only, and the resource's status cannot say which extensions are live).
     pub status_token_sha256: Option<String>,
+    /// PEM of the CA whose client certificate the operator presents, over TLS, to read
+    /// sidecars' `/status`: each sidecar is given it (`server.status_client_ca`).
+    pub status_client_ca: Option<String>,
     /// The cluster's DNS domain (`cluster.local` unless the cluster was set up otherwise), for
     /// the fully qualified name in the Certificates of `tls.issuerRef`.
     pub cluster_domain: String,
@@ -108,6 +111,7 @@ impl Default for OperatorSettings {
             operator_namespace: None,
             kubernetes_version: KubernetesVersion::DEFAULT,
             status_token_sha256: None,
+            status_client_ca: None,
             cluster_domain: "cluster.local".to_string(),
         }
     }
@@ -320,7 +324,7 @@ pub fn build_children(
         problems,
     })?;
     let owner = owner_reference(isvc).ok_or_else(|| RenderError::MissingUid(name.clone()))?;
-    let config = sidecar_config(isvc, settings.status_token_sha256.as_deref());
+    let config = sidecar_config(isvc, settings);
     config.validate(&[]).map_err(|errors| RenderError::Config {
         name: name.clone(),
         message: errors
@@ -334,7 +338,12 @@ pub fn build_children(
             name: name.clone(),
             message,
         })?;
-    let config_map = config::config_map(isvc, &owner, &config_text);
+    let config_map = config::config_map(
+        isvc,
+        &owner,
+        &config_text,
+        settings.status_client_ca.as_deref(),
+    );
     let deployment =
         deployment::deployment(isvc, settings, &owner, &config_hash(config_text.as_bytes()));
     let service = service::service(isvc, &owner);

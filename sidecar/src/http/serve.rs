@@ -25,8 +25,8 @@ use tokio::net::TcpListener;
 use tower::Service;
 
 use super::Front;
-use crate::accept::{Io, PortLimits, PortSetup};
-use crate::caller::{Caller, WithCaller};
+use crate::accept::{Io, PortLimits, PortSetup, PortTls};
+use crate::caller::{Caller, CertifiedClient, WithCaller};
 use crate::inflight::Tracked;
 use crate::state::SharedState;
 use crate::tls::Tls;
@@ -78,13 +78,14 @@ pub async fn serve(
 
 /// Serves a port of GET endpoints (metrics, admin) over HTTP/1.1, under the same header deadline
 /// as the client port and `limits.max_admin_connections`, over TLS where `tls` is given (ALPN
-/// `http/1.1`; the handshake under the same deadline), until `stop` completes.
+/// `http/1.1`; the handshake under the same deadline), until `stop` completes. A request on a
+/// connection whose client certificate the port verified carries [`CertifiedClient`].
 pub async fn serve_http1(
     listener: TcpListener,
     port: &'static str,
     router: Router,
     limits: &Limits,
-    tls: Option<Arc<Tls>>,
+    tls: Option<PortTls>,
     stop: impl Future<Output = ()>,
 ) {
     let mut builder = http1::Builder::new();
@@ -103,7 +104,12 @@ pub async fn serve_http1(
     };
     let serve = move |io: Io, _| {
         let caller = io.peer_addr().ok().map(Caller);
-        let service = TowerToHyperService::new(WithCaller::new(router.clone(), caller));
+        let router = if io.has_client_certificate() {
+            router.clone().layer(axum::Extension(CertifiedClient))
+        } else {
+            router.clone()
+        };
+        let service = TowerToHyperService::new(WithCaller::new(router, caller));
         builder.serve_connection(TokioIo::new(io), service)
     };
     crate::accept::serve_until(listener, port, setup, stop, None, serve).await;

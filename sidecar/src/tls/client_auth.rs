@@ -33,6 +33,8 @@ pub struct ClientCertificates {
     webpki: Arc<dyn ClientCertVerifier>,
     roots: Vec<Root>,
     algorithms: WebPkiSupportedAlgorithms,
+    /// Whether a client must present a certificate; one that does is verified either way.
+    mandatory: bool,
 }
 
 impl ClientCertificates {
@@ -64,7 +66,17 @@ impl ClientCertificates {
             webpki,
             roots,
             algorithms,
+            mandatory: true,
         })
+    }
+
+    /// The same verifier, for a port where a client may also come without a certificate (the
+    /// admin port's probes); a certificate presented is still verified, and a bad one refused.
+    pub fn optional(self) -> Self {
+        ClientCertificates {
+            mandatory: false,
+            ..self
+        }
     }
 
     fn verify_version_1(
@@ -112,6 +124,10 @@ fn version_1_key<'a>(cert: &'a CertificateDer<'_>) -> Option<&'a [u8]> {
 }
 
 impl ClientCertVerifier for ClientCertificates {
+    fn client_auth_mandatory(&self) -> bool {
+        self.mandatory
+    }
+
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
         self.webpki.root_hint_subjects()
     }

@@ -19,11 +19,13 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use tokio_rustls::TlsAcceptor;
 
+mod admin;
 mod client;
 mod client_auth;
 mod collector;
 mod x509;
 
+pub use admin::AdminTls;
 pub use client::{ClientTls, ClientTlsFiles};
 use client_auth::ClientCertificates;
 pub use collector::{CollectorTls, CollectorTlsFiles, trusting_nothing};

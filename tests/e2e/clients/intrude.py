@@ -1,13 +1,14 @@
 """What a pod without the pod's credentials gets from a sidecar, as an attacker in the cluster
-would try it: on the admin port (8003), the probes' paths, a drain, and the status with no token,
-with a wrong one, and (given --token) with the operator's; on the REST port (8000), the control
+would try it: on the admin port (8003), the probes' paths, a drain, and the status with no
+credential (in plain HTTP and over TLS), with a wrong token, and (given --client-cert and
+--client-key) with the operator's client certificate, over TLS; on the REST port (8000), the control
 APIs that change what the service does for everyone (the log settings, the trace settings, a
 model load and unload) and shared memory (registering the sidecar's staging pool, or a region
 another client of the pod created); and the model server's own ports, past the sidecar.
 
 Run inside the client image (passed to `python3 -` on standard input):
 
-    intrude.py POD_IP [--token TOKEN] [--model-port PORT ...]
+    intrude.py POD_IP [--client-cert PEM --client-key PEM] [--model-port PORT ...]
 
 The last line printed is a JSON object: for each call, [HTTP status, the answer's text (up to
 300 characters)]. The test compares it with what it expects.
@@ -15,18 +16,39 @@ The last line printed is a JSON object: for each call, [HTTP status, the answer'
 
 import argparse
 import json
+import os
 import socket
+import ssl
+import tempfile
 import urllib.error
 import urllib.request
 
 
-def get(url, token=None):
+def get(url, token=None, context=None):
     headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10,
+                                    context=context) as r:
             return [r.status, r.read().decode(errors="replace")[:300]]
     except urllib.error.HTTPError as e:
         return [e.code, e.read().decode(errors="replace")[:300]]
+
+
+def tls_context(cert_pem=None, key_pem=None):
+    """TLS to the admin port, whose certificate is the sidecar's own (made at start, verified by
+    nobody): the client's certificate, where given, is the credential."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if cert_pem:
+        folder = tempfile.mkdtemp()
+        cert, key = os.path.join(folder, "tls.crt"), os.path.join(folder, "tls.key")
+        with open(cert, "w") as f:
+            f.write(cert_pem)
+        with open(key, "w") as f:
+            f.write(key_pem)
+        context.load_cert_chain(cert, key)
+    return context
 
 
 def post(url, body):
@@ -56,7 +78,8 @@ def register(url, name, key):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("ip")
-    parser.add_argument("--token")
+    parser.add_argument("--client-cert")
+    parser.add_argument("--client-key")
     parser.add_argument("--model-port", type=int, action="append", default=[])
     args = parser.parse_args()
     admin = f"http://{args.ip}:8003"
@@ -66,6 +89,8 @@ def main():
         "drain": get(f"{admin}/drain?seconds=0"),
         "status": get(f"{admin}/status"),
         "status_wrong_token": get(f"{admin}/status", token="not-the-operators-token-0123456789"),
+        "status_over_tls_without_certificate": get(f"https://{args.ip}:8003/status",
+                                                   context=tls_context()),
         "silence_the_log": post(f"http://{args.ip}:8000/v2/logging",
                                 {"log_error": False, "log_warning": False, "log_info": False}),
         "trace_everything": post(f"http://{args.ip}:8000/v2/trace/setting", {"trace_rate": "1"}),
@@ -82,8 +107,10 @@ def main():
         "readyz_after": get(f"{admin}/readyz"),
         "ready_after": get(f"http://{args.ip}:8000/v2/health/ready"),
     }
-    if args.token:
-        got["status_with_token"] = get(f"{admin}/status", token=args.token)
+    if args.client_cert:
+        got["status_with_certificate"] = get(
+            f"https://{args.ip}:8003/status",
+            context=tls_context(args.client_cert, args.client_key))
     print(json.dumps(got))
 
 

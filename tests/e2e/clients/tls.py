@@ -12,6 +12,10 @@ client certificate and a stranger's (another CA's), and tells what was served an
         also scrapes a pod's metrics port as Prometheus would: over TLS without a client
         certificate, trusting the CA and verifying HOST (the certificate names no pod address);
         and in plaintext, which must be refused
+    tls.py HOST CERTS_DIR --control-key KEY
+        also the control APIs (`auth.controlAPIs.from: Key`) with tritonclient over HTTPS and
+        gRPC with the client certificate: the log settings, the trace settings and the
+        repository index with the key in its header, and without it (refused)
 
 HOST is the Service's DNS name, resolved through the pod's hostAliases (the node has no cluster
 DNS), and checked against the certificate's names as any client would. The last line of output
@@ -116,12 +120,49 @@ def http_simple(host: str, certs: str) -> bool:
     return bool((result.as_numpy("OUTPUT0") == VALUES).all())
 
 
+CONTROL_HEADER = "infergate-control-key"
+
+
+def control_calls(host: str, certs: str, key: str | None) -> dict:
+    """The control APIs through the Service over mutual TLS, with `key` in the control header
+    (or none): what tritonclient answered for each, or "refused"."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    headers = {CONTROL_HEADER: key} if key else {}
+    options = {"ca_certs": f"{certs}/ca.crt", "certfile": f"{certs}/client.crt",
+               "keyfile": f"{certs}/client.key"}
+    http = httpclient.InferenceServerClient(f"{host}:{HTTP_PORT}", ssl=True, ssl_options=options,
+                                            connection_timeout=20, network_timeout=20)
+    grpc = grpcclient.InferenceServerClient(
+        f"{host}:{GRPC_PORT}", ssl=True, root_certificates=f"{certs}/ca.crt",
+        private_key=f"{certs}/client.key", certificate_chain=f"{certs}/client.crt")
+    # On gRPC, a restricted protocol's key travels as the metadata key Triton names.
+    grpc_headers = {f"triton-grpc-protocol-{CONTROL_HEADER}": key} if key else {}
+
+    def refused(call) -> str:
+        try:
+            return f"served: {str(call())[:200]}"
+        except Exception as e:  # noqa: BLE001 - the refusal's words are the point
+            return f"refused: {e}"
+    return {
+        "http_log_settings": refused(lambda: http.update_log_settings(
+            {"log_verbose_level": 0}, headers=headers)),
+        "http_trace_settings": refused(lambda: http.update_trace_settings(
+            settings={"trace_rate": "1000"}, headers=headers)),
+        "http_repository_index": refused(lambda: http.get_model_repository_index(
+            headers=headers)),
+        "grpc_log_settings": refused(lambda: grpc.update_log_settings(
+            {"log_verbose_level": 0}, headers=grpc_headers, as_json=True)),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("host")
     parser.add_argument("certs")
     parser.add_argument("--serial", action="store_true")
     parser.add_argument("--metrics-ip")
+    parser.add_argument("--control-key")
     args = parser.parse_args()
     host, certs = args.host, args.certs
     out = {"certificate": served_certificate(host, certs)}
@@ -139,6 +180,9 @@ def main() -> int:
             "plaintext_http": refused(lambda: plain_http(host)),
             "plaintext_grpc": refused(lambda: grpc_simple(host, certs, None, ssl_on=False)),
         })
+    if args.control_key:
+        out["control_with_key"] = control_calls(host, certs, args.control_key)
+        out["control_without_key"] = control_calls(host, certs, None)
     if args.metrics_ip:
         out["metrics_over_tls"] = scrape(args.metrics_ip, host, certs)
         out["metrics_in_plaintext"] = refused(lambda: scrape(args.metrics_ip, host, None))
