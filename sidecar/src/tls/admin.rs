@@ -119,12 +119,7 @@ fn own_certificate() -> Result<CertifiedKey, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn data(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/tls")
-            .join(name)
-    }
+    use crate::tls::tests::data;
 
     #[test]
     fn the_port_makes_its_own_certificate_and_loads_the_clients_ca() {

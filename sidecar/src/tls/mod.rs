@@ -212,7 +212,7 @@ mod tests {
     /// `openssl x509 -req` makes them: a server certificate for localhost and its key, a client
     /// certificate, both signed by `ca.crt`; a client certificate signed by another CA of the
     /// same name; another key.
-    fn data(name: &str) -> PathBuf {
+    pub(super) fn data(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data/tls")
             .join(name)
