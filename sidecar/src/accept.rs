@@ -156,8 +156,9 @@ pub async fn serve_until<C, S>(
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             // A TLS client could read an answer only after a handshake, which would cost the
-            // port what the cap is there to save: closed unanswered.
-            if setup.tls.is_none() {
+            // port what the cap is there to save: closed unanswered where TLS is required.
+            // Where it is only offered, plain clients (the kubelet's probes) still get one.
+            if !matches!(setup.tls, Some(PortTls::Required(_))) {
                 refuse_over_cap(tcp, port, limits.max_connections, &refusals);
             }
             continue;

@@ -11,10 +11,17 @@ that died before it could: the pods' containers and network namespaces, the kube
 the `kubepods` cgroups, the bridge, the iptables chains of kube-proxy, the kubelet and CNI, and
 the CNI plugins' state. The host's `net.ipv4.ip_forward` (the bridge plugin turns it on) is put
 back as it was.
+
+The bridge plugin enforces no NetworkPolicy. `network_policies()` runs kube-network-policies
+(built by tests/cluster/build.sh too) for as long as a test needs NetworkPolicies enforced: it
+sends the first packet of each new connection to a pod that a policy selects to itself, through
+an nfqueue, and drops what no policy admits. The host's own traffic as root (the kubelet's
+probes) passes. Stopped, it removes its nftables table; `cleanup_host()` removes one left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -38,6 +45,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # and libcni its cache. Removed after a run when the run made them.
 HOST_DIRS = [Path("/var/log/containers"), Path("/var/lib/cni"), Path("/var/lib/kubelet")]
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+# The nftables table kube-network-policies keeps its rules in.
+NETPOL_TABLE = "kube-network-policies"
 
 
 def run(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -227,6 +236,31 @@ shutdownGracePeriod: 0s
                  "KUBE-SERVICES" in run("iptables", "-t", "nat", "-S", check=False).stdout,
                  timeout=60)
 
+    # ------------------------------------------------------------ NetworkPolicies
+    @contextlib.contextmanager
+    def network_policies(self):
+        """NetworkPolicies enforced on the node while the block runs (module docs)."""
+        [binary] = sorted(self.bin.glob("kube-network-policies-*"))
+        proc = self._start("kube-network-policies", [
+            str(binary),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--hostname-override={NODE_NAME}",
+            # Pods' addresses from the API server: containerd 1.6 has no NRI.
+            "--disable-nri",
+            "--metrics-bind-address=127.0.0.1:19080",
+            "--v=2",
+        ])
+        try:
+            wait_for("kube-network-policies' nftables table", lambda: self.check_alive() or
+                     NETPOL_TABLE in run("nft", "list", "tables", check=False).stdout,
+                     timeout=60)
+            yield
+        finally:
+            _terminate(proc)
+            self.procs = [(n, p) for n, p in self.procs if p is not proc]
+            wait_for("kube-network-policies' table removed", lambda: NETPOL_TABLE not in
+                     run("nft", "list", "tables", check=False).stdout, timeout=30)
+
     # ------------------------------------------------------------ introspection
     def container_pid(self, pod: str, container: str, namespace: str) -> int:
         """The host pid of a running container's first process, through containerd's labels."""
@@ -371,6 +405,9 @@ def cleanup_host(state: Path | None = None, keep: list[Path] = ()):
                 pass
     # The bridge and the veths on it.
     run("ip", "link", "delete", BRIDGE, check=False)
+    # kube-network-policies' table, where it died before removing it.
+    if shutil.which("nft") and NETPOL_TABLE in run("nft", "list", "tables", check=False).stdout:
+        run("nft", "delete", "table", "inet", NETPOL_TABLE, check=False)
     # iptables: the kubelet's and kube-proxy's chains (kube-proxy --cleanup removes most of its
     # own, not the kubelet's), and the CNI plugins' per-pod chains.
     for table in ("filter", "nat", "mangle"):
