@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the cluster and end-to-end tests run —
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, and the
-# node's kubelet and kube-proxy (one Kubernetes release), etcd, kwok and
-# kube-network-policies (the node's NetworkPolicy enforcement) — from their Go
-# modules, and caches them by version. A second call with the
+# node's kubelet and kube-proxy (one Kubernetes release), etcd and kwok —
+# from their Go modules, and caches them by version. A second call with the
 # same versions returns at once.
 #
 # Prints the directory holding the binaries on its last line of stdout.
@@ -11,8 +10,6 @@
 #   K8S_VERSION   Kubernetes release            (default v1.34.4)
 #   ETCD_VERSION  etcd server module version     (default v3.6.7)
 #   KWOK_VERSION  kwok release                   (default v0.7.0)
-#   NETPOL_VERSION  kube-network-policies release (default v0.8.0; kept beside the others,
-#                   not in the cache key, so adding it built only it)
 #   INFERGATE_CACHE  cache root                  (default ~/.cache/infergate); the Go caches
 #                    of the build live under it too and are removed after a complete build
 set -euo pipefail
@@ -20,11 +17,9 @@ set -euo pipefail
 K8S_VERSION="${K8S_VERSION:-v1.34.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.7}"
 KWOK_VERSION="${KWOK_VERSION:-v0.7.0}"
-NETPOL_VERSION="${NETPOL_VERSION:-v0.8.0}"
 CACHE="${INFERGATE_CACHE:-$HOME/.cache/infergate}"
 BIN="$CACHE/cluster/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION/bin"
-BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok
-    "kube-network-policies-$NETPOL_VERSION")
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok)
 
 complete() {
     for b in "${BINARIES[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
@@ -150,20 +145,6 @@ if [[ ! -x "$BIN/kwok" ]]; then
         cd "$kwok"
         GOBIN="$kwok/gobin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
         mv "$kwok/gobin/kwok" "$BIN/kwok"
-    )
-fi
-
-# --- kube-network-policies: enforces NetworkPolicies on the node (nftables and an nfqueue), which
-# its bridge CNI plugin does not.
-netpol="$work/kube-network-policies"
-mkdir -p "$netpol"
-if [[ ! -x "$BIN/kube-network-policies-$NETPOL_VERSION" ]]; then
-    log "building kube-network-policies $NETPOL_VERSION"
-    (
-        cd "$netpol"
-        GOBIN="$netpol/gobin" go install -trimpath -ldflags "-s -w" \
-            "sigs.k8s.io/kube-network-policies/cmd@$NETPOL_VERSION"
-        mv "$netpol/gobin/cmd" "$BIN/kube-network-policies-$NETPOL_VERSION"
     )
 fi
 

@@ -11,17 +11,10 @@ that died before it could: the pods' containers and network namespaces, the kube
 the `kubepods` cgroups, the bridge, the iptables chains of kube-proxy, the kubelet and CNI, and
 the CNI plugins' state. The host's `net.ipv4.ip_forward` (the bridge plugin turns it on) is put
 back as it was.
-
-The bridge plugin enforces no NetworkPolicy. `network_policies()` runs kube-network-policies
-(built by tests/cluster/build.sh too) for as long as a test needs NetworkPolicies enforced: it
-sends the first packet of each new connection to a pod that a policy selects to itself, through
-an nfqueue, and drops what no policy admits. The host's own traffic as root (the kubelet's
-probes) passes. Stopped, it removes its nftables table; `cleanup_host()` removes one left behind.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -45,28 +38,6 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # and libcni its cache. Removed after a run when the run made them.
 HOST_DIRS = [Path("/var/log/containers"), Path("/var/lib/cni"), Path("/var/lib/kubelet")]
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
-# The nftables table kube-network-policies keeps its rules in.
-NETPOL_TABLE = "kube-network-policies"
-# What kube-network-policies reads (its project's install.yaml): pods, namespaces, policies.
-NETPOL_RBAC = """
-apiVersion: v1
-kind: ServiceAccount
-metadata: {name: kube-network-policies, namespace: kube-system}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: kube-network-policies}
-rules:
-- {apiGroups: [""], resources: [pods, namespaces], verbs: [list, watch]}
-- {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [list, watch]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: kube-network-policies}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kube-network-policies}
-subjects:
-- {kind: ServiceAccount, name: kube-network-policies, namespace: kube-system}
-"""
 
 
 def run(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -89,13 +60,9 @@ class Node:
 
     # ------------------------------------------------------------ processes
     def _start(self, name: str, argv: list[str]) -> subprocess.Popen:
-        return self._start_env(name, argv, {})
-
-    def _start_env(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "wb")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, **env})
+                                stdin=subprocess.DEVNULL, start_new_session=True)
         self.procs.append((name, proc))
         return proc
 
@@ -260,55 +227,6 @@ shutdownGracePeriod: 0s
                  "KUBE-SERVICES" in run("iptables", "-t", "nat", "-S", check=False).stdout,
                  timeout=60)
 
-    # ------------------------------------------------------------ NetworkPolicies
-    @contextlib.contextmanager
-    def network_policies(self):
-        """NetworkPolicies enforced on the node while the block runs (module docs).
-
-        kube-network-policies reads the API server only through the in-cluster configuration
-        (the `KUBERNETES_SERVICE_*` variables and a ServiceAccount token at
-        /var/run/secrets/kubernetes.io/serviceaccount). So it runs in a mount namespace of its
-        own, where a tmpfs over /run holds its account's token and the cluster's CA: the host's
-        /run is left alone. Its account gets the project's ClusterRole (pods and namespaces,
-        NetworkPolicies: list and watch), removed again after."""
-        [binary] = sorted(self.bin.glob("kube-network-policies-*"))
-        kubectl = [str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}"]
-        run(*kubectl, "apply", "-f", "-", input=NETPOL_RBAC)
-        token = run(*kubectl, "create", "token", "kube-network-policies", "-n", "kube-system",
-                    "--duration=1h").stdout.strip()
-        cluster = json.loads(self.kubeconfig.read_text())["clusters"][0]["cluster"]
-        server = cluster["server"].removeprefix("https://")
-        host, port = server.rsplit(":", 1)
-        account = self.state / "kube-network-policies"
-        account.mkdir(parents=True, exist_ok=True)
-        (account / "token").write_text(token)
-        shutil.copy(cluster["certificate-authority"], account / "ca.crt")
-        secrets = "/run/secrets/kubernetes.io/serviceaccount"
-        script = (f"mount -t tmpfs -o size=1m,mode=0755 tmpfs /run && mkdir -p {secrets} && "
-                  f"cp {shlex.quote(str(account))}/token {shlex.quote(str(account))}/ca.crt "
-                  f"{secrets}/ && exec \"$@\"")
-        proc = self._start_env("kube-network-policies", [
-            "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh",
-            str(binary),
-            f"--hostname-override={NODE_NAME}",
-            # Pods' addresses from the API server: containerd 1.6 has no NRI.
-            "--disable-nri",
-            "--metrics-bind-address=127.0.0.1:19080",
-            "--v=2",
-        ], {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port})
-        try:
-            wait_for("kube-network-policies' nftables table", lambda: self.check_alive() or
-                     NETPOL_TABLE in run("nft", "list", "tables", check=False).stdout,
-                     timeout=60)
-            yield
-        finally:
-            _terminate(proc)
-            self.procs = [(n, p) for n, p in self.procs if p is not proc]
-            wait_for("kube-network-policies' table removed", lambda: NETPOL_TABLE not in
-                     run("nft", "list", "tables", check=False).stdout, timeout=30)
-            run(*kubectl, "delete", "-f", "-", "--ignore-not-found", input=NETPOL_RBAC,
-                check=False)
-
     # ------------------------------------------------------------ introspection
     def container_pid(self, pod: str, container: str, namespace: str) -> int:
         """The host pid of a running container's first process, through containerd's labels."""
@@ -453,9 +371,6 @@ def cleanup_host(state: Path | None = None, keep: list[Path] = ()):
                 pass
     # The bridge and the veths on it.
     run("ip", "link", "delete", BRIDGE, check=False)
-    # kube-network-policies' table, where it died before removing it.
-    if shutil.which("nft") and NETPOL_TABLE in run("nft", "list", "tables", check=False).stdout:
-        run("nft", "delete", "table", "inet", NETPOL_TABLE, check=False)
     # iptables: the kubelet's and kube-proxy's chains (kube-proxy --cleanup removes most of its
     # own, not the kubelet's), and the CNI plugins' per-pod chains.
     for table in ("filter", "nat", "mangle"):
