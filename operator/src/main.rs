@@ -195,7 +195,7 @@ fn run_controller(args: RunArgs) -> anyhow::Result<()> {
             status_token_sha256: status_token.as_ref().map(StatusToken::sha256_hex),
             status_client_ca: status_client_certificate
                 .as_ref()
-                .map(|c| c.ca_pem().to_string()),
+                .map(StatusClientCertificate::ca_pem),
             cluster_domain: args.cluster_domain,
         },
         status_token,

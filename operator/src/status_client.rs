@@ -5,9 +5,9 @@
 //! credential and the operator needs no access to Secrets in users' namespaces.
 //!
 //! The files are a `kubernetes.io/tls` Secret mounted whole: `tls.crt`, `tls.key` and
-//! `ca.crt`. The certificate and key are read again when they change (a renewed Secret reaches
-//! the pod without a restart); the CA is read at start, since it goes into every sidecar's
-//! configuration.
+//! `ca.crt`. Each is read again when it changes (a renewed Secret reaches the pod without a
+//! restart): the certificate and key at the next handshake, the CA at the next rendering, which
+//! puts it into the sidecars' ConfigMaps.
 //!
 //! The sidecars' admin certificates are their own, made at start, so nobody can verify them:
 //! the client accepts any, and still checks the handshake's signatures. That protects what
@@ -38,8 +38,8 @@ const CA_FILE: &str = "ca.crt";
 #[derive(Clone)]
 pub struct StatusClientCertificate {
     dir: PathBuf,
-    /// The CA's certificate, PEM, as read at start.
-    ca_pem: String,
+    /// The CA's certificate, PEM, as last read, with the file's modification time then.
+    ca: Arc<Mutex<(Option<SystemTime>, String)>>,
     identity: Arc<ReloadingIdentity>,
 }
 
@@ -55,25 +55,36 @@ impl StatusClientCertificate {
     /// Reads `tls.crt`, `tls.key` and `ca.crt` from `dir`; an error names the file and why.
     pub fn read(dir: &Path) -> Result<StatusClientCertificate, String> {
         let ca_path = dir.join(CA_FILE);
-        let ca_pem =
-            std::fs::read_to_string(&ca_path).map_err(|e| format!("{}: {e}", ca_path.display()))?;
-        let cas = CertificateDer::pem_slice_iter(ca_pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("{}: {e}", ca_path.display()))?;
-        if cas.is_empty() {
-            return Err(format!("{}: no certificate in it", ca_path.display()));
-        }
+        let seen = modified(&[&ca_path]).pop().flatten();
+        let ca_pem = read_ca(&ca_path)?;
         let identity = ReloadingIdentity::load(dir.join(CERT_FILE), dir.join(KEY_FILE))?;
         Ok(StatusClientCertificate {
             dir: dir.to_path_buf(),
-            ca_pem,
+            ca: Arc::new(Mutex::new((seen, ca_pem))),
             identity: Arc::new(identity),
         })
     }
 
-    /// The CA's certificate, PEM: what each sidecar's configuration trusts.
-    pub fn ca_pem(&self) -> &str {
-        &self.ca_pem
+    /// The CA's certificate, PEM: what each sidecar's configuration trusts. Read again when the
+    /// file changed; one that does not load is logged and the last good one kept.
+    pub fn ca_pem(&self) -> String {
+        let path = self.dir.join(CA_FILE);
+        let now = modified(&[&path]).pop().flatten();
+        let mut ca = self.ca.lock();
+        if ca.0 != now {
+            ca.0 = now;
+            match read_ca(&path) {
+                Ok(pem) => {
+                    ca.1 = pem;
+                    tracing::info!(ca = %path.display(), "status client CA loaded again");
+                }
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "the status client CA changed but does not load; the one loaded before is kept"
+                ),
+            }
+        }
+        ca.1.clone()
     }
 
     /// A TLS client configuration that presents the certificate (the one on disk at each
@@ -143,6 +154,18 @@ impl ResolvesClientCert for ReloadingIdentity {
     fn has_certs(&self) -> bool {
         true
     }
+}
+
+/// A CA file's text, where it holds at least one certificate.
+fn read_ca(path: &Path) -> Result<String, String> {
+    let pem = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let cas = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if cas.is_empty() {
+        return Err(format!("{}: no certificate in it", path.display()));
+    }
+    Ok(pem)
 }
 
 fn modified(paths: &[&Path]) -> Vec<Option<SystemTime>> {

@@ -481,9 +481,17 @@ async fn the_operators_client_certificate_reads_status_from_outside_the_pod() {
             .is_ok()
     );
     std::thread::sleep(Duration::from_millis(20));
-    for file in ["tls.crt", "tls.key"] {
+    let first_ca = certificate.ca_pem();
+    for file in ["tls.crt", "tls.key", "ca.crt"] {
         std::fs::copy(stranger.join(file), operator.join(file)).unwrap();
     }
+    // The CA too, which the next rendering puts into the sidecars' ConfigMaps.
+    let new_ca = certificate.ca_pem();
+    assert_ne!(new_ca, first_ca);
+    assert_eq!(
+        new_ca,
+        std::fs::read_to_string(stranger.join("ca.crt")).unwrap()
+    );
     // A new connection (the pool's idle one would not handshake again).
     let renewed = Prober::new(Duration::from_secs(5), map.clone())
         .with_client_certificate(Some(&certificate))

@@ -122,6 +122,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         Some(recorder),
     );
     context.requeue_not_ready = config.requeue_not_ready;
+    context.status_client = config.status_client_certificate.clone();
     context.reconcile_timeout = config.reconcile_timeout;
 
     let (services, deployments, config_maps, pdbs) = match &config.namespace {

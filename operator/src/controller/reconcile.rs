@@ -65,6 +65,10 @@ pub struct Context {
     pub requeue_rejected: Duration,
     /// Longest one reconcile may take, API calls and probes included.
     pub reconcile_timeout: Duration,
+    /// The operator's status client certificate, whose CA each rendering takes as it is on disk
+    /// now (a CA replaced in the chart's Secret reaches the sidecars without an operator
+    /// restart); `None`: `settings.status_client_ca` as given.
+    pub status_client: Option<crate::status_client::StatusClientCertificate>,
 }
 
 impl Context {
@@ -87,6 +91,18 @@ impl Context {
             requeue_ready: Duration::from_secs(120),
             requeue_rejected: Duration::from_secs(60),
             reconcile_timeout: Duration::from_secs(60),
+            status_client: None,
+        }
+    }
+
+    /// The settings to render with: `settings`, with the status client CA as it is now.
+    fn current_settings(&self) -> std::borrow::Cow<'_, OperatorSettings> {
+        match &self.status_client {
+            None => std::borrow::Cow::Borrowed(&self.settings),
+            Some(client) => std::borrow::Cow::Owned(OperatorSettings {
+                status_client_ca: Some(client.ca_pem()),
+                ..self.settings.clone()
+            }),
         }
     }
 
@@ -205,7 +221,7 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
         return Ok(Action::await_change());
     }
     let ns = isvc.namespace().ok_or(Error::NoNamespace)?;
-    let children = match render::build_children(isvc, &ctx.settings) {
+    let children = match render::build_children(isvc, &ctx.current_settings()) {
         Ok(children) => children,
         Err(e @ RenderError::Invalid { .. }) => {
             // A spec the schema let through but that cannot run: tell the user, do not retry
