@@ -38,8 +38,8 @@ const CA_FILE: &str = "ca.crt";
 #[derive(Clone)]
 pub struct StatusClientCertificate {
     dir: PathBuf,
-    /// The CA's certificate, PEM, as last read, with the file's modification time then.
-    ca: Arc<Mutex<(Option<SystemTime>, String)>>,
+    /// The CA's certificate, PEM, as last read.
+    ca: Arc<Reloaded<String>>,
     identity: Arc<ReloadingIdentity>,
 }
 
@@ -54,37 +54,25 @@ impl std::fmt::Debug for StatusClientCertificate {
 impl StatusClientCertificate {
     /// Reads `tls.crt`, `tls.key` and `ca.crt` from `dir`; an error names the file and why.
     pub fn read(dir: &Path) -> Result<StatusClientCertificate, String> {
-        let ca_path = dir.join(CA_FILE);
-        let seen = modified(&[&ca_path]).pop().flatten();
-        let ca_pem = read_ca(&ca_path)?;
-        let identity = ReloadingIdentity::load(dir.join(CERT_FILE), dir.join(KEY_FILE))?;
+        let ca = Reloaded::load("status client CA", vec![dir.join(CA_FILE)], |paths| {
+            read_ca(&paths[0])
+        })?;
+        let identity = Reloaded::load(
+            "status client certificate",
+            vec![dir.join(CERT_FILE), dir.join(KEY_FILE)],
+            |paths| certified_key(&paths[0], &paths[1]).map(Arc::new),
+        )?;
         Ok(StatusClientCertificate {
             dir: dir.to_path_buf(),
-            ca: Arc::new(Mutex::new((seen, ca_pem))),
-            identity: Arc::new(identity),
+            ca: Arc::new(ca),
+            identity: Arc::new(ReloadingIdentity(identity)),
         })
     }
 
     /// The CA's certificate, PEM: what each sidecar's configuration trusts. Read again when the
-    /// file changed; one that does not load is logged and the last good one kept.
+    /// file changed.
     pub fn ca_pem(&self) -> String {
-        let path = self.dir.join(CA_FILE);
-        let now = modified(&[&path]).pop().flatten();
-        let mut ca = self.ca.lock();
-        if ca.0 != now {
-            ca.0 = now;
-            match read_ca(&path) {
-                Ok(pem) => {
-                    ca.1 = pem;
-                    tracing::info!(ca = %path.display(), "status client CA loaded again");
-                }
-                Err(e) => tracing::error!(
-                    error = %e,
-                    "the status client CA changed but does not load; the one loaded before is kept"
-                ),
-            }
-        }
-        ca.1.clone()
+        self.ca.current()
     }
 
     /// A TLS client configuration that presents the certificate (the one on disk at each
@@ -102,43 +90,61 @@ impl StatusClientCertificate {
     }
 }
 
-/// The certificate and key, loaded again when either file changes; a pair that does not load
-/// (a Secret half written) is logged and the last good one kept.
-#[derive(Debug)]
-struct ReloadingIdentity {
-    cert: PathBuf,
-    key: PathBuf,
-    loaded: Mutex<(Vec<Option<SystemTime>>, Arc<CertifiedKey>)>,
+/// A value read from files, read again when any of them changes; files that do not load (a
+/// Secret half written) are logged and the last good value kept.
+struct Reloaded<T> {
+    what: &'static str,
+    paths: Vec<PathBuf>,
+    load: fn(&[PathBuf]) -> Result<T, String>,
+    /// The files' modification times when last read, and the value then.
+    loaded: Mutex<(Vec<Option<SystemTime>>, T)>,
 }
 
-impl ReloadingIdentity {
-    fn load(cert: PathBuf, key: PathBuf) -> Result<ReloadingIdentity, String> {
-        let seen = modified(&[&cert, &key]);
-        let identity = certified_key(&cert, &key)?;
-        Ok(ReloadingIdentity {
-            cert,
-            key,
-            loaded: Mutex::new((seen, Arc::new(identity))),
+impl<T: Clone> Reloaded<T> {
+    fn load(
+        what: &'static str,
+        paths: Vec<PathBuf>,
+        load: fn(&[PathBuf]) -> Result<T, String>,
+    ) -> Result<Reloaded<T>, String> {
+        let seen = modified(&paths);
+        let value = load(&paths)?;
+        Ok(Reloaded {
+            what,
+            paths,
+            load,
+            loaded: Mutex::new((seen, value)),
         })
     }
 
-    fn current(&self) -> Arc<CertifiedKey> {
-        let now = modified(&[&self.cert, &self.key]);
+    fn current(&self) -> T {
+        let now = modified(&self.paths);
         let mut loaded = self.loaded.lock();
         if loaded.0 != now {
             loaded.0 = now;
-            match certified_key(&self.cert, &self.key) {
-                Ok(identity) => {
-                    loaded.1 = Arc::new(identity);
-                    tracing::info!(cert = %self.cert.display(), "status client certificate loaded again");
+            match (self.load)(&self.paths) {
+                Ok(value) => {
+                    loaded.1 = value;
+                    tracing::info!(what = self.what, "loaded again");
                 }
                 Err(e) => tracing::error!(
+                    what = self.what,
                     error = %e,
-                    "the status client certificate changed but does not load; the one loaded before is kept"
+                    "changed but does not load; the one loaded before is kept"
                 ),
             }
         }
         loaded.1.clone()
+    }
+}
+
+/// The certificate and key the client presents, as on disk at each handshake.
+struct ReloadingIdentity(Reloaded<Arc<CertifiedKey>>);
+
+impl std::fmt::Debug for ReloadingIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadingIdentity")
+            .field("files", &self.0.paths)
+            .finish()
     }
 }
 
@@ -148,7 +154,7 @@ impl ResolvesClientCert for ReloadingIdentity {
         _root_hint_subjects: &[&[u8]],
         _sigschemes: &[SignatureScheme],
     ) -> Option<Arc<CertifiedKey>> {
-        Some(self.current())
+        Some(self.0.current())
     }
 
     fn has_certs(&self) -> bool {
@@ -168,7 +174,7 @@ fn read_ca(path: &Path) -> Result<String, String> {
     Ok(pem)
 }
 
-fn modified(paths: &[&Path]) -> Vec<Option<SystemTime>> {
+fn modified(paths: &[PathBuf]) -> Vec<Option<SystemTime>> {
     paths
         .iter()
         .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
