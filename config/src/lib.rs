@@ -177,10 +177,41 @@ pub struct ServerSettings {
     /// sequences are routed across replicas.
     #[serde(default, skip_serializing_if = "PeerTlsSettings::is_off")]
     pub sequence_peers_tls: PeerTlsSettings,
+    /// A canary: another variant of the service, on other pods, given a share of the inference
+    /// calls this sidecar receives from clients (docs/sidecar.md, "Canary"). Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanarySettings>,
     /// APIs served only to callers with a Kubernetes identity (docs/sidecar.md, "Kubernetes
     /// identities"). Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<IdentitySettings>,
+}
+
+/// The canary's sidecars and the share of calls they get. Each call from a client is drawn on its
+/// own (a sequence by its id, so that all of it goes one way), so one gRPC channel splits too.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CanarySettings {
+    /// The canary's sidecars, their gRPC addresses (`HOST:PORT`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
+    /// In Kubernetes, instead of `peers`: the headless Service (`[NAMESPACE/]SERVICE`) whose
+    /// EndpointSlices list the canary's pods, watched as `sequence_peers_service` is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Labels (`key=value,...`) the Service's EndpointSlices must carry to be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<String>,
+    /// Percent of the calls sent to the canary, 0 to 100.
+    pub traffic_percent: u8,
+    /// A file holding the percent (a whole number, 0 to 100), read at start and again every
+    /// second while serving; where it is readable its value replaces `traffic_percent`. The
+    /// operator mounts it from the ConfigMap, so that a change of the share rolls no pod.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic_percent_file: Option<String>,
+    /// TLS towards the canary's sidecars, required where their gRPC ports serve it.
+    #[serde(skip_serializing_if = "PeerTlsSettings::is_off")]
+    pub tls: PeerTlsSettings,
 }
 
 /// TLS towards sequence peers: a peer gets a forwarded request only once it has proved a
@@ -289,6 +320,7 @@ impl Default for ServerSettings {
             sequence_peers_service: None,
             sequence_peers_labels: None,
             sequence_peers_tls: PeerTlsSettings::default(),
+            canary: None,
             identity: None,
         }
     }

@@ -92,8 +92,7 @@ impl SidecarConfig {
             }
         }
         for (i, peer) in s.sequence_peers.iter().enumerate() {
-            let port = peer.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
-            if !matches!(port, Some(Ok(p)) if p > 0) {
+            if !is_host_port(peer) {
                 err(
                     &format!("server.sequence_peers[{i}]"),
                     format!("'{peer}' is not HOST:PORT"),
@@ -107,15 +106,15 @@ impl SidecarConfig {
                     "give either sequence_peers or sequence_peers_service, not both".into(),
                 );
             }
-            let name = service
-                .rsplit_once('/')
-                .map_or(service.as_str(), |(_, n)| n);
-            if name.is_empty() || service.split('/').count() > 2 {
+            if !is_namespaced_name(service) {
                 err(
                     "server.sequence_peers_service",
                     format!("'{service}' is not [NAMESPACE/]SERVICE"),
                 );
             }
+        }
+        if let Some(canary) = &s.canary {
+            validate_canary(canary, &mut err);
         }
         let routed = !s.sequence_peers.is_empty() || s.sequence_peers_service.is_some();
         if routed && s.grpc_port == 0 {
@@ -373,6 +372,55 @@ impl SidecarConfig {
             Err(errors)
         }
     }
+}
+
+/// `server.canary`: where its sidecars are, and a share that is a percent.
+fn validate_canary(canary: &super::CanarySettings, err: &mut impl FnMut(&str, String)) {
+    match (&canary.service, canary.peers.is_empty()) {
+        (Some(_), false) => err(
+            "server.canary.service",
+            "give either canary.peers or canary.service, not both".into(),
+        ),
+        (None, true) => err(
+            "server.canary",
+            "name the canary's sidecars: canary.peers or canary.service".into(),
+        ),
+        _ => {}
+    }
+    for (i, peer) in canary.peers.iter().enumerate() {
+        if !is_host_port(peer) {
+            err(
+                &format!("server.canary.peers[{i}]"),
+                format!("'{peer}' is not HOST:PORT"),
+            );
+        }
+    }
+    if let Some(service) = &canary.service
+        && !is_namespaced_name(service)
+    {
+        err(
+            "server.canary.service",
+            format!("'{service}' is not [NAMESPACE/]SERVICE"),
+        );
+    }
+    if canary.traffic_percent > 100 {
+        err(
+            "server.canary.traffic_percent",
+            format!("{} is not a percent (0 to 100)", canary.traffic_percent),
+        );
+    }
+}
+
+/// `HOST:PORT` with a port above 0.
+fn is_host_port(address: &str) -> bool {
+    let port = address.rsplit_once(':').map(|(_, p)| p.parse::<u16>());
+    matches!(port, Some(Ok(p)) if p > 0)
+}
+
+/// `[NAMESPACE/]NAME` with a name.
+fn is_namespaced_name(value: &str) -> bool {
+    let name = value.rsplit_once('/').map_or(value, |(_, n)| n);
+    !name.is_empty() && value.split('/').count() <= 2
 }
 
 #[cfg(test)]

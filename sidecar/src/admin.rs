@@ -173,6 +173,7 @@ pub fn report(st: &SharedState) -> J {
         "shm": dev_shm(st),
         "gpu": gpu(st.shm.cuda()),
         "sequence_peers": sequence_peers(st),
+        "canary": canary(st),
         "tls": {
             "http": tls(st.http_tls.as_deref()),
             "grpc": tls(st.grpc_tls.as_deref()),
@@ -190,6 +191,37 @@ fn tls(tls: Option<&crate::tls::Tls>) -> J {
     }
 }
 
+/// The canary this sidecar splits calls with: its share, its sidecars and their states, and the
+/// calls of each variant this sidecar saw.
+fn canary(st: &SharedState) -> J {
+    use crate::canary::Variant;
+    let Some(canary) = &st.canary else {
+        return json!(null);
+    };
+    let peers: Vec<J> = canary
+        .peers()
+        .into_iter()
+        .map(|(address, state)| json!({"address": address, "state": peer_state(state)}))
+        .collect();
+    let calls = |variant| {
+        let (succeeded, failed) = canary.calls(variant);
+        json!({"success": succeeded, "failure": failed})
+    };
+    json!({
+        "traffic_percent": canary.percent(),
+        "peers": peers,
+        "calls": {"stable": calls(Variant::Stable), "canary": calls(Variant::Canary)},
+    })
+}
+
+fn peer_state(state: PeerState) -> &'static str {
+    match state {
+        PeerState::Ready => "ready",
+        PeerState::Live => "live",
+        PeerState::Down => "down",
+    }
+}
+
 /// The replicas sequences are routed across, with the state this sidecar last saw each in.
 fn sequence_peers(st: &SharedState) -> J {
     let Some(peers) = &st.peers else {
@@ -198,14 +230,7 @@ fn sequence_peers(st: &SharedState) -> J {
     let listed: Vec<J> = peers
         .states(st.health.is_ready())
         .into_iter()
-        .map(|(address, state)| {
-            let state = match state {
-                PeerState::Ready => "ready",
-                PeerState::Live => "live",
-                PeerState::Down => "down",
-            };
-            json!({"address": address, "state": state})
-        })
+        .map(|(address, state)| json!({"address": address, "state": peer_state(state)}))
         .collect();
     json!({"self": peers.address(), "peers": listed})
 }

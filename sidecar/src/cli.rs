@@ -212,9 +212,55 @@ pub struct Args {
     /// $POD_NAMESPACE). Given, this replaces server.sequence_peers_service.
     #[arg(long, value_name = "[NAMESPACE/]SERVICE", conflicts_with_all = ["sequence_peers", "sequence_self"])]
     pub sequence_peers_service: Option<String>,
+    /// A canary's sidecars, their gRPC addresses (comma-separated or repeated): they are given
+    /// --canary-traffic-percent of the clients' calls, drawn per call. Given, these replace
+    /// server.canary.peers.
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',')]
+    pub canary_peers: Vec<String>,
+    /// In Kubernetes, instead of --canary-peers: the headless Service whose EndpointSlices list
+    /// the canary's pods (watched; the namespace defaults to $POD_NAMESPACE).
+    #[arg(
+        long,
+        value_name = "[NAMESPACE/]SERVICE",
+        conflicts_with = "canary_peers"
+    )]
+    pub canary_service: Option<String>,
+    /// Percent of the clients' calls given to the canary, 0 to 100.
+    #[arg(long, value_name = "PERCENT", value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub canary_traffic_percent: Option<u8>,
+    /// A file holding the canary's percent, read again every second (its value replaces
+    /// --canary-traffic-percent where it is readable).
+    #[arg(long, value_name = "PATH")]
+    pub canary_traffic_percent_file: Option<String>,
 }
 
 impl Args {
+    /// The canary's flags over `server.canary`: any of them makes one.
+    fn apply_canary(&self, canary: &mut Option<infergate_config::CanarySettings>) {
+        let given = !self.canary_peers.is_empty()
+            || self.canary_service.is_some()
+            || self.canary_traffic_percent.is_some()
+            || self.canary_traffic_percent_file.is_some();
+        if !given {
+            return;
+        }
+        let canary = canary.get_or_insert_with(Default::default);
+        if !self.canary_peers.is_empty() {
+            canary.peers = self.canary_peers.clone();
+            canary.service = None;
+        }
+        if let Some(v) = &self.canary_service {
+            canary.service = Some(v.clone());
+            canary.peers.clear();
+        }
+        if let Some(v) = self.canary_traffic_percent {
+            canary.traffic_percent = v;
+        }
+        if let Some(v) = &self.canary_traffic_percent_file {
+            canary.traffic_percent_file = Some(v.clone());
+        }
+    }
+
     /// Triton's deprecated trace flags as the --trace-config settings they stand for, each with
     /// Triton's warning on stderr (logging is not set up yet when flags are read).
     fn deprecated_trace_settings(&self) -> Vec<String> {
@@ -372,6 +418,7 @@ impl Args {
         if let Some(v) = &self.sequence_peers_service {
             s.sequence_peers_service = Some(v.clone());
         }
+        self.apply_canary(&mut s.canary);
         if let Some(v) = self.max_http_body_bytes {
             config.limits.max_http_body_bytes = v;
         }

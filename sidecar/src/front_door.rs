@@ -9,8 +9,9 @@
 //! 2. [`Call::begin`]: the request's root trace span, when it is sampled (a request for a model
 //!    that is not served is neither traced nor counted, as in Triton), and at its end
 //!    ([`Call::end`]) the span's last events and Triton's failed-inference log line.
-//! 3. [`infer`] and [`infer_decoupled`]: the model handle, the sequence peers' routing (a
-//!    sequence held by another replica is served there, [`crate::peers`]), then the pipeline.
+//! 3. [`infer`] and [`infer_decoupled`]: the model handle, the canary's share (a client's call
+//!    drawn for the canary is served by its pods, [`crate::canary`]), the sequence peers' routing
+//!    (a sequence held by another replica is served there, [`crate::peers`]), then the pipeline.
 //!
 //! A model unloaded or replaced between the lookup and the request being in (an HTTP body still
 //! arriving) is looked up again: Triton looks a request's model up only once its body is in, so
@@ -23,6 +24,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
+use crate::canary::{Canary, Split, Variant};
 use crate::core::model::Model;
 use crate::core::pipeline;
 pub use crate::core::pipeline::DecoupledResponse;
@@ -166,7 +168,17 @@ pub async fn infer(
     request.trace = call.trace_scope();
     let model = target.settle(state, &request)?;
     let ready = || state.health.is_ready();
-    crate::peers::infer(model, state.peers.as_deref(), ready, request, origin).await
+    let canary = state.canary.as_deref().filter(|_| Canary::splits(&origin));
+    let Some(canary) = canary else {
+        return crate::peers::infer(model, state.peers.as_deref(), ready, request, origin).await;
+    };
+    let request = match canary.split(&model, request).await {
+        Split::Served(answer) => return answer,
+        Split::Here(request) => request,
+    };
+    let answer = crate::peers::infer(model, state.peers.as_deref(), ready, request, origin).await;
+    canary.count(Variant::Stable, answer.is_ok());
+    answer
 }
 
 /// One request to a decoupled model: its responses as the model produces them (see

@@ -37,6 +37,7 @@
 //!   classification, statistics, and the pipeline that ties them together.
 //! - [`peers`]: sequences across replicas: each sequence's requests go to the replica that holds
 //!   its state, over the peers' gRPC ports.
+//! - [`canary`]: a canary's share of the clients' calls, split per call and sent to its pods.
 //! - [`backend`]: where inference runs: the built-in models, or a model server upstream.
 //!
 //! Shared by all of the above:
@@ -65,6 +66,7 @@ pub mod allocator;
 pub mod audit;
 pub mod backend;
 pub mod caller;
+pub mod canary;
 pub mod cli;
 pub mod core;
 pub mod cxx_number;

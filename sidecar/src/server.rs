@@ -79,6 +79,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         .map_err(|e| anyhow::anyhow!("server.identity: {e}"))?
         .map(Arc::new);
     let peers = sequence_peers(&config.server, &config.limits)?;
+    let canary = canary(&config.server, &config.limits)?;
     let http_tls = port_tls(&config.server.http_tls, &["h2", "http/1.1"])
         .map_err(|e| anyhow::anyhow!("HTTP port TLS: {e}"))?;
     let grpc_tls = port_tls(&config.server.grpc_tls, &["h2"])
@@ -119,6 +120,7 @@ pub fn build_state(config: &SidecarConfig, log: LogControl) -> anyhow::Result<Sh
         state.identity = identity;
         state.tracing = Arc::new(tracing);
         state.peers = peers;
+        state.canary = canary;
         state.allow_remote_shm = config.server.allow_remote_shm;
         state.http_tls = http_tls;
         state.grpc_tls = grpc_tls;
@@ -247,6 +249,41 @@ fn sequence_peers(
     Ok(Some(Arc::new(peers)))
 }
 
+/// The canary given a share of the calls, where one is configured.
+fn canary(
+    server: &ServerSettings,
+    limits: &Limits,
+) -> anyhow::Result<Option<Arc<crate::canary::Canary>>> {
+    use crate::canary::{Canary, share::Share};
+    use crate::peers::kubernetes::Target;
+    use crate::peers::membership::{Dial, Members};
+    let Some(settings) = &server.canary else {
+        return Ok(None);
+    };
+    let dial = Dial {
+        max_message_bytes: usize::try_from(limits.max_grpc_message_bytes).unwrap_or(usize::MAX),
+        tls: peer_tls(&settings.tls).map_err(|e| anyhow::anyhow!("canary's TLS: {e}"))?,
+    };
+    let members = Members::others(dial);
+    let discovery = match &settings.service {
+        Some(service) => {
+            let mut target = Target::of_others(service)
+                .map_err(|e| anyhow::anyhow!("server.canary.service: {e}"))?;
+            target.labels = settings.labels.clone();
+            Some(target)
+        }
+        None => {
+            members.replace(&settings.peers);
+            None
+        }
+    };
+    let share = Share::new(
+        settings.traffic_percent,
+        settings.traffic_percent_file.as_ref().map(Into::into),
+    );
+    Ok(Some(Arc::new(Canary::new(members, discovery, share))))
+}
+
 /// Binds and starts serving; returns once every listener accepts connections.
 pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result<Running> {
     if let Some(dir) = &config.server.drain_hook_dir {
@@ -351,6 +388,10 @@ pub async fn start(config: &SidecarConfig, state: SharedState) -> anyhow::Result
     if let Some(peers) = &state.peers {
         tracing::info!(me = peers.address(), peers = ?peers.states(false), "routing sequences across replicas");
         background.extend(peers.spawn());
+    }
+    if let Some(canary) = &state.canary {
+        tracing::info!(percent = canary.percent(), peers = ?canary.peers(), "splitting calls with a canary");
+        background.extend(canary.spawn());
     }
     match &state.upstream {
         // Ready once the upstream's models are discovered, and from then on as the upstream is.

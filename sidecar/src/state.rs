@@ -70,6 +70,8 @@ pub struct AppState {
     pub tracing: Arc<crate::trace::Tracing>,
     /// The other replicas' sidecars, when sequences are routed across replicas.
     pub peers: Option<Arc<crate::peers::Peers>>,
+    /// The canary given a share of the clients' calls (`server.canary`), if any.
+    pub canary: Option<Arc<crate::canary::Canary>>,
     /// The request bytes the calls in flight hold, all ports together
     /// (`limits.max_inflight_request_bytes`).
     pub request_bytes: Arc<crate::inflight::ByteBudget>,
@@ -270,6 +272,7 @@ impl AppState {
             identity: None,
             tracing: Arc::new(crate::trace::Tracing::off()),
             peers: None,
+            canary: None,
             request_bytes,
             admin: crate::admin_access::AdminRules::new(
                 &[],

@@ -72,7 +72,7 @@ class Cluster:
             except ValueError:
                 continue
             fields = doc.get("fields", doc)
-            if fields.get("message") == "sequence peer changed state":
+            if fields.get("message") == "peer changed state":
                 state[fields["peer"]] = fields["to"]
         me = f"127.0.0.1:{self.ports[self.servers.index(server)]}"
         return all(state.get(p) == "Ready" for p in want - {me}) and not any(

@@ -1,7 +1,8 @@
 """The owner of a sequence among sidecar peers, computed as docs/sequences.md describes it
 (rendezvous hashing: FNV-1a 64 with SplitMix64's finalizer), independently of the sidecar's code.
 The tests use it to know in advance which replica holds which sequence; the benchmark to pick
-sequence ids that land on their owner or are forwarded."""
+sequence ids that land on their owner or are forwarded. `percentile` is where a sequence falls in
+0..100 for a canary's split (docs/sidecar.md, "Canary")."""
 
 
 def _fnv(data: bytes) -> int:
@@ -17,14 +18,28 @@ def _mix(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def owner(peers: list[str], model: str, seq_id) -> int:
-    """Index into `peers` (every listed peer ready) of the owner of sequence `seq_id` (an int or
-    a str) of `model`."""
+def _key(model: str, seq_id) -> int:
     if isinstance(seq_id, str):
         tail = b"s" + seq_id.encode()
     else:
         tail = b"n" + (seq_id & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "little")
-    key = _fnv(model.encode() + b"\0" + tail)
-    scores = [_mix(_fnv(key.to_bytes(8, "little") + p.encode())) for p in peers]
+    return _fnv(model.encode() + b"\0" + tail)
+
+
+def _score(key: int, name: bytes) -> int:
+    return _mix(_fnv(key.to_bytes(8, "little") + name))
+
+
+def percentile(model: str, seq_id) -> int:
+    """Where sequence `seq_id` of `model` falls in 0..100: a canary given p percent takes the
+    sequences below p."""
+    return _score(_key(model, seq_id), b"canary split") % 100
+
+
+def owner(peers: list[str], model: str, seq_id) -> int:
+    """Index into `peers` (every listed peer ready) of the owner of sequence `seq_id` (an int or
+    a str) of `model`."""
+    key = _key(model, seq_id)
+    scores = [_score(key, p.encode()) for p in peers]
     # Highest score first; a tie to the lower index.
     return max(range(len(peers)), key=lambda i: (scores[i], -i))

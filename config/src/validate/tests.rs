@@ -196,3 +196,44 @@ fn identities_read_from_yaml_and_an_api_takes_a_key_or_an_identity() {
     let blank = refused(&verbs("trace", " "));
     assert!(blank.contains("an empty verb"), "{blank}");
 }
+
+#[test]
+fn a_canary_names_its_sidecars_one_way_and_takes_a_percent() {
+    let errors = |canary: crate::CanarySettings| -> Vec<String> {
+        let mut config = SidecarConfig::default();
+        config.server.canary = Some(canary);
+        match config.validate(&[]) {
+            Ok(()) => Vec::new(),
+            Err(errors) => errors.iter().map(ToString::to_string).collect(),
+        }
+    };
+    let peers = crate::CanarySettings {
+        peers: vec!["10.0.0.9:8001".into()],
+        traffic_percent: 10,
+        ..Default::default()
+    };
+    assert!(errors(peers.clone()).is_empty());
+    let service = crate::CanarySettings {
+        service: Some("ns/svc-canary".into()),
+        ..Default::default()
+    };
+    assert!(errors(service).is_empty());
+    assert_eq!(
+        errors(crate::CanarySettings::default()),
+        ["server.canary: name the canary's sidecars: canary.peers or canary.service"]
+    );
+    let both = crate::CanarySettings {
+        service: Some("svc".into()),
+        traffic_percent: 101,
+        peers: vec!["nowhere".into()],
+        ..Default::default()
+    };
+    assert_eq!(
+        errors(both),
+        [
+            "server.canary.service: give either canary.peers or canary.service, not both",
+            "server.canary.peers[0]: 'nowhere' is not HOST:PORT",
+            "server.canary.traffic_percent: 101 is not a percent (0 to 100)",
+        ]
+    );
+}

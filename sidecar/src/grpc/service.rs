@@ -185,11 +185,9 @@ impl GrpcInferenceService for Inference {
         let received = Instant::now();
         let caller = Caller::of(request.extensions());
         let (metadata, _, message) = request.into_parts();
-        let origin = Origin::from_metadata(
-            metadata
-                .get(peers::ROUTE_METADATA)
-                .and_then(|v| v.to_str().ok()),
-        );
+        let text = |key| metadata.get(key).and_then(|v| v.to_str().ok());
+        let origin =
+            Origin::from_metadata(text(peers::ROUTE_METADATA), text(peers::VARIANT_METADATA));
         let state = &self.state;
         let target = Target::resolve(state, &message.model_name, &message.model_version);
         let mut call = Call::begin(

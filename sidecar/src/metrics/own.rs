@@ -37,6 +37,7 @@ impl fmt::Debug for Own {
 impl Collector for Own {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         sequences(&self.0, &mut encoder)?;
+        canary(&self.0, &mut encoder)?;
         upstream(&self.0, &mut encoder)
     }
 }
@@ -114,6 +115,41 @@ fn sequences(state: &SharedState, encoder: &mut DescriptorEncoder) -> fmt::Resul
         family(encoder, name, help, kind, rows)?;
     }
     Ok(())
+}
+
+/// The canary's split, where there is one: the share, and the clients' calls of each variant as
+/// this sidecar saw them (those it served, and those the canary answered), by outcome.
+fn canary(state: &SharedState, encoder: &mut DescriptorEncoder) -> fmt::Result {
+    use crate::canary::Variant;
+    let Some(canary) = &state.canary else {
+        return Ok(());
+    };
+    family(
+        encoder,
+        "infergate_canary_traffic_percent",
+        "Percent of the clients' calls given to the canary",
+        MetricType::Gauge,
+        [(Vec::new(), u64::from(canary.percent()))],
+    )?;
+    let rows = [Variant::Stable, Variant::Canary]
+        .into_iter()
+        .flat_map(|variant| {
+            let (succeeded, failed) = canary.calls(variant);
+            let labels = |outcome: &str| {
+                vec![
+                    ("variant", variant.as_str().to_string()),
+                    ("outcome", outcome.to_string()),
+                ]
+            };
+            [(labels("success"), succeeded), (labels("failure"), failed)]
+        });
+    family(
+        encoder,
+        "infergate_variant_requests",
+        "Clients' inference calls by the variant that served them (stable here, or the canary)",
+        MetricType::Counter,
+        rows,
+    )
 }
 
 /// The upstream: calls by protocol, how many tensor bytes went through shared memory instead

@@ -33,19 +33,35 @@ pub enum Failed {
     Answered(Error),
 }
 
-/// Sends `request` to `peer`, marking the peers asked so far (`route`, this sidecar last).
+/// The metadata key that marks a client's call a sidecar has sent to a canary's sidecar: the
+/// variant it was given, so that it is not split again.
+pub const VARIANT_METADATA: &str = "infergate-variant";
+
+/// Why a request is forwarded, which its metadata says.
+pub enum Mark<'a> {
+    /// A request of a sequence, with the peers asked so far (this sidecar last).
+    Route(&'a [&'a str]),
+    /// A client's call given to a canary.
+    Variant(&'a str),
+}
+
+/// Sends `request` to `peer`, marked with why, and the trace context.
 pub async fn forward(
     peer: &PeerClient,
     address: &str,
     request: &InferRequest,
-    route: &[&str],
+    mark: Mark<'_>,
     context: &crate::trace::ContextHeaders,
 ) -> std::result::Result<InferResponse, Failed> {
     let message = message(request).map_err(Failed::Answered)?;
     let mut call = tonic::Request::new(message);
     let metadata = call.metadata_mut();
-    if let Ok(value) = route.join(",").parse() {
-        metadata.insert(ROUTE_METADATA, value);
+    let (key, value) = match mark {
+        Mark::Route(route) => (ROUTE_METADATA, route.join(",")),
+        Mark::Variant(variant) => (VARIANT_METADATA, variant.to_string()),
+    };
+    if let Ok(value) = value.parse() {
+        metadata.insert(key, value);
     }
     for (name, value) in context {
         if let Ok(value) = value.parse() {
@@ -64,10 +80,17 @@ pub async fn forward(
         }
         Ok(Err(status)) => Err(Failed::Answered(answered(&status))),
         Err(_) => Err(Failed::Answered(Error::unavailable(format!(
-            "the replica {address} that holds this sequence did not answer within {} s",
+            "the replica {address} did not answer within {} s",
             FORWARD_TIMEOUT.as_secs()
         )))),
     }
+}
+
+/// Whether the request can be sent to another pod: none of its tensors is in the client's
+/// shared memory, which is this pod's.
+pub fn travels(request: &InferRequest) -> bool {
+    request.inputs.iter().all(|t| t.shm.is_none())
+        && request.outputs.iter().all(|o| o.shm.is_none())
 }
 
 /// The peer's error, as the peer gave it to this sidecar's client.

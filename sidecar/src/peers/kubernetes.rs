@@ -49,16 +49,24 @@ impl Target {
         )
     }
 
+    /// `[NAMESPACE/]SERVICE` of other sidecars, a canary's, which this one is not among.
+    pub fn of_others(setting: &str) -> Result<Target, String> {
+        let (namespace, service) = split(setting, own_namespace)?;
+        Ok(Target {
+            namespace,
+            service,
+            me: String::new(),
+            labels: None,
+        })
+    }
+
     fn parse(
         setting: &str,
         pod_ip: Option<String>,
         own_namespace: impl FnOnce() -> Result<String, String>,
         grpc_port: u16,
     ) -> Result<Target, String> {
-        let (namespace, service) = match setting.split_once('/') {
-            Some((namespace, service)) => (namespace.to_string(), service.to_string()),
-            None => (own_namespace()?, setting.to_string()),
-        };
+        let (namespace, service) = split(setting, own_namespace)?;
         let ip = pod_ip.ok_or_else(|| {
             "$POD_IP is not set: give the sidecar its pod's address (the downward API's status.podIP)"
                 .to_string()
@@ -73,6 +81,17 @@ impl Target {
             labels: None,
         })
     }
+}
+
+/// The namespace and the Service of `[NAMESPACE/]SERVICE`.
+fn split(
+    setting: &str,
+    own_namespace: impl FnOnce() -> Result<String, String>,
+) -> Result<(String, String), String> {
+    Ok(match setting.split_once('/') {
+        Some((namespace, service)) => (namespace.to_string(), service.to_string()),
+        None => (own_namespace()?, setting.to_string()),
+    })
 }
 
 fn own_namespace() -> Result<String, String> {
@@ -94,7 +113,7 @@ pub async fn watch(members: Arc<Members>, target: Target) {
         match kube::Client::try_default().await {
             Ok(client) => break client,
             Err(e) => {
-                tracing::warn!(error = %e, "no Kubernetes client for sequence peer discovery; retrying");
+                tracing::warn!(error = %e, service = %target.service, "no Kubernetes client for peer discovery; retrying");
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
         }
@@ -109,7 +128,7 @@ pub async fn watch(members: Arc<Members>, target: Target) {
         let event = match event {
             Ok(event) => event,
             Err(e) => {
-                tracing::warn!(namespace = %target.namespace, service = %target.service, error = %e, "watching sequence peers");
+                tracing::warn!(namespace = %target.namespace, service = %target.service, error = %e, "watching peers");
                 continue;
             }
         };

@@ -98,7 +98,10 @@ impl Peer {
     }
 }
 
-/// The peers as known at one moment, this sidecar among them. A request works on one snapshot
+/// `List::me` of a list this sidecar is not in.
+pub const NOT_LISTED: usize = usize::MAX;
+
+/// The peers as known at one moment, this sidecar among them (or [`NOT_LISTED`]). A request works on one snapshot
 /// from start to end, so a change of membership never moves it halfway.
 pub struct List {
     pub peers: Vec<Arc<Peer>>,
@@ -154,6 +157,29 @@ impl Members {
         })
     }
 
+    /// A list of other sidecars only (a canary's, which this sidecar is not one of): empty
+    /// until [`Members::replace`] is first called.
+    pub fn others(dial: Dial) -> Members {
+        Members {
+            me: String::new(),
+            list: RwLock::new(Arc::new(List {
+                peers: Vec::new(),
+                me: NOT_LISTED,
+            })),
+            dial,
+        }
+    }
+
+    /// What the peers are, for the log: the sequence peers (this sidecar among them), or a
+    /// canary's sidecars.
+    fn group(&self) -> &'static str {
+        if self.me.is_empty() {
+            "canary"
+        } else {
+            "sequence"
+        }
+    }
+
     /// The TLS peers are dialled with, if any.
     pub fn tls(&self) -> Option<&Arc<crate::tls::ClientTls>> {
         self.dial.tls.as_ref()
@@ -174,7 +200,9 @@ impl Members {
     pub fn replace(&self, addresses: &[String]) {
         let old = self.current();
         let mut wanted: Vec<&str> = addresses.iter().map(String::as_str).collect();
-        wanted.push(&self.me);
+        if !self.me.is_empty() {
+            wanted.push(&self.me);
+        }
         wanted.sort_unstable();
         wanted.dedup();
         if wanted.len() == old.peers.len()
@@ -192,14 +220,19 @@ impl Members {
             }
             match Peer::connect(address, &self.dial) {
                 Ok(peer) => peers.push(Arc::new(peer)),
-                Err(e) => tracing::warn!(error = %e, "sequence peer left out"),
+                Err(e) => tracing::warn!(group = self.group(), error = %e, "peer left out"),
             }
         }
-        let Some(me) = peers.iter().position(|p| p.address == self.me) else {
-            return;
+        let me = if self.me.is_empty() {
+            NOT_LISTED
+        } else {
+            let Some(me) = peers.iter().position(|p| p.address == self.me) else {
+                return;
+            };
+            me
         };
         let names: Vec<&str> = peers.iter().map(|p| p.address.as_str()).collect();
-        tracing::info!(peers = ?names, "sequence peers changed");
+        tracing::info!(group = self.group(), peers = ?names, "peers changed");
         *self.list.write() = Arc::new(List { peers, me });
     }
 
@@ -207,6 +240,7 @@ impl Members {
     pub async fn probe(self: Arc<Self>) {
         let mut tick = tokio::time::interval(PROBE_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let group = self.group();
         loop {
             tick.tick().await;
             let list = self.current();
@@ -225,7 +259,7 @@ impl Members {
                         };
                     let was = peer.state();
                     if was != state {
-                        tracing::info!(peer = %peer.address, from = ?was, to = ?state, "sequence peer changed state");
+                        tracing::info!(group, peer = %peer.address, from = ?was, to = ?state, "peer changed state");
                     }
                     peer.set_state(state);
                 });

@@ -26,11 +26,11 @@
 //! batcher, nothing here runs: the pipeline is called directly. The front door
 //! (`crate::front_door`) calls in with the request's model, found once.
 
-mod forward;
-mod held;
+pub(crate) mod forward;
+pub(crate) mod held;
 pub mod kubernetes;
 pub mod membership;
-mod rendezvous;
+pub(crate) mod rendezvous;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,11 +44,11 @@ use crate::core::request::{InferRequest, InferResponse};
 use crate::core::sequence::{CorrelationId, SequenceParams};
 use crate::error::{Code, Error, Result};
 use crate::trace::Kind;
-use forward::{Failed, forward};
+use forward::{Failed, Mark, forward};
 use held::Held;
 use membership::{List, Members, Peer, PeerState};
 
-pub use forward::ROUTE_METADATA;
+pub use forward::{ROUTE_METADATA, VARIANT_METADATA};
 
 /// Triton's idle timeout of a sequence when its configuration names none.
 const DEFAULT_IDLE: Duration = Duration::from_secs(1);
@@ -69,14 +69,19 @@ pub enum Origin {
     Client,
     /// A peer, with the addresses of the peers asked so far.
     Peer(Vec<String>),
+    /// A client's call another sidecar gave this one's variant (a canary's share): served as a
+    /// client's, not split again.
+    Variant,
 }
 
 impl Origin {
-    /// The origin a request's metadata names (`infergate-sequence-route`).
-    pub fn from_metadata(value: Option<&str>) -> Origin {
-        match value {
-            None => Origin::Client,
-            Some(list) => Origin::Peer(
+    /// The origin a request's metadata names: `route` (`infergate-sequence-route`) and
+    /// `variant` (`infergate-variant`).
+    pub fn from_metadata(route: Option<&str>, variant: Option<&str>) -> Origin {
+        match (route, variant) {
+            (None, None) => Origin::Client,
+            (None, Some(_)) => Origin::Variant,
+            (Some(list), _) => Origin::Peer(
                 list.split(',')
                     .filter(|s| !s.is_empty())
                     .map(str::to_string)
@@ -213,14 +218,14 @@ fn holds_none(error: &Error, peer: PeerState) -> bool {
 
 /// A request's sequence: its id, flags and the model's idle timeout, where the model has a
 /// sequence batcher and the request names a sequence.
-struct Sequence {
-    id: CorrelationId,
-    start: bool,
-    end: bool,
-    idle: Duration,
+pub(crate) struct Sequence {
+    pub id: CorrelationId,
+    pub start: bool,
+    pub end: bool,
+    pub idle: Duration,
 }
 
-fn sequence_of(model: &Model, request: &InferRequest) -> Option<Sequence> {
+pub(crate) fn sequence_of(model: &Model, request: &InferRequest) -> Option<Sequence> {
     let Some(SchedulingChoice::SequenceBatching(batching)) = &model.config.scheduling_choice else {
         return None;
     };
@@ -251,7 +256,7 @@ impl Peers {
         let list = self.members.current();
         let me = list.me;
         let mut asked = match origin {
-            Origin::Client => Vec::new(),
+            Origin::Client | Origin::Variant => Vec::new(),
             // A peer sent it: a START because this sidecar owns it, anything else because the
             // peers before it do not hold it.
             Origin::Peer(_) if sequence.start => {
@@ -330,28 +335,39 @@ impl Peers {
         request: &InferRequest,
         route: &[&str],
     ) -> std::result::Result<InferResponse, Failed> {
-        let mut span = request.trace.as_ref().map(|scope| {
-            let mut span = scope.start("sequence peer", Kind::Client, Instant::now());
-            span.attribute(KeyValue::new("server.address", peer.address.clone()));
-            span
-        });
-        let context = span
-            .as_ref()
-            .map(crate::trace::Span::context_headers)
-            .unwrap_or_default();
-        let result = forward(&peer.client, &peer.address, request, route, &context).await;
-        if let Err(Failed::Unreachable(e)) = &result {
-            tracing::warn!(peer = %peer.address, error = %e, "sequence peer unreachable");
-            peer.set_state(PeerState::Down);
-        }
-        if let Some(mut span) = span.take() {
-            if let Err(Failed::Unreachable(e) | Failed::Answered(e)) = &result {
-                span.fail(&e.message);
-            }
-            span.end(Instant::now());
-        }
-        result
+        forward_traced(peer, request, Mark::Route(route), "sequence peer").await
     }
+}
+
+/// Sends `request` to `peer` (see [`forward`]) in a client span named `span_name` where the
+/// request is traced. A peer that cannot be reached is marked down until its next probe.
+pub(crate) async fn forward_traced(
+    peer: &Peer,
+    request: &InferRequest,
+    mark: Mark<'_>,
+    span_name: &'static str,
+) -> std::result::Result<InferResponse, Failed> {
+    let mut span = request.trace.as_ref().map(|scope| {
+        let mut span = scope.start(span_name, Kind::Client, Instant::now());
+        span.attribute(KeyValue::new("server.address", peer.address.clone()));
+        span
+    });
+    let context = span
+        .as_ref()
+        .map(crate::trace::Span::context_headers)
+        .unwrap_or_default();
+    let result = forward(&peer.client, &peer.address, request, mark, &context).await;
+    if let Err(Failed::Unreachable(e)) = &result {
+        tracing::warn!(peer = %peer.address, error = %e, "{span_name} unreachable");
+        peer.set_state(PeerState::Down);
+    }
+    if let Some(mut span) = span.take() {
+        if let Err(Failed::Unreachable(e) | Failed::Answered(e)) = &result {
+            span.fail(&e.message);
+        }
+        span.end(Instant::now());
+    }
+    result
 }
 
 #[cfg(test)]

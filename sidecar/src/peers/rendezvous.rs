@@ -21,6 +21,14 @@ pub fn rank<S: AsRef<str>>(peers: &[S], model: &str, id: &CorrelationId) -> Vec<
     scored.into_iter().map(|(_, i)| i).collect()
 }
 
+/// Where the sequence `id` of `model` falls in 0..100, the same on every sidecar: a canary given
+/// p percent takes the sequences below p, so that a whole sequence goes one way.
+pub fn percentile(model: &str, id: &CorrelationId) -> u8 {
+    // Salted, so that which sequences go to the canary is independent of which peer owns them.
+    let draw = score(key_hash(model, id), "canary split");
+    u8::try_from(draw % 100).unwrap_or(0)
+}
+
 fn key_hash(model: &str, id: &CorrelationId) -> u64 {
     let mut h = Fnv::new();
     h.write(model.as_bytes());
@@ -94,6 +102,26 @@ mod tests {
         for n in owned {
             assert!((9_000..11_000).contains(&n), "{owned:?}");
         }
+    }
+
+    #[test]
+    fn sequences_spread_evenly_over_the_percentiles() {
+        let mut below = [0usize; 4];
+        for id in 1..=20_000u64 {
+            let p = percentile("m", &CorrelationId::Number(id));
+            assert!(p < 100);
+            for (i, cut) in [10u8, 25, 50, 90].iter().enumerate() {
+                below[i] += usize::from(p < *cut);
+            }
+        }
+        // Within about 4 standard deviations of the binomial expectation.
+        for (n, expected) in below.iter().zip([2_000usize, 5_000, 10_000, 18_000]) {
+            assert!(n.abs_diff(expected) < 300, "{below:?}");
+        }
+        assert_eq!(
+            percentile("m", &CorrelationId::Text("a".into())),
+            percentile("m", &CorrelationId::Text("a".into()))
+        );
     }
 
     #[test]
