@@ -64,6 +64,14 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
         ));
     }
 
+    // The canary's headless Service `<name>-canary-peers`, likewise.
+    if spec.canary.is_some() && name.len() + "-canary-peers".len() > MAX_NAME_LEN {
+        problems.push(format!(
+            "metadata.name {name:?} is too long for a canary: at most {} characters (the Service <name>-canary-peers)",
+            MAX_NAME_LEN - "-canary-peers".len()
+        ));
+    }
+
     // The Deployment's rolling-update limits, which the API server would refuse in it.
     let rollout = &spec.rollout;
     for (field, limit) in [

@@ -155,9 +155,9 @@ fn missing(path: &str) -> Step {
     step(Method::GET, path, StatusCode::NOT_FOUND, not_found())
 }
 
-/// The reads that find no HorizontalPodAutoscaler, NetworkPolicy, ScaledObject, PodMonitor or
-/// Certificate (a spec without autoscaling, monitoring or an issuer still looks, so that one
-/// dropped from the spec is deleted).
+/// The reads that find no HorizontalPodAutoscaler, NetworkPolicy, ScaledObject, PodMonitor,
+/// Certificate or canary (a spec without autoscaling, monitoring, an issuer or a canary still
+/// looks, so that one dropped from the spec is deleted).
 fn no_autoscaler_or_monitor() -> Vec<Step> {
     vec![
         missing(&format!(
@@ -173,6 +173,7 @@ fn no_autoscaler_or_monitor() -> Vec<Step> {
         missing(&format!(
             "/apis/cert-manager.io/v1{NS}/certificates/svc-tls"
         )),
+        missing(&format!("/api/v1{NS}/configmaps/svc-canary-sidecar")),
     ]
 }
 
@@ -212,13 +213,13 @@ async fn create_applies_every_child_then_writes_status() {
     assert_eq!(seen[5].body, expected);
     assert_eq!(seen[5].body, apply::as_applied(&want.deployment).unwrap());
     assert_eq!(seen[9].body, apply::as_applied(&pdb).unwrap());
-    let pods = &seen[15];
+    let pods = &seen[16];
     assert!(
         pods.query
             .contains("labelSelector=app.kubernetes.io%2Finstance%3Dsvc"),
         "{pods:?}"
     );
-    let status = &seen[16].body;
+    let status = &seen[17].body;
     assert_eq!(status["apiVersion"], "infergate.dev/v1alpha1");
     assert_eq!(status["kind"], "InferenceService");
     assert_eq!(status["status"]["observedGeneration"], 1);

@@ -236,3 +236,48 @@ fn models_not_ready_block_ready() {
         ("resnet", false, 1)
     );
 }
+
+#[test]
+fn the_canarys_pods_and_each_variants_calls_summed_over_the_splitting_sidecars() {
+    use infergate_operator::controller::status::{
+        AdminCalls, AdminCanary, AdminVariantCalls, canary_status,
+    };
+    let plain = with_spec("svc", MINIMAL);
+    assert_eq!(canary_status(&plain, None, &[]), None);
+    let isvc = with_spec(
+        "svc",
+        &format!("{MINIMAL}  canary: {{trafficPercent: 20, model: {{image: m:2}}}}\n"),
+    );
+    let splitting = |stable: u64, canary: u64, failed: u64| PodReport {
+        pod: format!("svc-{stable}"),
+        outcome: Ok(AdminStatus {
+            canary: Some(AdminCanary {
+                calls: AdminVariantCalls {
+                    stable: AdminCalls {
+                        success: stable,
+                        failure: 0,
+                    },
+                    canary: AdminCalls {
+                        success: canary,
+                        failure: failed,
+                    },
+                },
+            }),
+            ..healthy(&[])
+        }),
+    };
+    let silent = PodReport {
+        pod: "svc-x".into(),
+        outcome: Err("no answer".into()),
+    };
+    let reports = [splitting(80, 19, 1), splitting(70, 30, 0), silent];
+    let status = canary_status(&isvc, Some(&deployment(true, 2, 1)), &reports).unwrap();
+    assert_eq!(status.traffic_percent, 20);
+    assert_eq!((status.replicas, status.ready_replicas), (2, 1));
+    let calls = status.calls.unwrap();
+    assert_eq!((calls.stable.success, calls.stable.failure), (150, 0));
+    assert_eq!((calls.canary.success, calls.canary.failure), (49, 1));
+    // Before any sidecar answers: the canary's pods, no calls.
+    let early = canary_status(&isvc, None, &[]).unwrap();
+    assert_eq!((early.replicas, early.calls), (0, None));
+}

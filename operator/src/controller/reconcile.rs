@@ -233,8 +233,8 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
     };
 
     // The Deployment as stored (read or written just now) gives the status its replica counts.
-    let deployment = match apply_children(isvc, ctx, &ns, &children).await {
-        Ok(deployment) => deployment,
+    let (deployment, canary) = match apply_children(isvc, ctx, &ns, &children).await {
+        Ok(deployments) => deployments,
         Err(e @ ApplyError::NotControlled { .. }) => {
             // Someone else's object under a child's name: never taken over. Looked at again
             // later, in case its owner removes or renames it.
@@ -280,7 +280,8 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
         refusal: None,
         now: now(),
     };
-    let new_status = status::compute(isvc, &observed, isvc.status.as_ref());
+    let mut new_status = status::compute(isvc, &observed, isvc.status.as_ref());
+    new_status.canary = status::canary_status(isvc, canary.as_ref(), &reports);
     write_status(isvc, ctx, &new_status).await?;
     announce_transition(isvc, ctx, isvc.status.as_ref(), &new_status).await;
 
@@ -294,13 +295,14 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
 }
 
 /// Applies the ConfigMap, the Deployment, the Service and the PodDisruptionBudget (or deletes
-/// ours when the spec wants none); returns the Deployment as stored.
+/// ours when the spec wants none), and the canary's objects; returns the Deployments as stored
+/// (the canary's where there is one).
 async fn apply_children(
     isvc: &InferenceService,
     ctx: &Context,
     ns: &str,
     children: &render::Children,
-) -> Result<Deployment, ApplyError> {
+) -> Result<(Deployment, Option<Deployment>), ApplyError> {
     let client = ctx.client.clone();
     let (outcome, _) = apply::apply(
         &Api::<ConfigMap>::namespaced(client.clone(), ns),
@@ -367,7 +369,57 @@ async fn apply_children(
         };
         ctx.count(outcome);
     }
-    Ok(deployment)
+    let canary = apply_canary_objects(isvc, ctx, ns, children.canary.as_ref()).await?;
+    Ok((deployment, canary))
+}
+
+/// The canary's objects, or (where the spec no longer has a canary) the deletion of ours;
+/// returns the canary's Deployment as stored.
+async fn apply_canary_objects(
+    isvc: &InferenceService,
+    ctx: &Context,
+    ns: &str,
+    canary: Option<&render::CanaryObjects>,
+) -> Result<Option<Deployment>, ApplyError> {
+    let client = &ctx.client;
+    let uid = isvc.uid().unwrap_or_default();
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    let hpas = Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), ns);
+    let keda = render::scaled_object_resource();
+    let scaled_objects = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &keda);
+    let name = render::Variant::Canary.name(isvc, "");
+    let Some(canary) = canary else {
+        // The ConfigMap is made first and deleted last: where it is absent (the common case,
+        // one read), so are the rest.
+        let config_map = render::Variant::Canary.name(isvc, "-sidecar");
+        if apply::read(&config_maps, &config_map).await?.is_none() {
+            return Ok(None);
+        }
+        ctx.count(apply::delete_owned(&hpas, &name, &uid).await?);
+        ctx.count(apply::delete_owned(&scaled_objects, &name, &uid).await?);
+        ctx.count(apply::delete_owned(&deployments, &name, &uid).await?);
+        let peers = render::canary_peers_name(isvc);
+        ctx.count(apply::delete_owned(&services, &peers, &uid).await?);
+        ctx.count(apply::delete_owned(&config_maps, &config_map, &uid).await?);
+        return Ok(None);
+    };
+    ctx.count(apply::apply(&config_maps, &canary.config_map).await?.0);
+    ctx.count(apply::apply(&services, &canary.peers_service).await?.0);
+    let (outcome, deployment) = apply::apply(&deployments, &canary.deployment).await?;
+    ctx.count(outcome);
+    let outcome = match &canary.hpa {
+        Some(hpa) => apply::apply(&hpas, hpa).await?.0,
+        None => apply::delete_owned(&hpas, &name, &uid).await?,
+    };
+    ctx.count(outcome);
+    let outcome = match &canary.scaled_object {
+        Some(object) => apply::apply_typed(&scaled_objects, object, &keda).await?.0,
+        None => apply::delete_owned(&scaled_objects, &name, &uid).await?,
+    };
+    ctx.count(outcome);
+    Ok(Some(deployment))
 }
 
 /// The headless Service and the access of sidecars that route sequences among themselves, or

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use super::failures::{self, Failure};
 use super::tls_status::{AdminTls, tls_status};
 use crate::crd::{
-    ConditionType, ExtensionState, ExtensionStatus, FailureInfo, Implementation, InferenceService,
-    InferenceServiceStatus, ModelStatus,
+    CallCounts, CanaryStatus, ConditionType, ExtensionState, ExtensionStatus, FailureInfo,
+    Implementation, InferenceService, InferenceServiceStatus, ModelStatus, VariantCalls,
 };
 use crate::render;
 
@@ -37,6 +37,60 @@ pub struct AdminStatus {
     pub backend: AdminBackend,
     #[serde(default)]
     pub tls: AdminTls,
+    /// The canary the sidecar splits calls with, if any.
+    #[serde(default)]
+    pub canary: Option<AdminCanary>,
+}
+
+/// The canary as a sidecar that splits calls with it reports it: each variant's calls.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct AdminCanary {
+    #[serde(default)]
+    pub calls: AdminVariantCalls,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct AdminVariantCalls {
+    #[serde(default)]
+    pub stable: AdminCalls,
+    #[serde(default)]
+    pub canary: AdminCalls,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct AdminCalls {
+    #[serde(default)]
+    pub success: u64,
+    #[serde(default)]
+    pub failure: u64,
+}
+
+/// The canary's status, where the spec has one: its Deployment's counts, and each variant's
+/// calls summed over the reports of the service's sidecars that split them.
+pub fn canary_status(
+    isvc: &InferenceService,
+    deployment: Option<&Deployment>,
+    reports: &[PodReport],
+) -> Option<CanaryStatus> {
+    let canary = isvc.spec.canary.as_ref()?;
+    let counts = deployment.and_then(|d| d.status.as_ref());
+    let splitting: Vec<&AdminCanary> = reports
+        .iter()
+        .filter_map(|r| r.outcome.as_ref().ok()?.canary.as_ref())
+        .collect();
+    let sum = |pick: fn(&AdminVariantCalls) -> &AdminCalls| CallCounts {
+        success: splitting.iter().map(|c| pick(&c.calls).success).sum(),
+        failure: splitting.iter().map(|c| pick(&c.calls).failure).sum(),
+    };
+    Some(CanaryStatus {
+        traffic_percent: canary.traffic_percent,
+        replicas: counts.and_then(|s| s.replicas).unwrap_or(0),
+        ready_replicas: counts.and_then(|s| s.ready_replicas).unwrap_or(0),
+        calls: (!splitting.is_empty()).then(|| VariantCalls {
+            stable: sum(|c| &c.stable),
+            canary: sum(|c| &c.canary),
+        }),
+    })
 }
 
 /// One extension as a sidecar reports it.
@@ -247,6 +301,7 @@ pub fn compute(
             isvc,
             &answered.iter().map(|a| &a.tls).collect::<Vec<_>>(),
         )),
+        canary: None,
     }
 }
 

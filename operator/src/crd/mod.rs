@@ -22,6 +22,7 @@
 //! - `pod.rs`: `spec.pod`, pod-level settings passed through to the pod template.
 //! - `rollout.rs`: `spec.rollout`, the Deployment's strategy and the checks on its limits.
 //! - `autoscaling.rs`: `spec.autoscaling` and `spec.monitoring`.
+//! - `canary.rs`: `spec.canary`, a second variant given a share of the calls.
 //! - `network.rs`: `spec.networkPolicy`.
 //! - `auth.rs`: `spec.auth`, who may call the control APIs.
 //! - `tls.rs`: `spec.tls`, the certificate of the client ports, from a Secret or cert-manager.
@@ -31,6 +32,7 @@
 
 mod auth;
 mod autoscaling;
+mod canary;
 mod extensions;
 mod generate;
 mod model;
@@ -52,6 +54,7 @@ pub use auth::{
     AuthSpec, CONTROL_APIS, ControlApis, ControlFrom, ControlKey, InferenceAuth, InferenceFrom,
 };
 pub use autoscaling::{AutoscalingEngine, AutoscalingMetric, AutoscalingSpec, MonitoringSpec};
+pub use canary::CanarySpec;
 pub use extensions::{CudaSharedMemory, Extensions, Sequence, SequenceRouting, SystemSharedMemory};
 pub use generate::{crd, crd_json, crd_yaml, openapi_schema};
 pub use model::{ModelContainer, ModelListen, ModelProbes, PullPolicy};
@@ -63,8 +66,9 @@ pub use service::{ServiceSpec, ServiceType};
 pub use sidecar::{LogFormat, LogLevel, SidecarMode, SidecarPorts, SidecarSpec};
 pub use spec::{GROUP, InferenceService, InferenceServiceSpec, KIND, VERSION};
 pub use status::{
-    ConditionType, ExtensionState, ExtensionStatus, FailureInfo, Implementation,
-    InferenceServiceStatus, ModelStatus, PortTls, ServiceUrls, TlsStatus,
+    CallCounts, CanaryStatus, ConditionType, ExtensionState, ExtensionStatus, FailureInfo,
+    Implementation, InferenceServiceStatus, ModelStatus, PortTls, ServiceUrls, TlsStatus,
+    VariantCalls,
 };
 pub use storage::{ModelStorage, SecretKeyRef, UriFrom};
 pub use tls::{IssuerKind, IssuerRef, TlsSpec, certificate_secret_name};

@@ -7,9 +7,9 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AuthSpec, AutoscalingSpec, Extensions, InferenceServiceStatus, ModelContainer, ModelSettings,
-    MonitoringSpec, NetworkPolicySpec, PodOverrides, RolloutSpec, ServiceSpec, SidecarSpec,
-    TlsSpec, Upstream,
+    AuthSpec, AutoscalingSpec, CanarySpec, Extensions, InferenceServiceStatus, ModelContainer,
+    ModelSettings, MonitoringSpec, NetworkPolicySpec, PodOverrides, RolloutSpec, ServiceSpec,
+    SidecarSpec, TlsSpec, Upstream,
 };
 
 /// API group of the custom resource.
@@ -110,6 +110,9 @@ pub const KIND: &str = "InferenceService";
         "!has(self.upstream.restPort) || self.model.ports.all(p, p.containerPort != self.upstream.restPort)"
     ).message("a model.ports entry uses upstream.restPort, which is declared for you").field_path(".model.ports"),
     validation = Rule::new(
+        "!has(self.canary) || self.canary.model.ports.all(p, !(p.containerPort in [self.sidecar.ports.http, self.sidecar.ports.grpc, self.sidecar.ports.metrics, self.sidecar.ports.admin, self.upstream.grpcPort]) && (!has(self.upstream.restPort) || p.containerPort != self.upstream.restPort))"
+    ).message("a canary.model.ports entry collides with a sidecar port, upstream.grpcPort or upstream.restPort").field_path(".canary.model.ports"),
+    validation = Rule::new(
         "!self.extensions.sequence.enabled || self.extensions.sequence.routing != 'SingleReplica' || self.replicas <= 1"
     ).message("extensions.sequence.routing SingleReplica allows at most one replica").field_path(".replicas")
 )]
@@ -170,6 +173,10 @@ pub struct InferenceServiceSpec {
     /// the control APIs the pod's own containers only, inference anyone.
     #[serde(default)]
     pub auth: AuthSpec,
+    /// A canary: a second model server container on pods of its own (`<name>-canary`), given
+    /// trafficPercent of the calls, split per call by the sidecars. Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanarySpec>,
 }
 
 fn default_replicas() -> i32 {
@@ -177,6 +184,12 @@ fn default_replicas() -> i32 {
 }
 
 impl InferenceServiceSpec {
+    /// Whether the sidecars dial other pods' sidecars: to route sequences among themselves, or
+    /// to give the canary its share. They then watch EndpointSlices, and need the access for it.
+    pub fn sidecars_dial_peers(&self) -> bool {
+        self.extensions.sequence.routed_by_sidecars() || self.canary.is_some()
+    }
+
     /// The TLS the metrics port serves, where it serves one (`tls.metrics`).
     pub fn metrics_tls(&self) -> Option<&TlsSpec> {
         self.tls.as_ref().filter(|t| t.metrics)

@@ -48,6 +48,48 @@ pub struct InferenceServiceStatus {
     /// TLS on the client ports, as the sidecars report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsStatus>,
+    /// The canary, where spec.canary gives one: its pods, and the calls of each variant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryStatus>,
+}
+
+/// The canary: its share, its pods, and each variant's calls as the service's sidecars (which
+/// split them) counted them.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStatus {
+    /// The percent of the calls the spec gives the canary.
+    pub traffic_percent: i32,
+    /// The canary's pods.
+    #[serde(default)]
+    pub replicas: i32,
+    /// The canary's pods ready to serve. While none is, the service's pods serve every call.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Calls each variant answered and failed, summed over the service's ready pods since each
+    /// started (counts restart with a pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls: Option<VariantCalls>,
+}
+
+/// Calls of the service's own model and of the canary's.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VariantCalls {
+    /// Served by the service's pods.
+    pub stable: CallCounts,
+    /// Served by the canary's.
+    pub canary: CallCounts,
+}
+
+/// Calls answered and failed.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CallCounts {
+    /// Calls answered.
+    pub success: u64,
+    /// Calls that failed.
+    pub failure: u64,
 }
 
 /// TLS on the client ports, as the ready pods' sidecars report it on their admin port.

@@ -26,7 +26,7 @@ use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::json;
 
-use super::child_meta;
+use super::{Variant, child_meta};
 use crate::crd::{AutoscalingEngine, AutoscalingMetric, AutoscalingSpec, InferenceService};
 
 /// The HPA's Pods metric for queue time, as the Prometheus adapter's rule names it.
@@ -52,12 +52,15 @@ fn autoscaling(isvc: &InferenceService, engine: AutoscalingEngine) -> Option<&Au
         .filter(|a| a.engine == engine)
 }
 
-/// The HorizontalPodAutoscaler `<name>`, when `spec.autoscaling.engine` is HPA.
+/// The HorizontalPodAutoscaler `<name>`, when `spec.autoscaling.engine` is HPA (the canary's,
+/// `<name>-canary`, from its view of the resource).
 pub(super) fn hpa(
     isvc: &InferenceService,
     owner: &OwnerReference,
+    variant: Variant,
 ) -> Option<HorizontalPodAutoscaler> {
     let a = autoscaling(isvc, AutoscalingEngine::HPA)?;
+    let name = variant.name(isvc, "");
     let target = a.target_or_default();
     let metric = match a.metric {
         AutoscalingMetric::CPU => MetricSpec {
@@ -96,12 +99,12 @@ pub(super) fn hpa(
         }
     };
     Some(HorizontalPodAutoscaler {
-        metadata: child_meta(isvc, isvc.name_any(), owner),
+        metadata: child_meta(isvc, name.clone(), owner),
         spec: Some(HorizontalPodAutoscalerSpec {
             scale_target_ref: CrossVersionObjectReference {
                 api_version: Some("apps/v1".to_string()),
                 kind: "Deployment".to_string(),
-                name: isvc.name_any(),
+                name,
             },
             min_replicas: Some(a.min_replicas),
             max_replicas: a.max_replicas,
@@ -112,19 +115,20 @@ pub(super) fn hpa(
     })
 }
 
-/// The KEDA ScaledObject `<name>`, when `spec.autoscaling.engine` is KEDA.
+/// The KEDA ScaledObject `<name>`, when `spec.autoscaling.engine` is KEDA (the canary's,
+/// `<name>-canary`, from its view of the resource).
 pub(super) fn scaled_object(
     isvc: &InferenceService,
     owner: &OwnerReference,
+    variant: Variant,
 ) -> Option<DynamicObject> {
     let a = autoscaling(isvc, AutoscalingEngine::KEDA)?;
+    let name = variant.name(isvc, "");
     let target = a.target_or_default().to_string();
     let ns = isvc.namespace().unwrap_or_default();
-    // The pods of this service's Deployment: NAME-<ReplicaSet hash>-<suffix>.
-    let pods = format!(
-        r#"namespace="{ns}",pod=~"{}-[a-z0-9]+-[a-z0-9]+""#,
-        isvc.name_any()
-    );
+    // The pods of this Deployment: NAME-<ReplicaSet hash>-<suffix> (the expression matches
+    // whole names, so the service's never takes its canary's, NAME-canary-<hash>-<suffix>).
+    let pods = format!(r#"namespace="{ns}",pod=~"{name}-[a-z0-9]+-[a-z0-9]+""#);
     let address = a.prometheus_address.clone().unwrap_or_default();
     let trigger = match a.metric {
         AutoscalingMetric::CPU => json!({
@@ -156,11 +160,11 @@ pub(super) fn scaled_object(
     };
     let mut triggers = vec![trigger];
     triggers.extend(a.extra_triggers.iter().cloned());
-    let mut object = DynamicObject::new(&isvc.name_any(), &scaled_object_resource());
-    object.metadata = child_meta(isvc, isvc.name_any(), owner);
+    let mut object = DynamicObject::new(&name, &scaled_object_resource());
+    object.metadata = child_meta(isvc, name.clone(), owner);
     object.data = json!({
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": isvc.name_any()},
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
             "minReplicaCount": a.min_replicas,
             "maxReplicaCount": a.max_replicas,
             "triggers": triggers,

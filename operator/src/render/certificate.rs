@@ -45,8 +45,8 @@ pub(super) fn certificate(
     let secret = certificate_secret_name(&name);
     let mut names = dns_names(&name, &namespace, cluster_domain);
     let mut usages = vec!["digital signature", "key encipherment", "server auth"];
-    if isvc.spec.extensions.sequence.routed_by_sidecars() {
-        // Sidecars forward sequences to each other through the peers Service and check this
+    if isvc.spec.sidecars_dial_peers() {
+        // Sidecars forward sequences (and the canary's share) to each other and check this
         // name; where the ports are mutual, each presents this certificate as a client.
         names.extend(dns_names(
             &super::peers_name(isvc),

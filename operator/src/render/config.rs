@@ -3,15 +3,15 @@
 use std::collections::BTreeMap;
 
 use infergate_config::{
-    BackendConfig, IdentityAuthorization, IdentitySettings, PeerTlsSettings, SidecarConfig,
-    TlsSettings, TokenVerification, UpstreamConfig, UpstreamModel,
+    BackendConfig, CanarySettings, IdentityAuthorization, IdentitySettings, PeerTlsSettings,
+    SidecarConfig, TlsSettings, TokenVerification, UpstreamConfig, UpstreamModel,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
-use super::OperatorSettings;
 use super::child_meta;
+use super::{OperatorSettings, Variant};
 use crate::crd::{CONTROL_APIS, ControlFrom, InferenceService, UpstreamProtocol};
 
 /// Key of the configuration in the ConfigMap.
@@ -25,12 +25,18 @@ pub const STATUS_CLIENT_CA_KEY: &str = "status-client-ca.crt";
 /// Where the sidecar reads it: a file of the mounted ConfigMap, so a new CA reaches the
 /// running sidecar, which reads it again (no pod restart).
 pub const STATUS_CLIENT_CA_FILE: &str = "/etc/infergate/config/status-client-ca.crt";
+/// The key of the canary's share in the service's ConfigMap, beside the configuration: not in
+/// the configuration, whose hash rolls the pods, so that a new share rolls none.
+pub const CANARY_PERCENT_KEY: &str = "canary-traffic-percent";
+/// Where the service's sidecars read it, again every second.
+pub const CANARY_PERCENT_FILE: &str = "/etc/infergate/config/canary-traffic-percent";
 /// Directory under which each model's label files are mounted, one subdirectory per model.
 pub const LABELS_DIR: &str = "/etc/infergate/labels";
 
-/// Name of the ConfigMap holding the sidecar's configuration.
-pub(super) fn config_map_name(isvc: &InferenceService) -> String {
-    format!("{}-sidecar", isvc.name_any())
+/// Name of the ConfigMap holding the sidecar's configuration: `<name>-sidecar`, the canary's
+/// `<name>-canary-sidecar`.
+pub(super) fn config_map_name(isvc: &InferenceService, variant: Variant) -> String {
+    variant.name(isvc, "-sidecar")
 }
 
 /// Where a model's label files are mounted in the sidecar.
@@ -42,8 +48,14 @@ pub(super) fn labels_dir(model: &str) -> String {
 /// `extensions.systemSharedMemory` is enabled, and the model server as an upstream on loopback
 /// with the per-model settings of `spec.models`. From `settings`: the operator's credential for
 /// `/status` from outside the pod, its client certificate's CA (in the ConfigMap beside the
-/// configuration) or its status token's digest.
-pub fn sidecar_config(isvc: &InferenceService, settings: &OperatorSettings) -> SidecarConfig {
+/// configuration) or its status token's digest. The canary's sidecars (`variant` Canary, from
+/// the canary's view of the resource) route sequences among the canary's pods; the service's,
+/// where it has a canary, give it its share.
+pub fn sidecar_config(
+    isvc: &InferenceService,
+    settings: &OperatorSettings,
+    variant: Variant,
+) -> SidecarConfig {
     let spec = &isvc.spec;
     let mut config = SidecarConfig::default();
     let server = &mut config.server;
@@ -122,6 +134,7 @@ pub fn sidecar_config(isvc: &InferenceService, settings: &OperatorSettings) -> S
             cache_seconds: 60,
         });
     }
+    let mut peer_tls = PeerTlsSettings::default();
     if let Some(tls) = &spec.tls {
         // Both client ports (and the metrics port, unless tls.metrics is false) serve the
         // Secret's certificate; the sidecar re-reads the files as the kubelet updates the
@@ -143,17 +156,15 @@ pub fn sidecar_config(isvc: &InferenceService, settings: &OperatorSettings) -> S
         }
         server.grpc_tls = settings.clone();
         server.http_tls = settings;
-        if spec.extensions.sequence.routed_by_sidecars() {
-            // Peers are dialled over TLS too, and trusted only with the service's certificate
-            // for the peers Service's name; where their ports are mutual, this sidecar presents
-            // the same certificate.
-            server.sequence_peers_tls = PeerTlsSettings {
-                root_cert: Some(tls_file("ca.crt")),
-                server_name: Some(peers_host(isvc)),
-                client_cert: tls.mutual.then(|| tls_file("tls.crt")),
-                client_key: tls.mutual.then(|| tls_file("tls.key")),
-            };
-        }
+        // Peers (and the canary's sidecars) are dialled over TLS too, and trusted only with
+        // the service's certificate for the peers Service's name; where their ports are mutual,
+        // this sidecar presents the same certificate.
+        peer_tls = PeerTlsSettings {
+            root_cert: Some(tls_file("ca.crt")),
+            server_name: Some(peers_host(isvc)),
+            client_cert: tls.mutual.then(|| tls_file("tls.crt")),
+            client_key: tls.mutual.then(|| tls_file("tls.key")),
+        };
     }
     if let Some(threads) = spec.sidecar.worker_threads {
         server.worker_threads = threads;
@@ -169,18 +180,31 @@ pub fn sidecar_config(isvc: &InferenceService, settings: &OperatorSettings) -> S
         let namespace = isvc.namespace().unwrap_or_default();
         server.trace_config = tracing.trace_config(&namespace, &isvc.name_any());
     }
+    // The peers Services' labels, which their EndpointSlices carry too.
+    let slice_labels = super::labels(isvc)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
     if spec.extensions.sequence.routed_by_sidecars() {
-        // In the pod's namespace ($POD_NAMESPACE).
-        server.sequence_peers_service = Some(super::peers_name(isvc));
-        // The peers Service's labels, which its EndpointSlices carry too.
-        let labels = super::labels(isvc);
-        server.sequence_peers_labels = Some(
-            labels
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(","),
-        );
+        // In the pod's namespace ($POD_NAMESPACE): the variant's own pods.
+        server.sequence_peers_service = Some(match variant {
+            Variant::Stable => super::peers_name(isvc),
+            Variant::Canary => super::canary_peers_name(isvc),
+        });
+        server.sequence_peers_labels = Some(slice_labels.clone());
+        server.sequence_peers_tls = peer_tls.clone();
+    }
+    if spec.canary.is_some() && variant == Variant::Stable {
+        server.canary = Some(CanarySettings {
+            service: Some(super::canary_peers_name(isvc)),
+            labels: Some(slice_labels),
+            // The share is the file's (`CANARY_PERCENT_KEY`), kept out of the configuration.
+            traffic_percent: 0,
+            traffic_percent_file: Some(CANARY_PERCENT_FILE.to_string()),
+            tls: peer_tls,
+            ..CanarySettings::default()
+        });
     }
 
     let rest_only = spec.upstream.protocol == UpstreamProtocol::Rest;
@@ -289,20 +313,28 @@ fn port(p: i32) -> u16 {
     u16::try_from(p).unwrap_or(0)
 }
 
-/// The ConfigMap `<name>-sidecar` with the configuration under [`CONFIG_KEY`], and the
-/// operator's client CA under [`STATUS_CLIENT_CA_KEY`] where it has one.
+/// The ConfigMap `<name>-sidecar` (the canary's `<name>-canary-sidecar`) with the
+/// configuration under [`CONFIG_KEY`], the operator's client CA under [`STATUS_CLIENT_CA_KEY`]
+/// where it has one, and the canary's share under [`CANARY_PERCENT_KEY`] where there is one.
 pub(super) fn config_map(
     isvc: &InferenceService,
     owner: &OwnerReference,
     config_yaml: &str,
     status_client_ca: Option<&str>,
+    variant: Variant,
 ) -> ConfigMap {
     let mut data = BTreeMap::from([(CONFIG_KEY.to_string(), config_yaml.to_string())]);
     if let Some(ca) = status_client_ca {
         data.insert(STATUS_CLIENT_CA_KEY.to_string(), ca.to_string());
     }
+    if let (Some(canary), Variant::Stable) = (&isvc.spec.canary, variant) {
+        data.insert(
+            CANARY_PERCENT_KEY.to_string(),
+            format!("{}\n", canary.traffic_percent.clamp(0, 100)),
+        );
+    }
     ConfigMap {
-        metadata: child_meta(isvc, config_map_name(isvc), owner),
+        metadata: child_meta(isvc, config_map_name(isvc, variant), owner),
         data: Some(data),
         ..ConfigMap::default()
     }

@@ -64,7 +64,7 @@ use kube::ResourceExt;
 use super::config::{CONFIG_DIR, CONFIG_FILE, config_map_name, labels_dir};
 use super::security::restricted_defaults;
 use super::storage;
-use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, child_meta, labels, selector_labels};
+use super::{CONFIG_HASH_ANNOTATION, OperatorSettings, Variant, child_meta};
 use crate::crd::{
     InferenceService, InferenceServiceSpec, ModelListen, SidecarMode, UpstreamProtocol,
 };
@@ -87,12 +87,14 @@ fn control_key(spec: &InferenceServiceSpec) -> Option<&crate::crd::ControlKey> {
 /// The hook binary in the sidecar's own image (a regular sidecar's hook runs it there).
 const HOOK_IN_SIDECAR_IMAGE: &str = "/usr/local/bin/infergate-drain";
 
-/// The Deployment `<name>`.
+/// The Deployment `<name>` (the canary's, `<name>-canary`, from the canary's view of the
+/// resource: `super::canary`).
 pub(super) fn deployment(
     isvc: &InferenceService,
     settings: &OperatorSettings,
     owner: &OwnerReference,
     config_hash: &str,
+    variant: Variant,
 ) -> Deployment {
     let spec = &isvc.spec;
     let sidecar = sidecar_container(isvc, settings);
@@ -119,12 +121,12 @@ pub(super) fn deployment(
         SidecarMode::Regular => containers.push(sidecar),
     }
     containers.extend(spec.pod.containers.iter().map(|c| users_container(isvc, c)));
-    let mut volumes = volumes(isvc);
+    let mut volumes = volumes(isvc, variant);
     volumes.extend(storage.into_iter().flat_map(|s| s.volumes));
 
     let pod = &spec.pod;
     let mut template_labels = pod.labels.clone();
-    template_labels.extend(labels(isvc));
+    template_labels.extend(variant.pod_labels(isvc));
     let mut annotations = pod.annotations.clone();
     annotations.insert(
         "kubectl.kubernetes.io/default-container".to_string(),
@@ -162,14 +164,14 @@ pub(super) fn deployment(
     };
 
     Deployment {
-        metadata: child_meta(isvc, isvc.name_any(), owner),
+        metadata: child_meta(isvc, variant.name(isvc, ""), owner),
         spec: Some(DeploymentSpec {
             // The autoscaler owns the count when there is one; applying none leaves its value.
             replicas: spec.autoscaling.is_none().then_some(spec.replicas),
             strategy: Some(strategy(isvc)),
             progress_deadline_seconds: spec.rollout.progress_deadline_seconds,
             selector: LabelSelector {
-                match_labels: Some(selector_labels(isvc)),
+                match_labels: Some(variant.selector_labels(isvc)),
                 ..LabelSelector::default()
             },
             template: PodTemplateSpec {
@@ -288,12 +290,12 @@ fn non_empty_map(map: &BTreeMap<String, String>) -> Option<BTreeMap<String, Stri
 }
 
 /// The operator's volumes (configuration, `/dev/shm`, label files), then the user's.
-fn volumes(isvc: &InferenceService) -> Vec<Volume> {
+fn volumes(isvc: &InferenceService, variant: Variant) -> Vec<Volume> {
     let spec = &isvc.spec;
     let mut volumes = vec![Volume {
         name: CONFIG_VOLUME.to_string(),
         config_map: Some(ConfigMapVolumeSource {
-            name: config_map_name(isvc),
+            name: config_map_name(isvc, variant),
             ..ConfigMapVolumeSource::default()
         }),
         ..Volume::default()
@@ -630,13 +632,13 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
 }
 
 /// What the sidecar learns from the downward API: the pod's name for its spans, and its
-/// address and namespace where it routes sequences among its peers.
+/// address and namespace where it watches peers (sequence peers, a canary's).
 fn sidecar_env(isvc: &InferenceService) -> Option<Vec<EnvVar>> {
     let mut env = Vec::new();
     if isvc.spec.sidecar.tracing.is_some() {
         env.extend(tracing_env());
     }
-    if isvc.spec.extensions.sequence.routed_by_sidecars() {
+    if isvc.spec.sidecars_dial_peers() {
         env.push(field_env("POD_IP", "status.podIP"));
         env.push(field_env("POD_NAMESPACE", "metadata.namespace"));
     }

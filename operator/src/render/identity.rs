@@ -81,7 +81,8 @@ pub(super) fn pods_service_account(isvc: &InferenceService) -> Option<String> {
         .or_else(|| isvc.spec.auth.by_identity().then(|| identity_name(isvc)))
 }
 
-/// Whether the pods need a ServiceAccount token: to watch peers, or to check identities.
+/// Whether the pods need a ServiceAccount token: to watch peers (a canary's included), or to
+/// check identities.
 pub(super) fn pods_need_token(isvc: &InferenceService) -> bool {
-    isvc.spec.extensions.sequence.routed_by_sidecars() || isvc.spec.auth.by_identity()
+    isvc.spec.sidecars_dial_peers() || isvc.spec.auth.by_identity()
 }

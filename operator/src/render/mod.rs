@@ -13,14 +13,16 @@
 //! | PodMonitor (monitoring.coreos.com/v1) | `<name>` | `monitoring.podMonitor` |
 //! | NetworkPolicy (ingress to the sidecar's ports) | `<name>` | unless `networkPolicy.enabled: false` |
 //! | Certificate (cert-manager.io/v1), kept in the Secret `<name>-tls` | `<name>-tls` | `tls.issuerRef` |
-//! | Service (headless, gRPC), Role, RoleBinding | `<name>-peers`, `<name>-sequence-peers` | `extensions.sequence.routing: Sidecar` |
+//! | Service (headless, gRPC), Role, RoleBinding | `<name>-peers`, `<name>-sequence-peers` | `extensions.sequence.routing: Sidecar`, or `canary` |
 //! | ServiceAccount | `<name>-sequence-peers` | the same, without `pod.serviceAccountName` |
+//! | the canary's ConfigMap, Deployment, headless Service, autoscaler (`canary.rs`) | `<name>-canary-sidecar`, `<name>-canary`, `<name>-canary-peers` | `canary` |
 //!
 //! Every object carries the owner reference of the InferenceService (controller, blocking owner
 //! deletion) and the labels of [`labels`]; selectors use only [`selector_labels`], which never
 //! change for the life of the resource.
 
 mod autoscaling;
+mod canary;
 mod certificate;
 mod config;
 mod deployment;
@@ -40,7 +42,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
@@ -48,6 +52,7 @@ use crate::crd::{InferenceService, ServiceUrls};
 use crate::validate;
 
 pub use autoscaling::{PENDING_METRIC, QUEUE_TIME_METRIC, scaled_object_resource};
+pub use canary::{CanaryObjects, canary_peers_name, canary_view};
 pub use certificate::certificate_resource;
 pub use config::{CONFIG_FILE, CONFIG_KEY, LABELS_DIR, sidecar_config};
 pub use deployment::{
@@ -211,6 +216,8 @@ pub struct Children {
     pub peers: Option<PeerObjects>,
     /// Present with `auth.inference.from: Identity`.
     pub identity: Option<IdentityObjects>,
+    /// Present with `canary`.
+    pub canary: Option<CanaryObjects>,
 }
 
 impl Children {
@@ -252,6 +259,17 @@ impl Children {
         if let Some(policy) = &self.network_policy {
             out.push(typed(policy)?);
         }
+        if let Some(canary) = &self.canary {
+            out.push(typed(&canary.config_map)?);
+            out.push(typed(&canary.peers_service)?);
+            out.push(typed(&canary.deployment)?);
+            if let Some(hpa) = &canary.hpa {
+                out.push(typed(hpa)?);
+            }
+            if let Some(object) = &canary.scaled_object {
+                out.push(serde_json::to_value(object)?);
+            }
+        }
         Ok(out)
     }
 
@@ -290,6 +308,17 @@ impl Children {
         if let Some(policy) = &self.network_policy {
             out.push(&policy.metadata);
         }
+        if let Some(canary) = &self.canary {
+            out.push(&canary.config_map.metadata);
+            out.push(&canary.peers_service.metadata);
+            out.push(&canary.deployment.metadata);
+            if let Some(hpa) = &canary.hpa {
+                out.push(&hpa.metadata);
+            }
+            if let Some(object) = &canary.scaled_object {
+                out.push(&object.metadata);
+            }
+        }
         out
     }
 }
@@ -324,7 +353,34 @@ pub fn build_children(
         problems,
     })?;
     let owner = owner_reference(isvc).ok_or_else(|| RenderError::MissingUid(name.clone()))?;
-    let config = sidecar_config(isvc, settings);
+    let (config_map, deployment) = workload(isvc, settings, &owner, Variant::Stable)?;
+    let service = service::service(isvc, &owner);
+    let pdb = service::pdb(isvc, &owner);
+    Ok(Children {
+        config_map,
+        deployment,
+        service,
+        pdb,
+        hpa: autoscaling::hpa(isvc, &owner, Variant::Stable),
+        scaled_object: autoscaling::scaled_object(isvc, &owner, Variant::Stable),
+        pod_monitor: monitoring::pod_monitor(isvc, &owner),
+        certificate: certificate::certificate(isvc, &owner, &settings.cluster_domain),
+        network_policy: network::network_policy(isvc, settings, &owner),
+        peers: peers::peer_objects(isvc, &owner),
+        identity: identity::identity_objects(isvc, &owner),
+        canary: canary::canary_objects(isvc, settings, &owner)?,
+    })
+}
+
+/// The sidecar's ConfigMap and the Deployment of one variant's pods.
+fn workload(
+    isvc: &InferenceService,
+    settings: &OperatorSettings,
+    owner: &OwnerReference,
+    variant: Variant,
+) -> Result<(ConfigMap, Deployment), RenderError> {
+    let name = isvc.name_any();
+    let config = sidecar_config(isvc, settings, variant);
     config.validate(&[]).map_err(|errors| RenderError::Config {
         name: name.clone(),
         message: errors
@@ -333,34 +389,18 @@ pub fn build_children(
             .collect::<Vec<_>>()
             .join("; "),
     })?;
-    let config_text =
-        infergate_config::yaml::to_string(&config).map_err(|message| RenderError::Config {
-            name: name.clone(),
-            message,
-        })?;
+    let config_text = infergate_config::yaml::to_string(&config)
+        .map_err(|message| RenderError::Config { name, message })?;
     let config_map = config::config_map(
         isvc,
-        &owner,
+        owner,
         &config_text,
         settings.status_client_ca.as_deref(),
+        variant,
     );
-    let deployment =
-        deployment::deployment(isvc, settings, &owner, &config_hash(config_text.as_bytes()));
-    let service = service::service(isvc, &owner);
-    let pdb = service::pdb(isvc, &owner);
-    Ok(Children {
-        config_map,
-        deployment,
-        service,
-        pdb,
-        hpa: autoscaling::hpa(isvc, &owner),
-        scaled_object: autoscaling::scaled_object(isvc, &owner),
-        pod_monitor: monitoring::pod_monitor(isvc, &owner),
-        certificate: certificate::certificate(isvc, &owner, &settings.cluster_domain),
-        network_policy: network::network_policy(isvc, settings, &owner),
-        peers: peers::peer_objects(isvc, &owner),
-        identity: identity::identity_objects(isvc, &owner),
-    })
+    let hash = config_hash(config_text.as_bytes());
+    let deployment = deployment::deployment(isvc, settings, owner, &hash, variant);
+    Ok((config_map, deployment))
 }
 
 /// The owner reference every child carries: controller, blocking owner deletion (so that a
@@ -376,10 +416,76 @@ pub fn owner_reference(isvc: &InferenceService) -> Option<OwnerReference> {
 /// Labels that select the pods. Only the name of the application and of the instance: they never
 /// change, because a Deployment's selector cannot.
 pub fn selector_labels(isvc: &InferenceService) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
-        ("app.kubernetes.io/instance".to_string(), isvc.name_any()),
-    ])
+    Variant::Stable.selector_labels(isvc)
+}
+
+/// `app.kubernetes.io/name` of the canary's pods: a value of their own, so that neither the
+/// service's Deployment nor its client Service selects them (clients reach the canary only
+/// through the service's sidecars, which split the calls).
+pub const CANARY_APP_NAME: &str = "infergate-canary";
+
+/// Whose pods an object is for: the service's own, or its canary's (`spec.canary`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// The service's pods, `<name>`.
+    Stable,
+    /// The canary's, `<name>-canary`.
+    Canary,
+}
+
+impl Variant {
+    /// The name of one of the variant's objects: `<name><suffix>` or `<name>-canary<suffix>`.
+    pub fn name(self, isvc: &InferenceService, suffix: &str) -> String {
+        match self {
+            Variant::Stable => format!("{}{suffix}", isvc.name_any()),
+            Variant::Canary => format!("{}-canary{suffix}", isvc.name_any()),
+        }
+    }
+
+    /// Labels that select the variant's pods: the application's name (the canary's own) and
+    /// the instance, the resource's name.
+    pub fn selector_labels(self, isvc: &InferenceService) -> BTreeMap<String, String> {
+        let app = match self {
+            Variant::Stable => APP_NAME,
+            Variant::Canary => CANARY_APP_NAME,
+        };
+        BTreeMap::from([
+            ("app.kubernetes.io/name".to_string(), app.to_string()),
+            ("app.kubernetes.io/instance".to_string(), isvc.name_any()),
+        ])
+    }
+
+    /// Labels of the variant's pods: its selector labels and the manager.
+    pub fn pod_labels(self, isvc: &InferenceService) -> BTreeMap<String, String> {
+        let mut labels = self.selector_labels(isvc);
+        labels.insert(
+            "app.kubernetes.io/managed-by".to_string(),
+            MANAGER.to_string(),
+        );
+        labels
+    }
+}
+
+/// A selector of every pod of the resource, its canary's too where it has one (the
+/// NetworkPolicy's, the PodMonitor's).
+pub fn all_pods_selector(isvc: &InferenceService) -> LabelSelector {
+    if isvc.spec.canary.is_none() {
+        return LabelSelector {
+            match_labels: Some(selector_labels(isvc)),
+            ..LabelSelector::default()
+        };
+    }
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(
+            "app.kubernetes.io/instance".to_string(),
+            isvc.name_any(),
+        )])),
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "app.kubernetes.io/name".to_string(),
+            operator: "In".to_string(),
+            values: Some(vec![APP_NAME.to_string(), CANARY_APP_NAME.to_string()]),
+        }]),
+    }
 }
 
 /// Labels of every child and of the pods: the selector labels plus the manager.

@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::json;
 
-use super::{child_meta, selector_labels};
+use super::{all_pods_selector, child_meta};
 use crate::crd::{InferenceService, TlsSpec};
 
 /// The Prometheus Operator's PodMonitor resource.
@@ -64,7 +64,7 @@ pub(super) fn pod_monitor(
     object.metadata = metadata;
     object.data = json!({
         "spec": {
-            "selector": {"matchLabels": selector_labels(isvc)},
+            "selector": all_pods_selector(isvc),
             "podMetricsEndpoints": [endpoint],
         }
     });

@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReferen
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::{OperatorSettings, child_meta, selector_labels};
+use super::{OperatorSettings, all_pods_selector, child_meta};
 use crate::crd::InferenceService;
 
 /// The namespace whose pods may scrape the metrics port where the spec lists no scrapers: where
@@ -92,10 +92,7 @@ pub(super) fn network_policy(
     Some(NetworkPolicy {
         metadata: child_meta(isvc, isvc.name_any(), owner),
         spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(selector_labels(isvc)),
-                ..LabelSelector::default()
-            }),
+            pod_selector: Some(all_pods_selector(isvc)),
             policy_types: Some(vec!["Ingress".to_string()]),
             ingress: Some(ingress),
             ..NetworkPolicySpec::default()

@@ -1,6 +1,6 @@
-//! What sidecar routing of sequences needs (`extensions.sequence.routing: Sidecar`): a headless
-//! Service whose EndpointSlices list the pods, and the least access that lets the sidecars
-//! watch them: a Role allowing `list` and `watch` on `endpointslices` in the resource's
+//! What sidecar routing of sequences needs (`extensions.sequence.routing: Sidecar`), and a
+//! canary's split (`canary`): a headless Service whose EndpointSlices list the pods, and the
+//! least access that lets the sidecars watch them (the canary's `<name>-canary-peers` too): a Role allowing `list` and `watch` on `endpointslices` in the resource's
 //! namespace, bound to the pods' service account (the one `pod.serviceAccountName` names, else
 //! `<name>-sequence-peers`, made for it).
 
@@ -10,13 +10,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::{child_meta, pods_role, pods_role_binding, selector_labels};
+use super::{Variant, child_meta, pods_role, pods_role_binding};
 use crate::crd::InferenceService;
 
 /// Name of the headless Service, the Role, the RoleBinding and (where the resource names none)
 /// the service account.
 pub fn peers_name(isvc: &InferenceService) -> String {
-    format!("{}-peers", isvc.name_any())
+    Variant::Stable.name(isvc, "-peers")
 }
 
 /// Name of the Role, the RoleBinding and the service account made for the pods.
@@ -35,13 +35,13 @@ pub struct PeerObjects {
 }
 
 pub(super) fn peer_objects(isvc: &InferenceService, owner: &OwnerReference) -> Option<PeerObjects> {
-    if !isvc.spec.extensions.sequence.routed_by_sidecars() {
+    if !isvc.spec.sidecars_dial_peers() {
         return None;
     }
     let access = access_name(isvc);
     let account = service_account_name(isvc)?;
     Some(PeerObjects {
-        service: headless_service(isvc, owner),
+        service: headless_service(isvc, owner, Variant::Stable),
         service_account: isvc
             .spec
             .pod
@@ -66,9 +66,9 @@ pub(super) fn peer_objects(isvc: &InferenceService, owner: &OwnerReference) -> O
     })
 }
 
-/// The pods' service account where sidecars route sequences: the resource's own, else ours.
+/// The pods' service account where sidecars watch peers: the resource's own, else ours.
 pub(super) fn service_account_name(isvc: &InferenceService) -> Option<String> {
-    if !isvc.spec.extensions.sequence.routed_by_sidecars() {
+    if !isvc.spec.sidecars_dial_peers() {
         return isvc.spec.pod.service_account_name.clone();
     }
     Some(
@@ -80,14 +80,19 @@ pub(super) fn service_account_name(isvc: &InferenceService) -> Option<String> {
     )
 }
 
-/// `<name>-peers`: headless (no cluster address, no load balancing), on the sidecars' gRPC port,
-/// where the peers reach each other. Only its EndpointSlices are used.
-fn headless_service(isvc: &InferenceService, owner: &OwnerReference) -> Service {
+/// `<name>-peers` (the canary's `<name>-canary-peers`): headless (no cluster address, no load
+/// balancing), on the sidecars' gRPC port, where the peers reach each other. Only its
+/// EndpointSlices are used.
+pub(super) fn headless_service(
+    isvc: &InferenceService,
+    owner: &OwnerReference,
+    variant: Variant,
+) -> Service {
     Service {
-        metadata: child_meta(isvc, peers_name(isvc), owner),
+        metadata: child_meta(isvc, variant.name(isvc, "-peers"), owner),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_string()),
-            selector: Some(selector_labels(isvc)),
+            selector: Some(variant.selector_labels(isvc)),
             ports: Some(vec![ServicePort {
                 name: Some("grpc".to_string()),
                 port: isvc.spec.sidecar.ports.grpc,
