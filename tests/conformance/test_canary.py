@@ -53,14 +53,16 @@ class Pair:
                           and f.get("to") == "Ready")
 
     def set_share(self, percent):
+        after = len(self.stable.log_lines)
         self.share.write_text(f"{percent}\n")
         self.wait_for_log(self.stable, lambda f: f.get("message") == "canary share changed"
-                          and f.get("to") == percent)
+                          and f.get("to") == percent, after=after)
 
     @staticmethod
-    def wait_for_log(server, match, timeout=15.0):
+    def wait_for_log(server, match, timeout=15.0, after=0):
+        """Until a line logged after the first `after` matches."""
         deadline = time.monotonic() + timeout
-        seen = 0
+        seen = after
         while time.monotonic() < deadline:
             lines = list(server.log_lines)
             for line in lines[seen:]:
@@ -208,3 +210,33 @@ def test_a_canary_that_is_gone_costs_no_call(tmp_path_factory):
         assert variant_calls(p.stable)[("stable", "success")] == 200
     finally:
         p.stop()
+
+
+def classify(module, address, x):
+    client = module.InferenceServerClient(address)
+    try:
+        inputs = [module.InferInput("INPUT0", list(x.shape), "FP32")]
+        inputs[0].set_data_from_numpy(x)
+        kwargs = {"binary_data": False} if module is httpclient else {}
+        outputs = [module.InferRequestedOutput("OUTPUT0", class_count=3, **kwargs)]
+        result = client.infer("classifier", inputs, outputs=outputs)
+        return [v.decode() if isinstance(v, bytes) else v
+                for v in result.as_numpy("OUTPUT0").reshape(-1)]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("module", [grpcclient, httpclient], ids=["grpc", "http"])
+def test_the_canarys_answer_is_the_clients_as_the_canary_gives_it(pair, module):
+    """Classification and binary or JSON outputs come back through the split as the canary
+    answers them to a client of its own."""
+    x = np.array([[0.5, 3.3, -1.0, 2.25]], dtype=np.float32)
+    address = lambda s: s.grpc if module is grpcclient else s.http  # noqa: E731
+    direct = classify(module, address(pair.canary), x)
+    try:
+        pair.set_share(100)
+        before = served(pair.canary, "classifier")
+        assert classify(module, address(pair.stable), x) == direct
+        assert served(pair.canary, "classifier") == before + 1
+    finally:
+        pair.set_share(30)
