@@ -4,7 +4,8 @@ Run inside the client image (it is passed to `python3 -` on standard input):
 
     calls.py CHECK HOST [options]
 
-CHECK is one of binary, classification, sequence, spread, rolling, shm, large, metrics. The last line printed is a
+CHECK is one of binary, classification, sequence, spread, rolling, shm, large, metrics, served,
+variants, sequences. The last line printed is a
 JSON object with what the server answered; the test compares it with what it expects. Any error
 of the client (a refused call, a wrong status) ends the script with a non-zero status.
 """
@@ -314,7 +315,56 @@ def check_served(args):
     return counts
 
 
-CHECKS = {"binary": check_binary, "classification": check_classification,
+def check_variants(args):
+    """--calls classification calls of the classifier (class_count 1) on one client of each
+    protocol (one gRPC channel; one HTTP connection): each answer's value and index must be the
+    input's largest, and its label tells which variant answered (the canary's label file is the
+    service's in upper case). Returns, per protocol, how many answers had each kind of label."""
+    rng = np.random.default_rng(11)
+    out = {}
+    for proto, module in (("grpc", grpcclient), ("rest", httpclient)):
+        client = (module.InferenceServerClient(f"{args.host}:8001") if module is grpcclient
+                  else module.InferenceServerClient(f"{args.host}:8000", network_timeout=60.0))
+        counts = {"upper": 0, "lower": 0}
+        for _ in range(args.calls):
+            x = rng.permutation(np.array([0.5, 3.25, -1.0, 2.0], dtype=np.float32)).reshape(1, 4)
+            i = module.InferInput("INPUT0", [1, 4], "FP32")
+            i.set_data_from_numpy(x)
+            kwargs = {"binary_data": False} if module is httpclient else {}
+            wanted = [module.InferRequestedOutput("OUTPUT0", class_count=1, **kwargs)]
+            r = client.infer("classifier", [i], outputs=wanted)
+            answer = r.as_numpy("OUTPUT0").reshape(-1)[0]
+            answer = answer.decode() if isinstance(answer, bytes) else answer
+            value, index, label = answer.split(":")
+            top = int(np.argmax(x))
+            if int(index) != top or float(value) != float(x[0, top]):
+                raise AssertionError(f"{proto}: {answer} for {x.tolist()}")
+            counts["upper" if label.isupper() else "lower"] += 1
+        client.close()
+        out[proto] = counts
+    return out
+
+
+def check_sequences(args):
+    """--sequences sequences of sequence_accumulator (--length requests each, running sums) on
+    one gRPC channel, four at a time interleaved, ids from --sequence-id up. Returns each
+    sequence's answers by id."""
+    client = grpcclient.InferenceServerClient(f"{args.host}:8001")
+    ids = [args.sequence_id + n for n in range(args.sequences)]
+    answers = {sid: [] for sid in ids}
+    for group in range(0, len(ids), 4):
+        for step in range(args.length):
+            for sid in ids[group:group + 4]:
+                i = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+                i.set_data_from_numpy(np.array([[sid % 7 + step]], dtype=np.int32))
+                r = client.infer("sequence_accumulator", [i], sequence_id=sid,
+                                 sequence_start=step == 0, sequence_end=step == args.length - 1)
+                answers[sid].append(int(r.as_numpy("OUTPUT").reshape(-1)[0]))
+    client.close()
+    return {str(sid): a for sid, a in answers.items()}
+
+
+CHECKS = {"binary": check_binary, "variants": check_variants, "sequences": check_sequences, "classification": check_classification,
           "sequence": check_sequence, "spread": check_spread, "rolling": check_rolling,
           "shm": check_shm,
           "large": check_large,
@@ -336,6 +386,7 @@ def main():
     p.add_argument("--hosts-file", default="/tmp/hosts")
     p.add_argument("--stop-file", default="/tmp/stop-rolling")
     p.add_argument("--port", type=int, default=8002)
+    p.add_argument("--calls", type=int, default=2000)
     args = p.parse_args()
     try:
         print(json.dumps(CHECKS[args.check](args)), flush=True)
