@@ -157,7 +157,14 @@ impl Call {
     }
 }
 
-/// One inference: here, or on the peer that holds its sequence.
+/// The caller's credential (`authorization`), where this sidecar checks identities, to be passed
+/// on with a request forwarded to a peer, which checks it too; `None` elsewhere.
+pub fn credential(state: &AppState, authorization: Option<&str>) -> Option<String> {
+    state.identity.as_ref()?;
+    authorization.map(str::to_string)
+}
+
+/// One inference: here, the canary's, or on the peer that holds its sequence.
 pub async fn infer(
     state: &AppState,
     call: &Call,

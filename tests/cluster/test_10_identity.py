@@ -137,20 +137,21 @@ def setup_accounts(cluster, namespace):
     apply_list(cluster, docs)
 
 
-def start_sidecar(cluster, namespace, workdir, verify: str) -> dict:
-    kubeconfig = cluster.token_kubeconfig(workdir / f"{namespace}-{verify}.kubeconfig",
+def start_sidecar(cluster, namespace, workdir, verify: str, role: str = "",
+                  extra: tuple[str, ...] = ()) -> dict:
+    kubeconfig = cluster.token_kubeconfig(workdir / f"{namespace}-{verify}{role}.kubeconfig",
                                           token(cluster, namespace, "sidecar"))
-    config = workdir / f"{namespace}-{verify}.yaml"
+    config = workdir / f"{namespace}-{verify}{role}.yaml"
     config.write_text(json.dumps({"server": {"identity": {
         "apis": ["inference", "model-repository"], "audience": audience(namespace),
         "verify": verify, "cache_seconds": CACHE_SECONDS,
         "authorize": {"namespace": namespace, "name": NAME, "verb": "infer"}}}}))
     http, grpc = free_port(), free_port()
-    log = workdir / f"{namespace}-{verify}.log"
-    process = Process(f"sidecar-{verify}", [
+    log = workdir / f"{namespace}-{verify}{role}.log"
+    process = Process(f"sidecar-{verify}{role}", [
         str(_env_path("INFERGATE_SIDECAR_BIN")), "--host", "127.0.0.1",
         "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", "0",
-        "--admin-port", "0", "--log-format", "json", "--config", str(config),
+        "--admin-port", "0", "--log-format", "json", "--config", str(config), *extra,
     ], log, env={**os.environ, "KUBECONFIG": str(kubeconfig)})
     address = f"127.0.0.1:{http}"
     wait_for("the sidecar", lambda: call(address, "/v2/health/ready")[0] == 200, timeout=30)
@@ -227,6 +228,45 @@ def test_callers_need_a_token_and_the_verb(cluster, namespace, workdir, verify):
             assert secret not in log and secret.split(".")[2] not in log
     finally:
         sidecar["process"].stop()
+        cluster.kubectl("delete", "clusterrolebinding", f"{ns}-sidecar-auth-delegator",
+                        check=False)
+
+
+def served(http: str, bearer: str) -> int:
+    """Inferences of `simple` the sidecar at `http` ran itself."""
+    status, stats, _ = call(http, "/v2/models/simple/stats", bearer)
+    assert status == 200, stats
+    return sum(s["inference_count"] for s in stats["model_stats"])
+
+
+def test_a_call_given_to_a_canary_carries_the_callers_token(cluster, namespace, workdir):
+    """A sidecar that gives every call to its canary's sidecar (which checks identities too)
+    passes the caller's token on: the caller is served by the canary, a caller without a token
+    is refused by the first sidecar and never reaches the canary."""
+    ns = namespace
+    setup_accounts(cluster, ns)
+    canary = start_sidecar(cluster, ns, workdir, "Jwks", "-canary")
+    stable = start_sidecar(cluster, ns, workdir, "Jwks", "-stable", extra=(
+        "--canary-peers", canary["grpc"], "--canary-traffic-percent", "100"))
+    try:
+        caller = token(cluster, ns, "caller", audience(ns))
+        wait_for("the canary probed ready", lambda: b'"to":"Ready"' in
+                 stable["log"].read_bytes().replace(b" ", b""), timeout=15)
+        before = served(canary["http"], caller)
+        infer = "/v2/models/simple/infer"
+        status, answer, _ = call(stable["http"], infer, caller, infer_body())
+        assert status == 200, answer
+        assert answer["outputs"][0]["data"] == [i + 1 for i in range(16)]
+        assert grpc_code(stable["grpc"], caller) == "OK"
+        assert served(canary["http"], caller) == before + 2
+        assert served(stable["http"], caller) == 0
+        status, answer, _ = call(stable["http"], infer, None, infer_body())
+        assert status == 401, answer
+        assert grpc_code(stable["grpc"], None) == "StatusCode.UNAUTHENTICATED"
+        assert served(canary["http"], caller) == before + 2
+    finally:
+        stable["process"].stop()
+        canary["process"].stop()
         cluster.kubectl("delete", "clusterrolebinding", f"{ns}-sidecar-auth-delegator",
                         check=False)
 

@@ -63,6 +63,10 @@ pub struct InferRequest {
     /// `priority` there is a parameter like any other), where infer requests carry their
     /// sequence, priority and timeout in them.
     pub plain_parameters: bool,
+    /// The caller's `Authorization`, kept only where the sidecar checks identities: a request
+    /// forwarded to a peer (a sequence's holder, a canary) carries it, and the peer checks it
+    /// again.
+    pub credential: Option<String>,
 }
 
 impl InferRequest {

@@ -201,7 +201,8 @@ impl GrpcInferenceService for Inference {
         call.note_id(&message.id);
         call.event("GRPC_WAITREAD_END", received);
         let result = async {
-            let request = convert::request(message, state.shm_for(caller))?;
+            let mut request = convert::request(message, state.shm_for(caller))?;
+            request.credential = front_door::credential(state, text("authorization"));
             let response = front_door::infer(state, &call, target, request, origin).await?;
             call.event("INFER_RESPONSE_COMPLETE", Instant::now());
             Ok::<_, Error>(convert::response(response))
@@ -217,14 +218,17 @@ impl GrpcInferenceService for Inference {
         &self,
         request: Request<Streaming<ModelInferRequest>>,
     ) -> Reply<Self::ModelStreamInferStream> {
-        let context =
-            trace::context_of(|name| request.metadata().get(name).and_then(|v| v.to_str().ok()));
+        let text = |name| request.metadata().get(name).and_then(|v| v.to_str().ok());
+        let opening = stream::Opening {
+            context: trace::context_of(text),
+            credential: front_door::credential(&self.state, text("authorization")),
+        };
         let caller = Caller::of(request.extensions());
         Ok(Response::new(stream::serve(
             self.state.clone(),
             caller,
             request.into_inner(),
-            std::sync::Arc::new(context),
+            std::sync::Arc::new(opening),
         )))
     }
 

@@ -88,13 +88,22 @@ impl SequenceOrder {
     }
 }
 
-/// Serves one stream. `context` is the stream's trace context (its `traceparent`), which each of
-/// its traced requests' spans go under.
+/// What every request of a stream takes from the stream's opening.
+pub struct Opening {
+    /// The stream's trace context (its `traceparent`), which each of its traced requests' spans
+    /// go under.
+    pub context: HashMap<String, String>,
+    /// The caller's credential, passed on with a request forwarded to a peer
+    /// ([`front_door::credential`]).
+    pub credential: Option<String>,
+}
+
+/// Serves one stream.
 pub fn serve(
     state: SharedState,
     caller: Option<Caller>,
     mut inbound: Streaming<ModelInferRequest>,
-    context: Arc<HashMap<String, String>>,
+    context: Arc<Opening>,
 ) -> ResponseStream {
     let (tx, rx) = mpsc::channel(STREAM_WINDOW);
     tokio::spawn(async move {
@@ -155,7 +164,7 @@ fn begin(
     state: &SharedState,
     target: &Target,
     request: &ModelInferRequest,
-    context: &HashMap<String, String>,
+    context: &Opening,
 ) -> Call {
     let received = Instant::now();
     let mut call = Call::begin(
@@ -164,7 +173,7 @@ fn begin(
         &request.model_name,
         Protocol::Grpc,
         received,
-        || context.clone(),
+        || context.context.clone(),
     );
     call.note_id(&request.id);
     call.event("GRPC_WAITREAD_END", received);
@@ -176,7 +185,7 @@ async fn answer(
     caller: Option<Caller>,
     target: Target,
     request: ModelInferRequest,
-    context: &HashMap<String, String>,
+    context: &Opening,
 ) -> ModelStreamInferResponse {
     let id = request.id.clone();
     let model = (request.model_name.clone(), request.model_version.clone());
@@ -188,7 +197,10 @@ async fn answer(
     }
     let mut call = begin(&state, &target, &request, context);
     let result = match convert::request(request, state.shm_for(caller)) {
-        Ok(req) => front_door::infer(&state, &call, target, req, Origin::Client).await,
+        Ok(mut req) => {
+            req.credential = context.credential.clone();
+            front_door::infer(&state, &call, target, req, Origin::Client).await
+        }
         Err(e) => Err(e),
     };
     call.end(result.as_ref().err());
@@ -228,7 +240,7 @@ async fn answer_decoupled(
     target: Target,
     request: ModelInferRequest,
     tx: mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
-    context: &HashMap<String, String>,
+    context: &Opening,
 ) {
     let id = request.id.clone();
     let model_name = request.model_name.clone();

@@ -63,6 +63,10 @@ pub async fn forward(
     if let Ok(value) = value.parse() {
         metadata.insert(key, value);
     }
+    // The peer checks the caller's identity again.
+    if let Some(value) = request.credential.as_deref().and_then(|c| c.parse().ok()) {
+        metadata.insert("authorization", value);
+    }
     for (name, value) in context {
         if let Ok(value) = value.parse() {
             metadata.insert(*name, value);

@@ -153,7 +153,7 @@ async fn start(
         max_depth: st.limits.max_json_depth,
         max_input_bytes: limit,
     };
-    let request = if raw.len() >= OFFLOAD_BYTES {
+    let mut request = if raw.len() >= OFFLOAD_BYTES {
         let (model, version) = (model.clone(), version.to_string());
         off_worker(move || request::decode(&model, &version, &raw, limits)).await?
     } else {
@@ -163,6 +163,10 @@ async fn start(
         let responses = front_door::infer_decoupled(st, call, target, request).await?;
         return Ok(Started::Many(responses));
     }
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    request.credential = front_door::credential(st, authorization);
     match front_door::infer(st, call, target, request, Origin::Client).await {
         // What the model raised is its response; a refusal is the request's.
         Err(e) if !e.from_model => Err(e),

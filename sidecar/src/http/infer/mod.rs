@@ -101,6 +101,8 @@ pub(super) async fn run_infer(
             (request, target)
         };
         call.note_id(&request.id);
+        let mut request = request;
+        request.credential = front_door::credential(&st, header(header::AUTHORIZATION));
         let response = front_door::infer(&st, &call, target, request, Origin::Client).await?;
         call.event("INFER_RESPONSE_COMPLETE", Instant::now());
         let accept_encoding = header(header::ACCEPT_ENCODING);
