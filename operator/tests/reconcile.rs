@@ -171,6 +171,12 @@ fn no_autoscaler_or_monitor() -> Vec<Step> {
             "/apis/monitoring.coreos.com/v1{NS}/podmonitors/svc"
         )),
         missing(&format!(
+            "/apis/gateway.networking.k8s.io/v1{NS}/httproutes/svc"
+        )),
+        missing(&format!(
+            "/apis/gateway.networking.k8s.io/v1{NS}/grpcroutes/svc"
+        )),
+        missing(&format!(
             "/apis/cert-manager.io/v1{NS}/certificates/svc-tls"
         )),
         missing(&format!("/api/v1{NS}/configmaps/svc-canary-sidecar")),
@@ -213,13 +219,13 @@ async fn create_applies_every_child_then_writes_status() {
     assert_eq!(seen[5].body, expected);
     assert_eq!(seen[5].body, apply::as_applied(&want.deployment).unwrap());
     assert_eq!(seen[9].body, apply::as_applied(&pdb).unwrap());
-    let pods = &seen[16];
+    let pods = &seen[18];
     assert!(
         pods.query
             .contains("labelSelector=app.kubernetes.io%2Finstance%3Dsvc"),
         "{pods:?}"
     );
-    let status = &seen[17].body;
+    let status = &seen[19].body;
     assert_eq!(status["apiVersion"], "infergate.dev/v1alpha1");
     assert_eq!(status["kind"], "InferenceService");
     assert_eq!(status["status"]["observedGeneration"], 1);

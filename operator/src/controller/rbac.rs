@@ -38,7 +38,7 @@ pub const CLUSTER_RULES: &[Rule] = &[
     Rule {
         api_groups: &[""],
         resources: &["configmaps"],
-        verbs: &["get", "list", "watch", "create", "patch"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     Rule {
         api_groups: &["policy"],
@@ -68,6 +68,11 @@ pub const CLUSTER_RULES: &[Rule] = &[
     Rule {
         api_groups: &["cert-manager.io"],
         resources: &["certificates"],
+        verbs: &["get", "create", "patch", "delete"],
+    },
+    Rule {
+        api_groups: &["gateway.networking.k8s.io"],
+        resources: &["httproutes", "grpcroutes"],
         verbs: &["get", "create", "patch", "delete"],
     },
     // Sidecars that route sequences watch their peers' EndpointSlices: the operator gives their

@@ -356,6 +356,8 @@ async fn apply_children(
             &name,
         ),
         (&children.pod_monitor, render::pod_monitor_resource(), &name),
+        (&children.http_route, render::http_route_resource(), &name),
+        (&children.grpc_route, render::grpc_route_resource(), &name),
         (
             &children.certificate,
             render::certificate_resource(),

@@ -62,7 +62,7 @@ pub use models::{DynamicBatching, LabelFiles, ModelSettings};
 pub use network::NetworkPolicySpec;
 pub use pod::PodOverrides;
 pub use rollout::{RolloutSpec, RolloutStrategy, is_rollout_limit, is_zero};
-pub use service::{ServiceSpec, ServiceType};
+pub use service::{GatewayRoutes, ServiceSpec, ServiceType};
 pub use sidecar::{LogFormat, LogLevel, SidecarMode, SidecarPorts, SidecarSpec};
 pub use spec::{GROUP, InferenceService, InferenceServiceSpec, KIND, VERSION};
 pub use status::{

@@ -11,6 +11,7 @@
 //! | HorizontalPodAutoscaler (autoscaling/v2) | `<name>` | `autoscaling.engine: HPA` |
 //! | ScaledObject (keda.sh/v1alpha1) | `<name>` | `autoscaling.engine: KEDA` |
 //! | PodMonitor (monitoring.coreos.com/v1) | `<name>` | `monitoring.podMonitor` |
+//! | HTTPRoute and GRPCRoute (gateway.networking.k8s.io/v1) | `<name>` | `service.gateway` |
 //! | NetworkPolicy (ingress to the sidecar's ports) | `<name>` | unless `networkPolicy.enabled: false` |
 //! | Certificate (cert-manager.io/v1), kept in the Secret `<name>-tls` | `<name>-tls` | `tls.issuerRef` |
 //! | Service (headless, gRPC), Role, RoleBinding | `<name>-peers`, `<name>-sequence-peers` | `extensions.sequence.routing: Sidecar`, or `canary` |
@@ -30,6 +31,7 @@ mod identity;
 mod monitoring;
 mod network;
 mod peers;
+mod routes;
 mod security;
 mod service;
 mod storage;
@@ -62,6 +64,7 @@ pub use deployment::{
 pub use identity::{IdentityObjects, identity_name};
 pub use monitoring::pod_monitor_resource;
 pub use peers::{PeerObjects, access_name as peer_access_name, peers_name};
+pub use routes::{grpc_route_resource, http_route_resource};
 
 /// `app.kubernetes.io/name` of every object.
 pub const APP_NAME: &str = "infergate";
@@ -218,6 +221,10 @@ pub struct Children {
     pub identity: Option<IdentityObjects>,
     /// Present with `canary`.
     pub canary: Option<CanaryObjects>,
+    /// Present with `service.gateway`.
+    pub http_route: Option<DynamicObject>,
+    /// Present with `service.gateway`.
+    pub grpc_route: Option<DynamicObject>,
 }
 
 impl Children {
@@ -254,6 +261,9 @@ impl Children {
             out.push(typed(hpa)?);
         }
         for object in self.scaled_object.iter().chain(&self.pod_monitor) {
+            out.push(serde_json::to_value(object)?);
+        }
+        for object in self.http_route.iter().chain(&self.grpc_route) {
             out.push(serde_json::to_value(object)?);
         }
         if let Some(policy) = &self.network_policy {
@@ -303,6 +313,9 @@ impl Children {
             out.push(&hpa.metadata);
         }
         for object in self.scaled_object.iter().chain(&self.pod_monitor) {
+            out.push(&object.metadata);
+        }
+        for object in self.http_route.iter().chain(&self.grpc_route) {
             out.push(&object.metadata);
         }
         if let Some(policy) = &self.network_policy {
@@ -369,6 +382,8 @@ pub fn build_children(
         peers: peers::peer_objects(isvc, &owner),
         identity: identity::identity_objects(isvc, &owner),
         canary: canary::canary_objects(isvc, settings, &owner)?,
+        http_route: routes::http_route(isvc, &owner),
+        grpc_route: routes::grpc_route(isvc, &owner),
     })
 }
 
