@@ -28,7 +28,8 @@ pub const CLUSTER_RULES: &[Rule] = &[
     Rule {
         api_groups: &["apps"],
         resources: &["deployments"],
-        verbs: &["get", "list", "watch", "create", "patch"],
+        // delete: a canary's Deployment goes with the canary.
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     Rule {
         api_groups: &[""],
