@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{MINIMAL, sidecar_config, with_spec};
+use common::{MINIMAL, pod, sidecar_config, with_spec};
 use infergate_operator::render::{self, CanaryObjects, Children, OperatorSettings};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -22,6 +22,15 @@ fn build(spec: &str) -> Children {
 
 fn canary(children: &Children) -> &CanaryObjects {
     children.canary.as_ref().expect("canary objects")
+}
+
+/// The canary's sidecars' configuration, validated as the sidecar would.
+fn canary_config(children: &Children) -> infergate_config::SidecarConfig {
+    let data = canary(children).config_map.data.as_ref().unwrap();
+    let config: infergate_config::SidecarConfig =
+        infergate_config::yaml::from_str(&data["config.yaml"]).unwrap();
+    config.validate(&[]).unwrap();
+    config
 }
 
 /// Whether `selector` (match labels only) selects a pod with `labels`.
@@ -116,17 +125,8 @@ fn the_services_sidecars_split_and_a_new_share_rolls_no_pod() {
     assert_eq!(data["canary-traffic-percent"], "25\n");
     // They watch the canary's EndpointSlices: an account of their own, bound to the Role.
     let peers = children.peers.as_ref().expect("peer access");
-    let pod = children
-        .deployment
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
     assert_eq!(
-        pod.service_account_name.as_deref(),
+        pod(&children).service_account_name.as_deref(),
         Some("resnet-sequence-peers")
     );
     assert_eq!(
@@ -144,10 +144,7 @@ fn the_services_sidecars_split_and_a_new_share_rolls_no_pod() {
     );
 
     // The canary's sidecars do not split, and have no share.
-    let canary_config: infergate_config::SidecarConfig = infergate_config::yaml::from_str(
-        &canary(&children).config_map.data.as_ref().unwrap()["config.yaml"],
-    )
-    .unwrap();
+    let canary_config = canary_config(&children);
     assert!(canary_config.server.canary.is_none());
     assert!(
         !canary(&children)
@@ -170,10 +167,7 @@ fn the_canarys_sidecars_route_sequences_among_the_canarys_pods() {
         service.server.sequence_peers_service.as_deref(),
         Some("resnet-peers")
     );
-    let canary_config: infergate_config::SidecarConfig = infergate_config::yaml::from_str(
-        &canary(&children).config_map.data.as_ref().unwrap()["config.yaml"],
-    )
-    .unwrap();
+    let canary_config = canary_config(&children);
     assert_eq!(
         canary_config.server.sequence_peers_service.as_deref(),
         Some("resnet-canary-peers")
@@ -194,10 +188,8 @@ fn the_canary_has_its_own_models_count_and_autoscaler() {
     // The autoscaler owns the count.
     assert_eq!(canary.deployment.spec.as_ref().unwrap().replicas, None);
     assert!(children.hpa.is_none());
-    let canary_config: infergate_config::SidecarConfig =
-        infergate_config::yaml::from_str(&canary.config_map.data.as_ref().unwrap()["config.yaml"])
-            .unwrap();
-    let infergate_config::BackendConfig::Upstream(upstream) = canary_config.backend else {
+    let infergate_config::BackendConfig::Upstream(upstream) = canary_config(&children).backend
+    else {
         panic!("an upstream");
     };
     let names: Vec<&str> = upstream.models.iter().map(|m| m.name.as_str()).collect();

@@ -10,7 +10,7 @@ import pytest
 
 from controlplane import wait_for
 from test_2_operator import apply, exists, load_example
-from test_5_autoscaling import module_file
+from test_5_autoscaling import installed_crds, module_file
 
 GATEWAY_API = "sigs.k8s.io/gateway-api@v1.6.3"
 ROUTE_CRDS = ["config/crd/standard/gateway.networking.k8s.io_httproutes.yaml",
@@ -19,16 +19,7 @@ ROUTE_CRDS = ["config/crd/standard/gateway.networking.k8s.io_httproutes.yaml",
 
 @pytest.fixture(scope="module")
 def route_crds(cluster):
-    files = [module_file(GATEWAY_API, path) for path in ROUTE_CRDS]
-    names = []
-    for f in files:
-        cluster.kubectl("apply", "--server-side", "-f", str(f))
-        names.append(cluster.get_json("-f", str(f))["metadata"]["name"])
-    for name in names:
-        cluster.kubectl("wait", f"crd/{name}", "--for=condition=Established", "--timeout=60s")
-    yield names
-    for name in names:
-        cluster.kubectl("delete", "crd", name, "--wait=true", check=False)
+    yield from installed_crds(cluster, [module_file(GATEWAY_API, path) for path in ROUTE_CRDS])
 
 
 def triton() -> dict:

@@ -31,9 +31,8 @@ def module_file(module: str, path: str) -> Path:
     return Path(json.loads(out.stdout)["Dir"]) / path
 
 
-@pytest.fixture(scope="module")
-def third_party_crds(cluster):
-    files = [module_file(m, p) for m, p in THIRD_PARTY_CRDS]
+def installed_crds(cluster, files: list[Path]):
+    """Installs the CRDs in `files` until the generator is closed (a fixture's body)."""
     names = []
     for f in files:
         cluster.kubectl("apply", "--server-side", "-f", str(f))
@@ -43,6 +42,11 @@ def third_party_crds(cluster):
     yield names
     for name in names:
         cluster.kubectl("delete", "crd", name, "--wait=true", check=False)
+
+
+@pytest.fixture(scope="module")
+def third_party_crds(cluster):
+    yield from installed_crds(cluster, [module_file(m, p) for m, p in THIRD_PARTY_CRDS])
 
 
 def triton(autoscaling: dict | None = None, monitoring: dict | None = None) -> dict:

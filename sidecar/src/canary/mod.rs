@@ -92,13 +92,7 @@ impl Canary {
     /// Probes the canary's sidecars, keeps their list where it is discovered, and reads the
     /// share again where a file holds it, until aborted.
     pub fn spawn(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        let mut tasks = vec![tokio::spawn(self.members.clone().probe())];
-        if let Some(target) = &self.discovery {
-            tasks.push(tokio::spawn(kubernetes::watch(
-                self.members.clone(),
-                target.clone(),
-            )));
-        }
+        let mut tasks = crate::peers::keep(&self.members, self.discovery.as_ref());
         if self.share.reloads() {
             let share = self.share.clone();
             tasks.push(tokio::spawn(crate::reload::every(

@@ -102,14 +102,7 @@ impl Peers {
 
     /// Probes the other peers, and keeps the membership where it is discovered, until aborted.
     pub fn spawn(&self) -> Vec<tokio::task::JoinHandle<()>> {
-        let mut tasks = vec![tokio::spawn(self.members.clone().probe())];
-        if let Some(target) = &self.discovery {
-            tasks.push(tokio::spawn(kubernetes::watch(
-                self.members.clone(),
-                target.clone(),
-            )));
-        }
-        tasks
+        keep(&self.members, self.discovery.as_ref())
     }
 
     /// How many sequences this sidecar holds now: started here or found here, neither ended nor
@@ -135,6 +128,22 @@ impl Peers {
             .map(|i| (list.peers[i].address.clone(), state(&list, i, ready)))
             .collect()
     }
+}
+
+/// Probes `members`, and keeps them equal to the pods `discovery`'s Service lists where there is
+/// one, until aborted.
+pub(crate) fn keep(
+    members: &Arc<Members>,
+    discovery: Option<&kubernetes::Target>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = vec![tokio::spawn(members.clone().probe())];
+    if let Some(target) = discovery {
+        tasks.push(tokio::spawn(kubernetes::watch(
+            members.clone(),
+            target.clone(),
+        )));
+    }
+    tasks
 }
 
 /// A peer's state; this sidecar's is `ready` (not starting, not draining), or live.
