@@ -157,7 +157,9 @@ ROLLING_HOSTS, ROLLING_STOP = "/tmp/rolling-hosts", "/tmp/rolling-stop"
 
 
 def set_rolling_hosts(kube, client, ips):
-    kube.exec(NS, client, "client", ["sh", "-c", f"echo {' '.join(ips)} > {ROLLING_HOSTS}"])
+    # Written aside and renamed over: the client never reads a file half written.
+    kube.exec(NS, client, "client", ["sh", "-c", f"echo {' '.join(ips)} > {ROLLING_HOSTS}.new "
+                                     f"&& mv {ROLLING_HOSTS}.new {ROLLING_HOSTS}"])
 
 
 def start_rolling(kube, client, ips, *args) -> subprocess.Popen:

@@ -195,12 +195,13 @@ def check_rolling(args):
     sent = [[] for _ in ids]
     answers = [[] for _ in ids]
     pods = [[] for _ in ids]
-    n, left = 0, None
+    n, left, hosts = 0, None, []
     while left is None or left > 0:
         if left is None and os.path.exists(args.stop_file):
             left = args.length
         with open(args.hosts_file) as f:
-            hosts = f.read().split()
+            # The test replaces the file by a rename; an empty read keeps the last list.
+            hosts = f.read().split() or hosts
         last = left == 1
         for s, sequence_id in enumerate(ids):
             host = hosts[(s + n) % len(hosts)]
