@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from perf_tools import REPO, cpu_seconds, free_ports, perf, start_sidecar
+from perf_tools import REPO, free_ports, perf_with_cpu, print_medians, start_sidecar
 
 MODEL = "simple"
 
@@ -61,17 +60,12 @@ def main() -> None:
                     _, http, grpc = started[name]
                     for protocol in ("grpc", "http"):
                         url = f"127.0.0.1:{http if protocol == 'http' else grpc}"
-                        before = [cpu_seconds(p.pid) for p in procs]
-                        begun = time.monotonic()
                         # `-x 1`: a forwarding sidecar's statistics do not count the calls (the
                         # canary's do), so perf_analyzer cannot tell the version from them.
-                        result = perf(["-m", MODEL, "-x", "1", "-u", url, "-i", protocol],
-                                      args.interval_ms, Path(work) / "pa.csv")
-                        elapsed = time.monotonic() - begun
-                        used = sum(cpu_seconds(p.pid) for p in procs) - sum(before)
-                        calls = result["throughput"] * elapsed
-                        result.update(variant=name, protocol=protocol, round=round_,
-                                      sidecars_cpu_us_per_call=1e6 * used / calls if calls else None)
+                        result = perf_with_cpu(["-m", MODEL, "-x", "1", "-u", url, "-i",
+                                                protocol], procs, args.interval_ms,
+                                               Path(work) / "pa.csv")
+                        result.update(variant=name, protocol=protocol, round=round_)
                         rows.append(result)
                         print(json.dumps(result), file=sys.stderr, flush=True)
     finally:
@@ -83,23 +77,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows}, indent=1))
 
-    def median(name, protocol, key):
-        return statistics.median(r[key] for r in rows
-                                 if r["variant"] == name and r["protocol"] == protocol)
-
-    print("| protocol | sidecar | inferences/s | p50 µs | p99 µs | sidecars' CPU µs/call | "
-          "throughput / plain | p50 / plain |")
-    print("|---|---|---|---|---|---|---|---|")
-    for protocol in ("grpc", "http"):
-        base_t = median("plain", protocol, "throughput")
-        base_p50 = median("plain", protocol, "p50_us")
-        for name in order:
-            t = median(name, protocol, "throughput")
-            p50 = median(name, protocol, "p50_us")
-            print(f"| {protocol} | {name} | {t:.0f} | {p50:.0f} | "
-                  f"{median(name, protocol, 'p99_us'):.0f} | "
-                  f"{median(name, protocol, 'sidecars_cpu_us_per_call'):.1f} | "
-                  f"{t / base_t:.2f} | {p50 / base_p50:.2f} |")
+    print_medians(rows, order, "plain", "sidecar")
     print(f"\n(medians of {args.rounds} rounds; {out.relative_to(REPO)})")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import statistics
 import sys
 import subprocess
 import time
@@ -62,3 +63,39 @@ def perf(target: list[str], interval_ms: int, out: Path, concurrency: int = 1) -
             "p99_us": float(row["p99 latency"])}
 
 
+
+
+def perf_with_cpu(target: list[str], procs: list[subprocess.Popen], interval_ms: int,
+                  out: Path) -> dict:
+    """`perf` at concurrency 1, with the CPU time `procs` spent per call over its run
+    (`sidecars_cpu_us_per_call`, user + system from /proc)."""
+    before = [cpu_seconds(p.pid) for p in procs]
+    started = time.monotonic()
+    result = perf(target, interval_ms, out)
+    elapsed = time.monotonic() - started
+    used = sum(cpu_seconds(p.pid) for p in procs) - sum(before)
+    calls = result["throughput"] * elapsed
+    result["sidecars_cpu_us_per_call"] = 1e6 * used / calls if calls else None
+    return result
+
+
+def print_medians(rows: list[dict], names: list[str], base: str, column: str) -> None:
+    """A Markdown table of the medians of `rows` by variant (`names`, in order) and protocol,
+    with each row's throughput and p50 against `base`'s."""
+    def median(name, protocol, key):
+        return statistics.median(r[key] for r in rows
+                                 if r["variant"] == name and r["protocol"] == protocol)
+
+    print(f"| protocol | {column} | inferences/s | p50 µs | p99 µs | sidecars' CPU µs/call | "
+          f"throughput / {base}'s | p50 / {base}'s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for protocol in ("grpc", "http"):
+        base_t = median(base, protocol, "throughput")
+        base_p50 = median(base, protocol, "p50_us")
+        for name in names:
+            t = median(name, protocol, "throughput")
+            p50 = median(name, protocol, "p50_us")
+            print(f"| {protocol} | {name} | {t:.0f} | {p50:.0f} | "
+                  f"{median(name, protocol, 'p99_us'):.0f} | "
+                  f"{median(name, protocol, 'sidecars_cpu_us_per_call'):.1f} | "
+                  f"{t / base_t:.2f} | {p50 / base_p50:.2f} |")
