@@ -181,6 +181,11 @@ pub struct ServerSettings {
     /// calls this sidecar receives from clients (docs/sidecar.md, "Canary"). Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanarySettings>,
+    /// The activator role (docs/sidecar.md, "Activator"): instead of fronting a model server,
+    /// this process holds the service's calls while none of its sidecars is ready, starts a pod
+    /// through the scale subresource, and passes the calls on once one is. Unset: a sidecar.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activator: Option<ActivatorSettings>,
     /// APIs served only to callers with a Kubernetes identity (docs/sidecar.md, "Kubernetes
     /// identities"). Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -212,6 +217,67 @@ pub struct CanarySettings {
     /// TLS towards the canary's sidecars, required where their gRPC ports serve it.
     #[serde(skip_serializing_if = "PeerTlsSettings::is_off")]
     pub tls: PeerTlsSettings,
+}
+
+/// The activator: where the service's sidecars are, the Deployment it scales from zero, and the
+/// bounds of what it holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ActivatorSettings {
+    /// The service's sidecars, their gRPC addresses (`HOST:PORT`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<String>,
+    /// In Kubernetes, instead of `peers`: the headless Service (`[NAMESPACE/]SERVICE`) whose
+    /// EndpointSlices list the service's pods, watched as `sequence_peers_service` is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Labels (`key=value,...`) the Service's EndpointSlices must carry to be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<String>,
+    /// The HTTP port of the service's sidecars (their gRPC port is the one in `peers` or in the
+    /// slices). REST calls are passed on there.
+    pub upstream_http_port: u16,
+    /// The Deployment (`[NAMESPACE/]NAME`) whose scale subresource the first held call raises
+    /// from 0 to `scale_to`. Unset: calls are held until a sidecar is ready, and nothing is
+    /// scaled (another scaler's job).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
+    /// The replicas a scale from zero asks for.
+    pub scale_to: u32,
+    /// The InferenceService (`[NAMESPACE/]NAME`) whose status says why its pods fail to start:
+    /// held calls are then answered with that reason at once, instead of at the hold's end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inference_service: Option<String>,
+    /// Longest a call is held waiting for a ready sidecar, in seconds; then 503 / `UNAVAILABLE`.
+    pub hold_timeout_seconds: u64,
+    /// Most calls held at once; past it, 503 / `UNAVAILABLE` with `Retry-After`.
+    pub max_held_calls: u32,
+    /// Most request bytes held at once (the bodies of held calls); past it, the same.
+    pub max_held_bytes: u64,
+    /// The `Retry-After` (seconds) of a call refused for the caps.
+    pub retry_after_seconds: u32,
+    /// TLS towards the service's sidecars, required where their ports serve it.
+    #[serde(skip_serializing_if = "PeerTlsSettings::is_off")]
+    pub tls: PeerTlsSettings,
+}
+
+impl Default for ActivatorSettings {
+    fn default() -> Self {
+        ActivatorSettings {
+            peers: Vec::new(),
+            service: None,
+            labels: None,
+            upstream_http_port: 8000,
+            deployment: None,
+            scale_to: 1,
+            inference_service: None,
+            hold_timeout_seconds: 300,
+            max_held_calls: 256,
+            max_held_bytes: 64 << 20,
+            retry_after_seconds: 5,
+            tls: PeerTlsSettings::default(),
+        }
+    }
 }
 
 /// TLS towards sequence peers: a peer gets a forwarded request only once it has proved a
@@ -321,6 +387,7 @@ impl Default for ServerSettings {
             sequence_peers_labels: None,
             sequence_peers_tls: PeerTlsSettings::default(),
             canary: None,
+            activator: None,
             identity: None,
         }
     }

@@ -116,6 +116,17 @@ impl SidecarConfig {
         if let Some(canary) = &s.canary {
             validate_canary(canary, &mut err);
         }
+        if let Some(activator) = &s.activator {
+            validate_activator(activator, &mut err);
+            let routed = !s.sequence_peers.is_empty() || s.sequence_peers_service.is_some();
+            if routed || s.canary.is_some() {
+                err(
+                    "server.activator",
+                    "an activator serves no model: it takes neither sequence peers nor a canary"
+                        .into(),
+                );
+            }
+        }
         let routed = !s.sequence_peers.is_empty() || s.sequence_peers_service.is_some();
         if routed && s.grpc_port == 0 {
             err(
@@ -408,6 +419,57 @@ fn validate_canary(canary: &super::CanarySettings, err: &mut impl FnMut(&str, St
             "server.canary.traffic_percent",
             format!("{} is not a percent (0 to 100)", canary.traffic_percent),
         );
+    }
+}
+
+/// `server.activator`: where the service's sidecars are, and bounds that hold something.
+fn validate_activator(activator: &super::ActivatorSettings, err: &mut impl FnMut(&str, String)) {
+    match (&activator.service, activator.peers.is_empty()) {
+        (Some(_), false) => err(
+            "server.activator.service",
+            "give either activator.peers or activator.service, not both".into(),
+        ),
+        (None, true) => err(
+            "server.activator",
+            "name the service's sidecars: activator.peers or activator.service".into(),
+        ),
+        _ => {}
+    }
+    for (i, peer) in activator.peers.iter().enumerate() {
+        if !is_host_port(peer) {
+            err(
+                &format!("server.activator.peers[{i}]"),
+                format!("'{peer}' is not HOST:PORT"),
+            );
+        }
+    }
+    for (field, value) in [
+        ("service", &activator.service),
+        ("deployment", &activator.deployment),
+        ("inference_service", &activator.inference_service),
+    ] {
+        if let Some(value) = value
+            && !is_namespaced_name(value)
+        {
+            err(
+                &format!("server.activator.{field}"),
+                format!("'{value}' is not [NAMESPACE/]NAME"),
+            );
+        }
+    }
+    for (field, zero) in [
+        ("upstream_http_port", activator.upstream_http_port == 0),
+        ("scale_to", activator.scale_to == 0),
+        ("hold_timeout_seconds", activator.hold_timeout_seconds == 0),
+        ("max_held_calls", activator.max_held_calls == 0),
+        ("max_held_bytes", activator.max_held_bytes == 0),
+    ] {
+        if zero {
+            err(
+                &format!("server.activator.{field}"),
+                "must be above 0".into(),
+            );
+        }
     }
 }
 

@@ -60,6 +60,7 @@
 #![forbid(unsafe_code)]
 
 pub mod accept;
+pub mod activator;
 pub mod admin;
 pub mod admin_access;
 pub mod allocator;

@@ -28,6 +28,28 @@ fn load_config(args: &Args) -> Result<SidecarConfig, Vec<String>> {
     Ok(config)
 }
 
+/// The activator role (`server.activator`): no model, no backend; serves until SIGTERM.
+async fn run_activator(config: &SidecarConfig) -> ExitCode {
+    let termination = server::Termination::listen();
+    let running = match infergate_sidecar::activator::start(config).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "cannot start");
+            return ExitCode::FAILURE;
+        }
+    };
+    termination.wait().await;
+    tracing::info!(
+        grace_seconds = config.server.shutdown_grace_seconds,
+        "Waiting for in-flight requests to complete."
+    );
+    running
+        .shutdown(Duration::from_secs(config.server.shutdown_grace_seconds))
+        .await;
+    tracing::info!("stopped");
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     // First, before any thread: this may start the binary again with glibc's thresholds set.
     let malloc_tuning = allocator::ensure_tuned();
@@ -86,6 +108,9 @@ fn main() -> ExitCode {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+        }
+        if config.server.activator.is_some() {
+            return run_activator(&config).await;
         }
         let state = match server::build_state(&config, log) {
             Ok(s) => s,

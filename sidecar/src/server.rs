@@ -149,7 +149,7 @@ pub struct Running {
     background: Vec<tokio::task::JoinHandle<()>>,
 }
 
-async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
+pub(crate) async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
     match TcpListener::bind((host, port)).await {
         // `::`, the default, is every address of both families (Linux accepts IPv4 on it unless
         // net.ipv6.bindv6only is set). In a pod or on a host without IPv6, every IPv4 address.
@@ -173,7 +173,7 @@ fn ipv6_unavailable(e: &std::io::Error) -> bool {
 }
 
 /// A port's TLS, loaded, where its settings turn it on.
-fn port_tls(
+pub(crate) fn port_tls(
     settings: &infergate_config::TlsSettings,
     alpn: &[&str],
 ) -> Result<Option<Arc<Tls>>, String> {
@@ -191,7 +191,7 @@ fn port_tls(
 }
 
 /// The TLS sequence peers are dialled with, where it is configured.
-fn peer_tls(
+pub(crate) fn peer_tls(
     settings: &infergate_config::PeerTlsSettings,
 ) -> Result<Option<Arc<crate::tls::ClientTls>>, String> {
     let (Some(root), Some(name)) = (&settings.root_cert, &settings.server_name) else {
@@ -264,7 +264,7 @@ fn canary(
         max_message_bytes: usize::try_from(limits.max_grpc_message_bytes).unwrap_or(usize::MAX),
         tls: peer_tls(&settings.tls).map_err(|e| anyhow::anyhow!("canary's TLS: {e}"))?,
     };
-    let members = Members::others(dial);
+    let members = Members::others(dial, "canary");
     let discovery = match &settings.service {
         Some(service) => {
             let mut target = Target::of_others(service)

@@ -257,7 +257,8 @@ def _wait_ready(http_addr: str, deadline: float, proc: Optional[subprocess.Popen
 
 
 def _start_sidecar(tmp_dir: Path, model_control: Optional[str] = "explicit",
-                   extra_args: Sequence[str] = (), grpc_port: int = 0) -> Server:
+                   extra_args: Sequence[str] = (), grpc_port: int = 0,
+                   http_port: int = 0) -> Server:
     binary = Path(os.environ.get("INFERGATE_SIDECAR_BIN", str(DEFAULT_SIDECAR_BIN)))
     if not binary.exists():
         pytest.exit(
@@ -267,7 +268,7 @@ def _start_sidecar(tmp_dir: Path, model_control: Optional[str] = "explicit",
         )
     args = [
         str(binary),
-        "--http-port", "0",
+        "--http-port", str(http_port),
         "--grpc-port", str(grpc_port),
         "--metrics-port", "0", "--admin-port", "0",
         "--log-format", "json",

@@ -237,3 +237,52 @@ fn a_canary_names_its_sidecars_one_way_and_takes_a_percent() {
         ]
     );
 }
+
+#[test]
+fn an_activator_names_the_services_sidecars_and_holds_something() {
+    let errors = |activator: crate::ActivatorSettings, canary: bool| -> Vec<String> {
+        let mut config = SidecarConfig::default();
+        config.server.activator = Some(activator);
+        if canary {
+            config.server.canary = Some(crate::CanarySettings {
+                peers: vec!["10.0.0.9:8001".into()],
+                ..Default::default()
+            });
+        }
+        match config.validate(&[]) {
+            Ok(()) => Vec::new(),
+            Err(errors) => errors.iter().map(ToString::to_string).collect(),
+        }
+    };
+    let service = crate::ActivatorSettings {
+        service: Some("ns/svc-peers".into()),
+        deployment: Some("svc".into()),
+        inference_service: Some("ns/svc".into()),
+        ..Default::default()
+    };
+    assert!(errors(service.clone(), false).is_empty());
+    assert_eq!(
+        errors(service, true),
+        ["server.activator: an activator serves no model: it takes neither sequence peers nor a canary"]
+    );
+    assert_eq!(
+        errors(crate::ActivatorSettings::default(), false),
+        ["server.activator: name the service's sidecars: activator.peers or activator.service"]
+    );
+    let bad = crate::ActivatorSettings {
+        peers: vec!["nowhere".into()],
+        deployment: Some("a/b/c".into()),
+        max_held_calls: 0,
+        hold_timeout_seconds: 0,
+        ..Default::default()
+    };
+    assert_eq!(
+        errors(bad, false),
+        [
+            "server.activator.peers[0]: 'nowhere' is not HOST:PORT",
+            "server.activator.deployment: 'a/b/c' is not [NAMESPACE/]NAME",
+            "server.activator.hold_timeout_seconds: must be above 0",
+            "server.activator.max_held_calls: must be above 0",
+        ]
+    );
+}

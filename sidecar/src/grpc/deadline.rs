@@ -79,7 +79,7 @@ where
 
 /// `grpc-timeout`: at most 8 digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`), as the gRPC over
 /// HTTP/2 specification writes it. Anything else is ignored, as gRPC's servers ignore it.
-fn parse_timeout(value: &HeaderValue) -> Option<Duration> {
+pub(crate) fn parse_timeout(value: &HeaderValue) -> Option<Duration> {
     let text = value.to_str().ok()?;
     let digits = text.get(..text.len().checked_sub(1)?)?;
     if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {

@@ -2,6 +2,7 @@
 
 pub(crate) mod convert;
 mod deadline;
+pub(crate) use deadline::parse_timeout;
 mod dispatch;
 mod idle_resets;
 mod oversized;

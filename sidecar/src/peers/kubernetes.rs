@@ -83,6 +83,12 @@ impl Target {
     }
 }
 
+/// The namespace and the name of `[NAMESPACE/]NAME`; the namespace defaults as
+/// [`Target::from_setting`]'s does.
+pub fn namespaced_name(setting: &str) -> Result<(String, String), String> {
+    split(setting, own_namespace)
+}
+
 /// The namespace and the Service of `[NAMESPACE/]SERVICE`.
 fn split(
     setting: &str,

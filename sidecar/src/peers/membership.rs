@@ -114,6 +114,8 @@ pub struct Members {
     list: RwLock<Arc<List>>,
     me: String,
     dial: Dial,
+    /// What the peers are, for the log: `sequence` (this sidecar among them), `canary`, ...
+    group: &'static str,
 }
 
 impl Members {
@@ -143,6 +145,7 @@ impl Members {
             me: list[me].clone(),
             list: RwLock::new(Arc::new(List { peers, me })),
             dial,
+            group: "sequence",
         })
     }
 
@@ -154,12 +157,14 @@ impl Members {
             me: me.to_string(),
             list: RwLock::new(Arc::new(List { peers, me: 0 })),
             dial,
+            group: "sequence",
         })
     }
 
-    /// A list of other sidecars only (a canary's, which this sidecar is not one of): empty
-    /// until [`Members::replace`] is first called.
-    pub fn others(dial: Dial) -> Members {
+    /// A list of other sidecars only (a canary's, or the service's for its activator), which
+    /// this process is not one of, named `group` in the log: empty until [`Members::replace`]
+    /// is first called.
+    pub fn others(dial: Dial, group: &'static str) -> Members {
         Members {
             me: String::new(),
             list: RwLock::new(Arc::new(List {
@@ -167,17 +172,12 @@ impl Members {
                 me: NOT_LISTED,
             })),
             dial,
+            group,
         }
     }
 
-    /// What the peers are, for the log: the sequence peers (this sidecar among them), or a
-    /// canary's sidecars.
     fn group(&self) -> &'static str {
-        if self.me.is_empty() {
-            "canary"
-        } else {
-            "sequence"
-        }
+        self.group
     }
 
     /// The TLS peers are dialled with, if any.
