@@ -174,11 +174,34 @@ pub fn report(st: &SharedState) -> J {
         "gpu": gpu(st.shm.cuda()),
         "sequence_peers": sequence_peers(st),
         "canary": canary(st),
+        "traffic": traffic(st),
         "tls": {
             "http": tls(st.http_tls.as_deref()),
             "grpc": tls(st.grpc_tls.as_deref()),
             "metrics": tls(st.metrics_tls.as_deref()),
         },
+    })
+}
+
+/// How busy the sidecar is (`crate::traffic`): inference calls and streams in flight, whole
+/// seconds since there were none, and the sequences its models hold (a live sequence is
+/// traffic too, idle between its requests).
+fn traffic(st: &SharedState) -> J {
+    let live_sequences: u64 = st
+        .repository
+        .ready_models()
+        .iter()
+        .filter_map(|m| m.sequencer.as_ref())
+        .map(|s| s.counters().active)
+        .sum();
+    // Sequences a model server keeps are seen here through the sequence peers' record, where
+    // sequences are routed across replicas (each is counted by one of the two).
+    let routed = st.peers.as_ref().map_or(0, |p| p.held_sequences() as u64);
+    let live_sequences = live_sequences.max(routed);
+    json!({
+        "in_flight": st.traffic.in_flight(),
+        "quiet_seconds": st.traffic.quiet_for().as_secs(),
+        "live_sequences": live_sequences,
     })
 }
 

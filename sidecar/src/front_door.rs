@@ -172,6 +172,7 @@ pub async fn infer(
     mut request: InferRequest,
     origin: Origin,
 ) -> Result<InferResponse> {
+    let _busy = state.traffic.begin();
     request.trace = call.trace_scope();
     let model = target.settle(state, &request)?;
     let ready = || state.health.is_ready();
@@ -197,6 +198,7 @@ pub async fn infer_decoupled(
     target: Target,
     mut request: InferRequest,
 ) -> Result<mpsc::Receiver<Result<DecoupledResponse>>> {
+    let _busy = state.traffic.begin();
     request.trace = call.trace_scope();
     let model = target.settle(state, &request)?;
     let ready = state.health.is_ready();

@@ -95,3 +95,4 @@ pub mod state;
 pub mod tensor;
 pub mod tls;
 pub mod trace;
+pub mod traffic;

@@ -77,6 +77,8 @@ pub struct AppState {
     pub request_bytes: Arc<crate::inflight::ByteBudget>,
     /// Who may drain the sidecar and read its status on the admin port.
     pub admin: crate::admin_access::AdminRules,
+    /// Inference calls and streams in flight, and since when there have been none.
+    pub traffic: Arc<crate::traffic::Traffic>,
 }
 
 impl AppState {
@@ -278,6 +280,7 @@ impl AppState {
                 &[],
                 infergate_config::DEFAULT_MAX_DRAIN_SECONDS,
             ),
+            traffic: Default::default(),
         })
     }
 }

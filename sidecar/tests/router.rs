@@ -311,3 +311,56 @@ async fn restricted_apis_want_their_header() {
         StatusCode::NOT_FOUND
     );
 }
+
+/// `/status` `traffic`, what the operator's scale to zero reads: inference counts, health and
+/// metadata do not.
+#[tokio::test]
+async fn only_inference_is_traffic_in_the_admin_status() {
+    let state =
+        server::build_state(&SidecarConfig::default(), LogControl::detached("info")).unwrap();
+    state.health.set_ready(true);
+    let in_the_pod = infergate_sidecar::caller::Caller("127.0.0.1:40000".parse().unwrap());
+    let traffic = || async {
+        let admin = infergate_sidecar::admin::router(state.clone());
+        let response = admin
+            .oneshot(
+                Request::get("/status")
+                    .extension(in_the_pod)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        json(&response.into_body().collect().await.unwrap().to_bytes())["traffic"].clone()
+    };
+    let rest = |method: &str, uri: &str, body: &str| {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let idle = traffic().await;
+    assert_eq!(idle["in_flight"], 0);
+    assert_eq!(idle["live_sequences"], 0);
+    assert!(idle["quiet_seconds"].as_u64().unwrap() >= 1, "{idle}");
+    for uri in ["/v2/health/ready", "/v2", "/v2/models/simple"] {
+        let response = rest::router(state.clone())
+            .oneshot(rest("GET", uri, ""))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{uri}");
+    }
+    assert!(
+        traffic().await["quiet_seconds"].as_u64().unwrap() >= 1,
+        "health and metadata are not traffic"
+    );
+    let infer = r#"{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"INT32","data":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]},{"name":"INPUT1","shape":[1,16],"datatype":"INT32","data":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]}"#;
+    let response = rest::router(state.clone())
+        .oneshot(rest("POST", "/v2/models/simple/infer", infer))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(traffic().await["quiet_seconds"], 0, "an inference is");
+}

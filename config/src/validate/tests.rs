@@ -263,7 +263,9 @@ fn an_activator_names_the_services_sidecars_and_holds_something() {
     assert!(errors(service.clone(), false).is_empty());
     assert_eq!(
         errors(service, true),
-        ["server.activator: an activator serves no model: it takes neither sequence peers nor a canary"]
+        [
+            "server.activator: an activator serves no model: it takes neither sequence peers nor a canary"
+        ]
     );
     assert_eq!(
         errors(crate::ActivatorSettings::default(), false),

@@ -106,7 +106,10 @@ pub fn serve(
     context: Arc<Opening>,
 ) -> ResponseStream {
     let (tx, rx) = mpsc::channel(STREAM_WINDOW);
+    // An open stream is traffic, requests or not: the service is not idle while it lasts.
+    let busy = state.traffic.begin();
     tokio::spawn(async move {
+        let _busy = busy;
         let mut order = SequenceOrder::default();
         let mut pending = FuturesOrdered::new();
         // Requests to decoupled models, each writing its own responses.
