@@ -72,6 +72,14 @@ pub fn spec(isvc: &InferenceService) -> Result<(), Vec<String>> {
         ));
     }
 
+    // The activator's objects, `<name>-activator`.
+    if spec.scale_to_zero.is_some() && name.len() + "-activator".len() > MAX_NAME_LEN {
+        problems.push(format!(
+            "metadata.name {name:?} is too long for scaleToZero: at most {} characters (the Deployment <name>-activator)",
+            MAX_NAME_LEN - "-activator".len()
+        ));
+    }
+
     // The Deployment's rolling-update limits, which the API server would refuse in it.
     let rollout = &spec.rollout;
     for (field, limit) in [

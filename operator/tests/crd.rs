@@ -474,7 +474,15 @@ fn invalid_specs_are_rejected() {
                 "/spec/autoscaling",
                 json!({"minReplicas": 0, "maxReplicas": 2}),
             )],
-            "autoscaling.minReplicas 0 (scale to zero) needs engine KEDA",
+            "autoscaling.minReplicas 0 (scale to zero) needs scaleToZero, or engine KEDA",
+        ),
+        (
+            "scale to zero without a pod to start",
+            vec![
+                ("/spec/replicas", json!(0)),
+                ("/spec/scaleToZero", json!({})),
+            ],
+            "scaleToZero needs replicas of at least 1: the pods it starts from zero",
         ),
         (
             "KEDA triggers on an HPA",

@@ -180,6 +180,7 @@ fn no_autoscaler_or_monitor() -> Vec<Step> {
             "/apis/cert-manager.io/v1{NS}/certificates/svc-tls"
         )),
         missing(&format!("/api/v1{NS}/configmaps/svc-canary-sidecar")),
+        missing(&format!("/api/v1{NS}/configmaps/svc-activator")),
     ]
 }
 
@@ -219,13 +220,13 @@ async fn create_applies_every_child_then_writes_status() {
     assert_eq!(seen[5].body, expected);
     assert_eq!(seen[5].body, apply::as_applied(&want.deployment).unwrap());
     assert_eq!(seen[9].body, apply::as_applied(&pdb).unwrap());
-    let pods = &seen[18];
+    let pods = &seen[19];
     assert!(
         pods.query
             .contains("labelSelector=app.kubernetes.io%2Finstance%3Dsvc"),
         "{pods:?}"
     );
-    let status = &seen[19].body;
+    let status = &seen[20].body;
     assert_eq!(status["apiVersion"], "infergate.dev/v1alpha1");
     assert_eq!(status["kind"], "InferenceService");
     assert_eq!(status["status"]["observedGeneration"], 1);

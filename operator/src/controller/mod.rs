@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod probe;
 pub mod rbac;
 pub mod reconcile;
+pub mod scale_to_zero;
 pub mod status;
 pub mod tls_status;
 

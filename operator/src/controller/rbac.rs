@@ -88,10 +88,18 @@ pub const CLUSTER_RULES: &[Rule] = &[
         resources: &["roles", "rolebindings"],
         verbs: &["get", "create", "patch", "delete"],
     },
+    // Never called: held only so that the activator's Role may grant it (RBAC lets the
+    // operator grant only what it holds); the operator-writes policy refuses the operator any
+    // use of it.
+    Rule {
+        api_groups: &["apps"],
+        resources: &["deployments/scale"],
+        verbs: &["get", "patch"],
+    },
     Rule {
         api_groups: &["discovery.k8s.io"],
         resources: &["endpointslices"],
-        verbs: &["list", "watch"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     // Sidecars that check callers' identities ask LocalSubjectAccessReviews: the operator gives
     // their pods a Role for that, and may grant only what it holds itself.

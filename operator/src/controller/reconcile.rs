@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -25,6 +26,7 @@ use super::apply::{self, ApplyError, FIELD_MANAGER, Outcome};
 use super::failures::Failure;
 use super::metrics::Metrics;
 use super::probe::Prober;
+use super::scale_to_zero;
 use super::status::{self, Observed};
 use crate::crd::{InferenceService, InferenceServiceStatus};
 use crate::render::{self, OperatorSettings, RenderError};
@@ -38,6 +40,9 @@ pub enum Error {
     Render(#[from] RenderError),
     #[error("the InferenceService has no namespace")]
     NoNamespace,
+    /// The client Service's endpoints or the scale could not be written (scale to zero).
+    #[error("scale to zero: {0}")]
+    ScaleToZero(String),
     /// The API server (or a probe) did not answer in time: a hung connection must not hold the
     /// resource's reconcile for ever; it is retried with backoff like any API error.
     #[error("reconcile did not finish within {}s (Kubernetes API not answering)", .0.as_secs())]
@@ -129,7 +134,7 @@ impl Context {
         self.failures.lock().len()
     }
 
-    fn count(&self, outcome: Outcome) {
+    pub(super) fn count(&self, outcome: Outcome) {
         let counter = match outcome {
             Outcome::Written => &self.metrics.writes,
             Outcome::Unchanged => &self.metrics.unchanged,
@@ -280,18 +285,39 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
         refusal: None,
         now: now(),
     };
+    let zero = match &isvc.spec.scale_to_zero {
+        Some(zero) => Some((
+            zero,
+            scale_to_zero::keep(isvc, ctx, &ns, &deployment, &pods, &reports, zero)
+                .await
+                .map_err(|e| match e {
+                    ApplyError::Kube(e) => Error::Kube(e),
+                    other => Error::ScaleToZero(other.to_string()),
+                })?,
+        )),
+        None => None,
+    };
     let mut new_status = status::compute(isvc, &observed, isvc.status.as_ref());
     new_status.canary = status::canary_status(isvc, canary.as_ref(), &reports);
+    if let Some((spec, outcome)) = &zero {
+        scale_to_zero::report(
+            &mut new_status,
+            outcome,
+            spec,
+            isvc.status.as_ref(),
+            &observed.now,
+        );
+    }
     write_status(isvc, ctx, &new_status).await?;
     announce_transition(isvc, ctx, isvc.status.as_ref(), &new_status).await;
 
-    Ok(Action::requeue(
-        if status::is_ready(Some(&new_status)) == Some(true) {
-            ctx.requeue_ready
-        } else {
-            ctx.requeue_not_ready
-        },
-    ))
+    let requeue = if status::is_ready(Some(&new_status)) == Some(true) {
+        ctx.requeue_ready
+    } else {
+        ctx.requeue_not_ready
+    };
+    let recheck = zero.and_then(|(_, outcome)| outcome.recheck());
+    Ok(Action::requeue(recheck.map_or(requeue, |r| r.min(requeue))))
 }
 
 /// Applies the ConfigMap, the Deployment, the Service and the PodDisruptionBudget (or deletes
@@ -372,6 +398,7 @@ async fn apply_children(
         ctx.count(outcome);
     }
     let canary = apply_canary_objects(isvc, ctx, ns, children.canary.as_ref()).await?;
+    apply_activator_objects(isvc, ctx, ns, children.activator.as_ref()).await?;
     Ok((deployment, canary))
 }
 
@@ -440,16 +467,25 @@ async fn apply_peer_objects(
     let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
     let Some(peers) = peers else {
         // The headless Service is made first and deleted last: where it is absent (the common
-        // case, one read), so are the rest.
+        // case, one read), so are the rest. With scale to zero it stays, the activator's, and
+        // the Role tells whether the rest is there.
         let service = render::peers_name(isvc);
-        if apply::read(&services, &service).await?.is_none() {
+        let access = render::peer_access_name(isvc);
+        let activators = isvc.spec.scale_to_zero.is_some();
+        let present = if activators {
+            apply::read(&roles, &access).await?.is_some()
+        } else {
+            apply::read(&services, &service).await?.is_some()
+        };
+        if !present {
             return Ok(());
         }
-        let access = render::peer_access_name(isvc);
         ctx.count(apply::delete_owned(&bindings, &access, &uid).await?);
         ctx.count(apply::delete_owned(&roles, &access, &uid).await?);
         ctx.count(apply::delete_owned(&accounts, &access, &uid).await?);
-        ctx.count(apply::delete_owned(&services, &service, &uid).await?);
+        if !activators {
+            ctx.count(apply::delete_owned(&services, &service, &uid).await?);
+        }
         return Ok(());
     };
     ctx.count(apply::apply(&services, &peers.service).await?.0);
@@ -461,6 +497,54 @@ async fn apply_peer_objects(
     ctx.count(outcome);
     ctx.count(apply::apply(&roles, &peers.role).await?.0);
     ctx.count(apply::apply(&bindings, &peers.role_binding).await?.0);
+    Ok(())
+}
+
+/// The activator's objects, or (where the spec no longer scales to zero) the deletion of ours
+/// and of the client Service's EndpointSlice (the Service has its selector again).
+async fn apply_activator_objects(
+    isvc: &InferenceService,
+    ctx: &Context,
+    ns: &str,
+    activator: Option<&render::ActivatorObjects>,
+) -> Result<(), ApplyError> {
+    let client = &ctx.client;
+    let uid = isvc.uid().unwrap_or_default();
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), ns);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), ns);
+    let roles = Api::<Role>::namespaced(client.clone(), ns);
+    let bindings = Api::<RoleBinding>::namespaced(client.clone(), ns);
+    let name = render::activator_name(isvc);
+    let Some(activator) = activator else {
+        // The ConfigMap is made first and deleted last: where it is absent (the common case,
+        // one read), so are the rest.
+        if apply::read(&config_maps, &name).await?.is_none() {
+            return Ok(());
+        }
+        let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns);
+        let slice = render::endpoint_slice_name(isvc);
+        ctx.count(apply::delete_owned(&slices, &slice, &uid).await?);
+        ctx.count(apply::delete_owned(&deployments, &name, &uid).await?);
+        ctx.count(apply::delete_owned(&bindings, &name, &uid).await?);
+        ctx.count(apply::delete_owned(&roles, &name, &uid).await?);
+        ctx.count(apply::delete_owned(&accounts, &name, &uid).await?);
+        if !isvc.spec.sidecars_dial_peers() {
+            let peers = render::peers_name(isvc);
+            ctx.count(apply::delete_owned(&services, &peers, &uid).await?);
+        }
+        ctx.count(apply::delete_owned(&config_maps, &name, &uid).await?);
+        return Ok(());
+    };
+    ctx.count(apply::apply(&config_maps, &activator.config_map).await?.0);
+    if let Some(service) = &activator.peers_service {
+        ctx.count(apply::apply(&services, service).await?.0);
+    }
+    ctx.count(apply::apply(&accounts, &activator.service_account).await?.0);
+    ctx.count(apply::apply(&roles, &activator.role).await?.0);
+    ctx.count(apply::apply(&bindings, &activator.role_binding).await?.0);
+    ctx.count(apply::apply(&deployments, &activator.deployment).await?.0);
     Ok(())
 }
 

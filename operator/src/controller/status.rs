@@ -40,6 +40,20 @@ pub struct AdminStatus {
     /// The canary the sidecar splits calls with, if any.
     #[serde(default)]
     pub canary: Option<AdminCanary>,
+    /// How busy the sidecar is (scale to zero reads it); absent from older sidecars.
+    #[serde(default)]
+    pub traffic: Option<AdminTraffic>,
+}
+
+/// Inference calls and streams in flight, seconds since there were none, live sequences.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct AdminTraffic {
+    #[serde(default)]
+    pub in_flight: u64,
+    #[serde(default)]
+    pub quiet_seconds: u64,
+    #[serde(default)]
+    pub live_sequences: u64,
 }
 
 /// The canary as a sidecar that splits calls with it reports it: each variant's calls.
@@ -302,6 +316,7 @@ pub fn compute(
             &answered.iter().map(|a| &a.tls).collect::<Vec<_>>(),
         )),
         canary: None,
+        scale_to_zero: None,
     }
 }
 

@@ -17,17 +17,16 @@ use super::schema::objects_list;
 #[x_kube(
     validation = Rule::new("self.minReplicas <= self.maxReplicas")
         .message("autoscaling.minReplicas must not exceed maxReplicas"),
-    validation = Rule::new("self.minReplicas >= 1 || self.engine == 'KEDA'")
-        .message("autoscaling.minReplicas 0 (scale to zero) needs engine KEDA"),
     validation = Rule::new("self.engine == 'KEDA' || !has(self.extraTriggers) || size(self.extraTriggers) == 0")
         .message("autoscaling.extraTriggers are KEDA triggers: they need engine KEDA"),
     validation = Rule::new("self.engine != 'KEDA' || self.metric == 'CPU' || has(self.prometheusAddress)")
         .message("autoscaling with KEDA on a sidecar metric needs prometheusAddress"),
 )]
 pub struct AutoscalingSpec {
-    /// Fewest pods. 0 lets KEDA scale the service to zero: the Service then has no endpoints and
-    /// clients are refused (see docs/operator.md, "Autoscaling"), so a trigger that sees demand
-    /// outside the pods (extraTriggers) must bring it back.
+    /// Fewest pods. 0 needs spec.scaleToZero (the operator scales to zero when idle and an
+    /// activator holds calls meanwhile; the autoscaler works from 1 up), or engine KEDA alone
+    /// (KEDA scales to zero, and with no activator the Service has no endpoints at zero: a
+    /// trigger that sees demand outside the pods, extraTriggers, must bring it back).
     #[serde(default = "one")]
     #[schemars(range(min = 0))]
     pub min_replicas: i32,

@@ -23,6 +23,7 @@
 //! - `rollout.rs`: `spec.rollout`, the Deployment's strategy and the checks on its limits.
 //! - `autoscaling.rs`: `spec.autoscaling` and `spec.monitoring`.
 //! - `canary.rs`: `spec.canary`, a second variant given a share of the calls.
+//! - `scale_to_zero.rs`: `spec.scaleToZero`, zero pods when idle, an activator holding calls.
 //! - `network.rs`: `spec.networkPolicy`.
 //! - `auth.rs`: `spec.auth`, who may call the control APIs.
 //! - `tls.rs`: `spec.tls`, the certificate of the client ports, from a Secret or cert-manager.
@@ -40,6 +41,7 @@ mod models;
 mod network;
 mod pod;
 mod rollout;
+mod scale_to_zero;
 mod schema;
 mod service;
 mod sidecar;
@@ -62,13 +64,14 @@ pub use models::{DynamicBatching, LabelFiles, ModelSettings};
 pub use network::NetworkPolicySpec;
 pub use pod::PodOverrides;
 pub use rollout::{RolloutSpec, RolloutStrategy, is_rollout_limit, is_zero};
+pub use scale_to_zero::ScaleToZeroSpec;
 pub use service::{GatewayRoutes, ServiceSpec, ServiceType};
 pub use sidecar::{LogFormat, LogLevel, SidecarMode, SidecarPorts, SidecarSpec};
 pub use spec::{GROUP, InferenceService, InferenceServiceSpec, KIND, VERSION};
 pub use status::{
     CallCounts, CanaryStatus, ConditionType, ExtensionState, ExtensionStatus, FailureInfo,
-    Implementation, InferenceServiceStatus, ModelStatus, PortTls, ServiceUrls, TlsStatus,
-    VariantCalls,
+    Implementation, InferenceServiceStatus, ModelStatus, PortTls, ScaleToZeroStatus, ServiceUrls,
+    TlsStatus, VariantCalls,
 };
 pub use storage::{ModelStorage, SecretKeyRef, UriFrom};
 pub use tls::{IssuerKind, IssuerRef, TlsSpec, certificate_secret_name};

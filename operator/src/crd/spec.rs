@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     AuthSpec, AutoscalingSpec, CanarySpec, Extensions, InferenceServiceStatus, ModelContainer,
-    ModelSettings, MonitoringSpec, NetworkPolicySpec, PodOverrides, RolloutSpec, ServiceSpec,
-    SidecarSpec, TlsSpec, Upstream,
+    ModelSettings, MonitoringSpec, NetworkPolicySpec, PodOverrides, RolloutSpec, ScaleToZeroSpec,
+    ServiceSpec, SidecarSpec, TlsSpec, Upstream,
 };
 
 /// API group of the custom resource.
@@ -114,7 +114,13 @@ pub const KIND: &str = "InferenceService";
     ).message("a canary.model.ports entry collides with a sidecar port, upstream.grpcPort or upstream.restPort").field_path(".canary.model.ports"),
     validation = Rule::new(
         "!self.extensions.sequence.enabled || self.extensions.sequence.routing != 'SingleReplica' || self.replicas <= 1"
-    ).message("extensions.sequence.routing SingleReplica allows at most one replica").field_path(".replicas")
+    ).message("extensions.sequence.routing SingleReplica allows at most one replica").field_path(".replicas"),
+    validation = Rule::new(
+        "!has(self.autoscaling) || self.autoscaling.minReplicas >= 1 || self.autoscaling.engine == 'KEDA' || has(self.scaleToZero)"
+    ).message("autoscaling.minReplicas 0 (scale to zero) needs scaleToZero, or engine KEDA").field_path(".autoscaling.minReplicas"),
+    validation = Rule::new(
+        "!has(self.scaleToZero) || has(self.autoscaling) || self.replicas >= 1"
+    ).message("scaleToZero needs replicas of at least 1: the pods it starts from zero").field_path(".replicas")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceServiceSpec {
@@ -177,6 +183,11 @@ pub struct InferenceServiceSpec {
     /// trafficPercent of the calls, split per call by the sidecars. Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanarySpec>,
+    /// Scale to zero: after scaleToZero.idleSeconds without calls, zero pods; the client Service
+    /// then points at an activator that holds calls, starts a pod and passes them on. Unset: the
+    /// service never goes below spec.replicas (or autoscaling.minReplicas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_to_zero: Option<ScaleToZeroSpec>,
 }
 
 fn default_replicas() -> i32 {

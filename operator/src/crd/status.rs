@@ -51,6 +51,32 @@ pub struct InferenceServiceStatus {
     /// The canary, where spec.canary gives one: its pods, and the calls of each variant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<CanaryStatus>,
+    /// Scale to zero, where spec.scaleToZero asks for it: where the service is, and how long its
+    /// last start from zero took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_to_zero: Option<ScaleToZeroStatus>,
+}
+
+/// Scale to zero as the operator sees it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleToZeroStatus {
+    /// Active (pods up), ScaledToZero (none; the activator holds the calls that come) or Starting
+    /// (scaled up from zero, no pod ready yet).
+    pub state: String,
+    /// When the service entered this state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// Seconds the last start from zero took: from the scale-up to the first ready pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_cold_start_seconds: Option<f64>,
+    /// The activator's pods ready to hold calls.
+    #[serde(default)]
+    pub activator_ready_replicas: i32,
+    /// The least quiet time the pods reported: seconds since the last inference call, open
+    /// stream or live sequence on the busiest pod. The service scales to zero at idleSeconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_seconds: Option<i64>,
 }
 
 /// The canary: its share, its pods, and each variant's calls as the service's sidecars (which
@@ -186,6 +212,9 @@ pub enum ConditionType {
     ExtensionsReady,
     /// Something works only in part (an extension degraded, some pods not reporting).
     Degraded,
+    /// No pod runs: the service scaled to zero, and the activator holds calls (spec.scaleToZero
+    /// only).
+    ScaledToZero,
 }
 
 impl ConditionType {
@@ -208,6 +237,7 @@ impl ConditionType {
             ConditionType::ModelReady => "ModelReady",
             ConditionType::ExtensionsReady => "ExtensionsReady",
             ConditionType::Degraded => "Degraded",
+            ConditionType::ScaledToZero => "ScaledToZero",
         }
     }
 }

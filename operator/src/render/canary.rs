@@ -49,6 +49,8 @@ pub fn canary_view(isvc: &InferenceService) -> Option<InferenceService> {
         view.spec.models = models.clone();
     }
     view.spec.replicas = canary.replicas;
+    // The canary keeps its pods: scale to zero is the service's.
+    view.spec.scale_to_zero = None;
     view.spec.autoscaling = canary.autoscaling.clone();
     view.spec.canary = None;
     Some(view)

@@ -45,9 +45,10 @@ pub(super) fn certificate(
     let secret = certificate_secret_name(&name);
     let mut names = dns_names(&name, &namespace, cluster_domain);
     let mut usages = vec!["digital signature", "key encipherment", "server auth"];
-    if isvc.spec.sidecars_dial_peers() {
-        // Sidecars forward sequences (and the canary's share) to each other and check this
-        // name; where the ports are mutual, each presents this certificate as a client.
+    if isvc.spec.sidecars_dial_peers() || isvc.spec.scale_to_zero.is_some() {
+        // Sidecars forward sequences (and the canary's share) to each other, and the activator
+        // passes held calls on to them, checking this name; where the ports are mutual, each
+        // presents this certificate as a client.
         names.extend(dns_names(
             &super::peers_name(isvc),
             &namespace,

@@ -134,38 +134,15 @@ pub fn sidecar_config(
             cache_seconds: 60,
         });
     }
-    let mut peer_tls = PeerTlsSettings::default();
-    if let Some(tls) = &spec.tls {
-        // Both client ports (and the metrics port, unless tls.metrics is false) serve the
-        // Secret's certificate; the sidecar re-reads the files as the kubelet updates the
-        // mounted Secret (server.tls_reload_seconds).
-        let settings = TlsSettings {
-            use_ssl: true,
-            use_ssl_mutual: tls.mutual,
-            server_cert: Some(tls_file("tls.crt")),
-            server_key: Some(tls_file("tls.key")),
-            root_cert: tls.mutual.then(|| tls_file("ca.crt")),
-        };
-        if tls.metrics {
-            // Scrapers present no certificate: the metrics port never asks for one.
-            server.metrics_tls = TlsSettings {
-                use_ssl_mutual: false,
-                root_cert: None,
-                ..settings.clone()
-            };
+    let tls = ports_tls(isvc);
+    if let Some(tls) = &tls {
+        server.http_tls = tls.client.clone();
+        server.grpc_tls = tls.client.clone();
+        if let Some(metrics) = &tls.metrics {
+            server.metrics_tls = metrics.clone();
         }
-        server.grpc_tls = settings.clone();
-        server.http_tls = settings;
-        // Peers (and the canary's sidecars) are dialled over TLS too, and trusted only with
-        // the service's certificate for the peers Service's name; where their ports are mutual,
-        // this sidecar presents the same certificate.
-        peer_tls = PeerTlsSettings {
-            root_cert: Some(tls_file("ca.crt")),
-            server_name: Some(peers_host(isvc)),
-            client_cert: tls.mutual.then(|| tls_file("tls.crt")),
-            client_key: tls.mutual.then(|| tls_file("tls.key")),
-        };
     }
+    let peer_tls = tls.map(|t| t.peers).unwrap_or_default();
     if let Some(threads) = spec.sidecar.worker_threads {
         server.worker_threads = threads;
     }
@@ -253,6 +230,52 @@ pub fn sidecar_config(
     config
 }
 
+/// The TLS of a sidecar's ports (and of the activator's, which serves the same certificate),
+/// and how other sidecars are dialled.
+pub(super) struct PortsTls {
+    /// The HTTP and gRPC ports'.
+    pub client: TlsSettings,
+    /// The metrics port's, unless tls.metrics is false.
+    pub metrics: Option<TlsSettings>,
+    /// Towards the service's sidecars.
+    pub peers: PeerTlsSettings,
+}
+
+/// From `spec.tls`, where it is set.
+pub(super) fn ports_tls(isvc: &InferenceService) -> Option<PortsTls> {
+    let tls = isvc.spec.tls.as_ref()?;
+    // Both client ports (and the metrics port, unless tls.metrics is false) serve the Secret's
+    // certificate; the sidecar re-reads the files as the kubelet updates the mounted Secret
+    // (server.tls_reload_seconds).
+    let client = TlsSettings {
+        use_ssl: true,
+        use_ssl_mutual: tls.mutual,
+        server_cert: Some(tls_file("tls.crt")),
+        server_key: Some(tls_file("tls.key")),
+        root_cert: tls.mutual.then(|| tls_file("ca.crt")),
+    };
+    // Scrapers present no certificate: the metrics port never asks for one.
+    let metrics = tls.metrics.then(|| TlsSettings {
+        use_ssl_mutual: false,
+        root_cert: None,
+        ..client.clone()
+    });
+    // Peers (the canary's sidecars, the service's for its activator) are dialled over TLS too,
+    // and trusted only with the service's certificate for the peers Service's name; where their
+    // ports are mutual, the dialler presents the same certificate.
+    let peers = PeerTlsSettings {
+        root_cert: Some(tls_file("ca.crt")),
+        server_name: Some(peers_host(isvc)),
+        client_cert: tls.mutual.then(|| tls_file("tls.crt")),
+        client_key: tls.mutual.then(|| tls_file("tls.key")),
+    };
+    Some(PortsTls {
+        client,
+        metrics,
+        peers,
+    })
+}
+
 /// The peers Service's name inside the cluster, which the peers' certificates carry.
 pub(super) fn peers_host(isvc: &InferenceService) -> String {
     let peers = super::peers_name(isvc);
@@ -263,7 +286,7 @@ pub(super) fn peers_host(isvc: &InferenceService) -> String {
 }
 
 /// A key of the `spec.tls` Secret, as the sidecar finds it.
-fn tls_file(key: &str) -> String {
+pub(super) fn tls_file(key: &str) -> String {
     format!("{}/{key}", crate::pod_names::TLS_DIR)
 }
 
@@ -309,7 +332,7 @@ fn quantity_bytes(quantity: &str) -> Option<u64> {
 
 /// Ports are range-checked by the schema and by `validate::spec`; 0 (which the sidecar's own
 /// validation rejects for an upstream) stands for anything out of range.
-fn port(p: i32) -> u16 {
+pub(super) fn port(p: i32) -> u16 {
     u16::try_from(p).unwrap_or(0)
 }
 

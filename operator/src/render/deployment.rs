@@ -166,8 +166,11 @@ pub(super) fn deployment(
     Deployment {
         metadata: child_meta(isvc, variant.name(isvc, ""), owner),
         spec: Some(DeploymentSpec {
-            // The autoscaler owns the count when there is one; applying none leaves its value.
-            replicas: spec.autoscaling.is_none().then_some(spec.replicas),
+            // The autoscaler owns the count when there is one, and with scale to zero the
+            // scale subresource does (the activator raises it from 0, the operator brings it to
+            // spec.replicas and to 0 when idle); applying none leaves its value.
+            replicas: (spec.autoscaling.is_none() && spec.scale_to_zero.is_none())
+                .then_some(spec.replicas),
             strategy: Some(strategy(isvc)),
             progress_deadline_seconds: spec.rollout.progress_deadline_seconds,
             selector: LabelSelector {

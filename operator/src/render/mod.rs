@@ -22,6 +22,7 @@
 //! deletion) and the labels of [`labels`]; selectors use only [`selector_labels`], which never
 //! change for the life of the resource.
 
+mod activator;
 mod autoscaling;
 mod canary;
 mod certificate;
@@ -53,6 +54,10 @@ use kube::{Resource, ResourceExt};
 use crate::crd::{InferenceService, ServiceUrls};
 use crate::validate;
 
+pub use activator::{
+    ACTIVATOR_APP_NAME, ActivatorObjects, SLICE_MANAGER, activator_config, activator_name,
+    activator_selector_string, endpoint_slice, endpoint_slice_name, scale_to,
+};
 pub use autoscaling::{PENDING_METRIC, QUEUE_TIME_METRIC, scaled_object_resource};
 pub use canary::{CanaryObjects, canary_peers_name, canary_view};
 pub use certificate::certificate_resource;
@@ -225,6 +230,8 @@ pub struct Children {
     pub http_route: Option<DynamicObject>,
     /// Present with `service.gateway`.
     pub grpc_route: Option<DynamicObject>,
+    /// Present with `scaleToZero`.
+    pub activator: Option<ActivatorObjects>,
 }
 
 impl Children {
@@ -280,6 +287,16 @@ impl Children {
                 out.push(serde_json::to_value(object)?);
             }
         }
+        if let Some(activator) = &self.activator {
+            out.push(typed(&activator.config_map)?);
+            if let Some(service) = &activator.peers_service {
+                out.push(typed(service)?);
+            }
+            out.push(typed(&activator.service_account)?);
+            out.push(typed(&activator.role)?);
+            out.push(typed(&activator.role_binding)?);
+            out.push(typed(&activator.deployment)?);
+        }
         Ok(out)
     }
 
@@ -331,6 +348,16 @@ impl Children {
             if let Some(object) = &canary.scaled_object {
                 out.push(&object.metadata);
             }
+        }
+        if let Some(activator) = &self.activator {
+            out.push(&activator.config_map.metadata);
+            if let Some(service) = &activator.peers_service {
+                out.push(&service.metadata);
+            }
+            out.push(&activator.service_account.metadata);
+            out.push(&activator.role.metadata);
+            out.push(&activator.role_binding.metadata);
+            out.push(&activator.deployment.metadata);
         }
         out
     }
@@ -384,6 +411,7 @@ pub fn build_children(
         canary: canary::canary_objects(isvc, settings, &owner)?,
         http_route: routes::http_route(isvc, &owner),
         grpc_route: routes::grpc_route(isvc, &owner),
+        activator: activator::activator_objects(isvc, settings, &owner)?,
     })
 }
 
@@ -481,10 +509,17 @@ impl Variant {
     }
 }
 
-/// A selector of every pod of the resource, its canary's too where it has one (the
-/// NetworkPolicy's, the PodMonitor's).
+/// A selector of every pod of the resource, its canary's and its activator's too where it has
+/// them (the NetworkPolicy's, the PodMonitor's).
 pub fn all_pods_selector(isvc: &InferenceService) -> LabelSelector {
-    if isvc.spec.canary.is_none() {
+    let mut apps = vec![APP_NAME.to_string()];
+    if isvc.spec.canary.is_some() {
+        apps.push(CANARY_APP_NAME.to_string());
+    }
+    if isvc.spec.scale_to_zero.is_some() {
+        apps.push(ACTIVATOR_APP_NAME.to_string());
+    }
+    if apps.len() == 1 {
         return LabelSelector {
             match_labels: Some(selector_labels(isvc)),
             ..LabelSelector::default()
@@ -498,7 +533,7 @@ pub fn all_pods_selector(isvc: &InferenceService) -> LabelSelector {
         match_expressions: Some(vec![LabelSelectorRequirement {
             key: "app.kubernetes.io/name".to_string(),
             operator: "In".to_string(),
-            values: Some(vec![APP_NAME.to_string(), CANARY_APP_NAME.to_string()]),
+            values: Some(apps),
         }]),
     }
 }

@@ -64,9 +64,20 @@ pub(super) fn network_policy(
     } else {
         policy.operator.clone()
     };
+    // The activator passes the calls it held on to the pods: it is a client too.
+    let mut clients = policy.clients.clone();
+    if !clients.is_empty() && isvc.spec.scale_to_zero.is_some() {
+        clients.push(NetworkPolicyPeer {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(super::activator::activator_selector_labels(isvc)),
+                ..LabelSelector::default()
+            }),
+            ..NetworkPolicyPeer::default()
+        });
+    }
     let mut ingress = vec![
         NetworkPolicyIngressRule {
-            from: (!policy.clients.is_empty()).then(|| policy.clients.clone()),
+            from: (!clients.is_empty()).then_some(clients),
             ports: Some(vec![tcp(ports.http), tcp(ports.grpc)]),
         },
         NetworkPolicyIngressRule {

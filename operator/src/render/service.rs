@@ -27,7 +27,9 @@ pub(super) fn service(isvc: &InferenceService, owner: &OwnerReference) -> Servic
         metadata,
         spec: Some(ServiceSpec {
             type_: Some(spec.service.type_.as_str().to_string()),
-            selector: Some(selector_labels(isvc)),
+            // With scale to zero the operator writes the endpoints: the pods', or the
+            // activator's while no pod is ready (`activator.rs`).
+            selector: spec.scale_to_zero.is_none().then(|| selector_labels(isvc)),
             ports: Some(service_ports(isvc)),
             session_affinity: client_ip.then(|| "ClientIP".to_string()),
             session_affinity_config: client_ip.then_some(SessionAffinityConfig {
@@ -42,7 +44,7 @@ pub(super) fn service(isvc: &InferenceService, owner: &OwnerReference) -> Servic
 }
 
 /// HTTP and gRPC, and metrics when asked for.
-fn service_ports(isvc: &InferenceService) -> Vec<ServicePort> {
+pub(super) fn service_ports(isvc: &InferenceService) -> Vec<ServicePort> {
     let ports = &isvc.spec.sidecar.ports;
     // With TLS both ports are HTTP over TLS (gRPC negotiates h2 by ALPN).
     let tls = isvc.spec.tls.is_some();

@@ -1,0 +1,347 @@
+//! `spec.scaleToZero`: the activator's objects and configuration, the client Service without a
+//! selector (the operator writes its endpoints), and the operator's decisions: whom the Service
+//! sends calls to, when the service goes to zero, and what the status says of it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
+mod common;
+
+use std::time::Duration;
+
+use common::{MINIMAL, with_spec};
+use infergate_operator::controller::scale_to_zero::{
+    Decision, Endpoints, Outcome, decide, endpoints, report,
+};
+use infergate_operator::controller::status::{AdminStatus, AdminTraffic, PodReport};
+use infergate_operator::crd::{InferenceServiceStatus, ScaleToZeroSpec};
+use infergate_operator::render::{self, Children, OperatorSettings};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::json;
+
+const ZERO: &str = "  scaleToZero:\n    idleSeconds: 60\n    maxHeldCalls: 9\n";
+
+fn build(spec: &str) -> Children {
+    let isvc = with_spec("resnet", spec);
+    render::build_children(&isvc, &OperatorSettings::default())
+        .unwrap_or_else(|e| panic!("render failed: {e}"))
+}
+
+fn activator_config(children: &Children) -> infergate_config::SidecarConfig {
+    let activator = children.activator.as_ref().expect("activator objects");
+    let data = activator.config_map.data.as_ref().unwrap();
+    let config: infergate_config::SidecarConfig =
+        infergate_config::yaml::from_str(&data["config.yaml"]).unwrap();
+    config.validate(&[]).unwrap();
+    config
+}
+
+#[test]
+fn the_activator_holds_for_the_service_and_may_scale_only_its_deployment() {
+    let children = build(&format!("{MINIMAL}  replicas: 2\n{ZERO}"));
+    let activator = children.activator.as_ref().unwrap();
+    let settings = activator_config(&children).server.activator.unwrap();
+    assert_eq!(settings.service.as_deref(), Some("resnet-peers"));
+    assert_eq!(settings.deployment.as_deref(), Some("resnet"));
+    assert_eq!(settings.inference_service.as_deref(), Some("resnet"));
+    assert_eq!(settings.scale_to, 2, "back to spec.replicas");
+    assert_eq!(settings.max_held_calls, 9);
+    assert_eq!(settings.hold_timeout_seconds, 300);
+    assert_eq!(settings.upstream_http_port, 8000);
+    let rules = activator.role.rules.as_ref().unwrap();
+    let scale = rules
+        .iter()
+        .find(|r| r.resources.as_deref() == Some(&["deployments/scale".to_string()][..]))
+        .unwrap();
+    assert_eq!(
+        scale.resource_names.as_deref(),
+        Some(&["resnet".to_string()][..])
+    );
+    assert_eq!(scale.verbs, ["get", "patch"]);
+    let service = rules
+        .iter()
+        .find(|r| r.resources.as_deref() == Some(&["inferenceservices".to_string()][..]))
+        .unwrap();
+    assert_eq!(service.verbs, ["get"]);
+    assert_eq!(
+        service.resource_names.as_deref(),
+        Some(&["resnet".to_string()][..])
+    );
+    assert_eq!(rules.len(), 3, "nothing else: {rules:?}");
+    let pod = activator
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        pod.service_account_name.as_deref(),
+        Some("resnet-activator")
+    );
+    assert_eq!(
+        activator.role_binding.subjects.as_ref().unwrap()[0].name,
+        "resnet-activator"
+    );
+    assert!(
+        activator.peers_service.is_some(),
+        "the activator finds the pods there"
+    );
+}
+
+#[test]
+fn the_client_service_has_no_selector_and_the_deployment_no_count() {
+    let children = build(&format!("{MINIMAL}{ZERO}"));
+    assert_eq!(children.service.spec.as_ref().unwrap().selector, None);
+    assert_eq!(children.deployment.spec.as_ref().unwrap().replicas, None);
+    let without = build(MINIMAL);
+    assert!(without.service.spec.as_ref().unwrap().selector.is_some());
+    assert_eq!(without.deployment.spec.as_ref().unwrap().replicas, Some(1));
+    assert!(without.activator.is_none());
+}
+
+#[test]
+fn the_network_policy_covers_the_activator_and_lets_it_reach_the_pods() {
+    let clients = "  networkPolicy:\n    clients:\n      - namespaceSelector:\n          matchLabels: {team: a}\n";
+    let children = build(&format!("{MINIMAL}{ZERO}{clients}"));
+    let policy = children.network_policy.unwrap().spec.unwrap();
+    let selector = policy.pod_selector.unwrap();
+    let apps = &selector.match_expressions.unwrap()[0];
+    assert!(
+        apps.values
+            .as_ref()
+            .unwrap()
+            .contains(&render::ACTIVATOR_APP_NAME.to_string())
+    );
+    let from = policy.ingress.unwrap()[0].from.clone().unwrap();
+    assert_eq!(from.len(), 2, "{from:?}");
+    let activator = from[1]
+        .pod_selector
+        .as_ref()
+        .unwrap()
+        .match_labels
+        .clone()
+        .unwrap();
+    assert_eq!(
+        activator["app.kubernetes.io/name"],
+        render::ACTIVATOR_APP_NAME
+    );
+}
+
+#[test]
+fn the_activator_serves_the_services_certificate_and_dials_its_sidecars_over_tls() {
+    let tls = "  tls:\n    secretName: resnet-cert\n    mutual: true\n";
+    let children = build(&format!("{MINIMAL}{ZERO}{tls}"));
+    let config = activator_config(&children);
+    assert!(config.server.grpc_tls.use_ssl && config.server.http_tls.use_ssl_mutual);
+    let peers = config.server.activator.unwrap().tls;
+    assert!(peers.server_name.unwrap().starts_with("resnet-peers."));
+    assert!(
+        peers.client_cert.is_some(),
+        "it presents the certificate to mutual ports"
+    );
+}
+
+#[test]
+fn a_name_too_long_for_the_activator_is_refused() {
+    let name = "a".repeat(55);
+    let isvc = with_spec(&name, &format!("{MINIMAL}{ZERO}"));
+    let err = render::build_children(&isvc, &OperatorSettings::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("too long for scaleToZero"),
+        "{err}"
+    );
+}
+
+fn pod(name: &str, ip: &str, ready: bool, going: bool) -> Pod {
+    let mut pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "status": {"podIP": ip, "conditions": [
+            {"type": "Ready", "status": if ready { "True" } else { "False" }}
+        ]},
+    }))
+    .unwrap();
+    if going {
+        pod.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+    }
+    pod
+}
+
+fn traffic(name: &str, in_flight: u64, quiet: u64, sequences: u64) -> PodReport {
+    PodReport {
+        pod: name.to_string(),
+        outcome: Ok(AdminStatus {
+            traffic: Some(AdminTraffic {
+                in_flight,
+                quiet_seconds: quiet,
+                live_sequences: sequences,
+            }),
+            ..AdminStatus::default()
+        }),
+    }
+}
+
+#[test]
+fn the_service_points_at_the_ready_pods_else_at_the_activator() {
+    let pods = [
+        pod("a", "10.0.0.2", true, false),
+        pod("b", "10.0.0.1", false, false),
+    ];
+    let activators = [pod("x", "10.0.9.9", true, false)];
+    assert_eq!(
+        endpoints(&pods, &activators),
+        Endpoints::Pods(vec!["10.0.0.2".into()])
+    );
+    let none_ready = [
+        pod("a", "10.0.0.2", true, true),
+        pod("b", "10.0.0.1", false, false),
+    ];
+    assert_eq!(
+        endpoints(&none_ready, &activators),
+        Endpoints::Activator(vec!["10.0.9.9".into()]),
+        "a pod going away is not an endpoint"
+    );
+    assert_eq!(endpoints(&[], &[]), Endpoints::Nobody);
+}
+
+#[test]
+fn the_service_goes_to_zero_only_when_every_pod_is_quiet_long_enough() {
+    let zero = ScaleToZeroSpec {
+        idle_seconds: 60,
+        ..ScaleToZeroSpec::default()
+    };
+    let pods = [
+        pod("a", "10.0.0.1", true, false),
+        pod("b", "10.0.0.2", true, false),
+    ];
+    let quiet = [traffic("a", 0, 70, 0), traffic("b", 0, 65, 0)];
+    assert_eq!(
+        decide(&zero, 2, &pods, &quiet, true),
+        Decision::ScaleDown { quiet: 65 }
+    );
+    assert_eq!(
+        decide(&zero, 2, &pods, &quiet, false),
+        Decision::Hold("no activator pod is ready to hold calls")
+    );
+    let one_busy = [traffic("a", 0, 70, 0), traffic("b", 0, 20, 0)];
+    assert_eq!(
+        decide(&zero, 2, &pods, &one_busy, true),
+        Decision::Wait {
+            quiet: 20,
+            recheck: Duration::from_secs(41)
+        }
+    );
+    let a_stream_open = [traffic("a", 1, 0, 0), traffic("b", 0, 900, 0)];
+    assert!(matches!(
+        decide(&zero, 2, &pods, &a_stream_open, true),
+        Decision::Wait { quiet: 0, .. }
+    ));
+    let a_live_sequence = [traffic("a", 0, 900, 1), traffic("b", 0, 900, 0)];
+    assert!(matches!(
+        decide(&zero, 2, &pods, &a_live_sequence, true),
+        Decision::Wait { quiet: 0, .. }
+    ));
+    let silent = [traffic("a", 0, 900, 0)];
+    assert!(matches!(
+        decide(&zero, 2, &pods, &silent, true),
+        Decision::Hold(_)
+    ));
+    let starting = [
+        pod("a", "10.0.0.1", true, false),
+        pod("b", "10.0.0.2", false, false),
+    ];
+    assert!(matches!(
+        decide(&zero, 2, &starting, &quiet, true),
+        Decision::Hold(_)
+    ));
+    assert_eq!(decide(&zero, 0, &[], &[], true), Decision::AtZero);
+}
+
+fn at(seconds: i64) -> Time {
+    Time(Timestamp::from_second(seconds).unwrap())
+}
+
+fn outcome(replicas: i32, ready: i32, activator_ready: i32) -> Outcome {
+    Outcome {
+        replicas,
+        ready_replicas: ready,
+        activator_ready,
+        decision: if replicas == 0 {
+            Decision::AtZero
+        } else {
+            Decision::Hold("pods are starting")
+        },
+        endpoints: Endpoints::Nobody,
+    }
+}
+
+#[test]
+fn the_status_follows_zero_and_times_the_start_from_it() {
+    let zero = ScaleToZeroSpec::default();
+    let ready_false = |status: &mut InferenceServiceStatus| {
+        status.conditions = vec![
+            serde_json::from_value(json!({
+            "type": "Ready", "status": "False", "reason": "NotReady", "message": "",
+            "lastTransitionTime": "1970-01-01T00:00:00Z"}))
+            .unwrap(),
+        ];
+    };
+    let mut first = InferenceServiceStatus::default();
+    ready_false(&mut first);
+    report(&mut first, &outcome(0, 0, 1), &zero, None, &at(100));
+    let state = first.scale_to_zero.clone().unwrap();
+    assert_eq!(state.state, "ScaledToZero");
+    let ready = first
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "ScaledToZero")
+    );
+    let scaled = first
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ScaledToZero")
+        .unwrap();
+    assert_eq!(scaled.status, "True");
+
+    let mut starting = InferenceServiceStatus::default();
+    ready_false(&mut starting);
+    report(
+        &mut starting,
+        &outcome(1, 0, 1),
+        &zero,
+        Some(&first),
+        &at(200),
+    );
+    assert_eq!(starting.scale_to_zero.as_ref().unwrap().state, "Starting");
+    let ready = starting
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "False", "a start is not ready");
+
+    let mut active = InferenceServiceStatus::default();
+    report(
+        &mut active,
+        &outcome(1, 1, 1),
+        &zero,
+        Some(&starting),
+        &at(212),
+    );
+    let state = active.scale_to_zero.unwrap();
+    assert_eq!(state.state, "Active");
+    assert_eq!(state.last_cold_start_seconds, Some(12.0));
+    let scaled = active
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ScaledToZero")
+        .unwrap();
+    assert_eq!(scaled.status, "False");
+}
