@@ -149,14 +149,17 @@ impl Scaler {
             .get(name)
             .await
             .map_err(|e| format!("reading inferenceservice {name}: {e}"))?;
-        Ok(failure_of(object.data.get("status")).map(Arc::from))
+        let generation = object.metadata.generation;
+        Ok(failure_of(object.data.get("status"), generation).map(Arc::from))
     }
 }
 
 /// The reason an InferenceService's pods cannot start, from its status: its `Ready` condition
 /// false for the failure in `lastFailureInfo` (the operator sets both from the same finding), a
-/// reason that is not one of waiting.
-pub fn failure_of(status: Option<&Value>) -> Option<String> {
+/// reason that is not one of waiting, first seen at the resource's current `generation`. A
+/// failure first seen under an earlier spec is the old pods' (the user has changed the spec
+/// since, to mend it, and its pods are being replaced): calls wait for the new ones.
+pub fn failure_of(status: Option<&Value>, generation: Option<i64>) -> Option<String> {
     let status = status?;
     let ready = status
         .get("conditions")?
@@ -172,14 +175,17 @@ pub fn failure_of(status: Option<&Value>) -> Option<String> {
     }
     let info = status
         .get("lastFailureInfo")
-        .filter(|i| i.get("reason").and_then(Value::as_str) == Some(reason));
+        .filter(|i| i.get("reason").and_then(Value::as_str) == Some(reason))?;
+    let seen_at = info.get("generation").and_then(Value::as_i64);
+    if seen_at.is_some() && generation.is_some() && seen_at != generation {
+        return None;
+    }
     let message = info
-        .and_then(|i| i.get("message"))
-        .or_else(|| ready.get("message"))
+        .get("message")
         .and_then(Value::as_str)
         .unwrap_or("no message");
     let location = info
-        .and_then(|i| i.get("location"))
+        .get("location")
         .and_then(Value::as_str)
         .map(|l| format!(" ({l})"))
         .unwrap_or_default();
@@ -197,7 +203,8 @@ mod tests {
                 {"type": "Available", "status": "False", "reason": "x", "message": "y"},
                 {"type": "Ready", "status": "False", "reason": reason, "message": "from the condition"},
             ],
-            "lastFailureInfo": {"reason": info_reason, "message": "image \"no/such:1\" cannot be pulled", "location": "pod/p container/model"},
+            "lastFailureInfo": {"reason": info_reason, "message": "image \"no/such:1\" cannot be pulled",
+                                "location": "pod/p container/model", "generation": 4},
         })
     }
 
@@ -205,29 +212,37 @@ mod tests {
     fn a_failure_the_ready_condition_names_is_the_reason() {
         let s = status("ImagePullFailed", "ImagePullFailed");
         assert_eq!(
-            failure_of(Some(&s)).as_deref(),
+            failure_of(Some(&s), Some(4)).as_deref(),
             Some("ImagePullFailed: image \"no/such:1\" cannot be pulled (pod/p container/model)")
         );
     }
 
     #[test]
-    fn an_older_failure_gives_way_to_the_conditions_message() {
-        let s = status("ContainerCrashing", "ImagePullFailed");
+    fn a_failure_of_an_earlier_spec_is_waited_out() {
+        let s = status("ImagePullFailed", "ImagePullFailed");
         assert_eq!(
-            failure_of(Some(&s)).as_deref(),
-            Some("ContainerCrashing: from the condition")
+            failure_of(Some(&s), Some(5)),
+            None,
+            "the spec changed since: new pods"
         );
+        assert!(failure_of(Some(&s), None).is_some());
     }
 
     #[test]
     fn waiting_is_not_failing() {
         for reason in STILL_WAITING {
-            assert_eq!(failure_of(Some(&status(reason, reason))), None, "{reason}");
+            assert_eq!(
+                failure_of(Some(&status(reason, reason)), Some(4)),
+                None,
+                "{reason}"
+            );
         }
         let mut ready = status("Ready", "ImagePullFailed");
         ready["conditions"][1]["status"] = json!("True");
-        assert_eq!(failure_of(Some(&ready)), None);
-        assert_eq!(failure_of(None), None);
-        assert_eq!(failure_of(Some(&json!({}))), None);
+        assert_eq!(failure_of(Some(&ready), Some(4)), None);
+        let unmatched = status("ContainerCrashing", "ImagePullFailed");
+        assert_eq!(failure_of(Some(&unmatched), Some(4)), None);
+        assert_eq!(failure_of(None, None), None);
+        assert_eq!(failure_of(Some(&json!({})), None), None);
     }
 }

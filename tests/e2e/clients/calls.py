@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -365,7 +366,168 @@ def check_sequences(args):
     return {str(sid): a for sid, a in answers.items()}
 
 
-CHECKS = {"binary": check_binary, "variants": check_variants, "sequences": check_sequences, "classification": check_classification,
+def simple_body():
+    a = list(range(16))
+    return json.dumps({"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": a},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}).encode()
+
+
+def rest_simple(host, timeout):
+    """One REST call of simple with urllib (to see every status and header): (status, headers,
+    body); the answer checked where it is 200."""
+    request = urllib.request.Request(f"http://{host}:8000/v2/models/simple/infer", data=simple_body(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            status, headers, body = r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, headers, body = e.code, dict(e.headers), e.read().decode()
+    if status == 200:
+        outputs = {o["name"]: o["data"] for o in json.loads(body)["outputs"]}
+        if outputs["OUTPUT0"] != [n + 1 for n in range(16)] or outputs["OUTPUT1"] != [n - 1 for n in range(16)]:
+            raise AssertionError(f"wrong answer: {body}")
+    return status, {k.lower(): v for k, v in headers.items()}, body
+
+
+def check_from_zero(args):
+    """What a service scaled to zero is asked first, all at once: a REST call, a gRPC call, a
+    whole sequence on a gRPC stream and one in unary gRPC calls (sequence_accumulator, ids from
+    --sequence-id). Every answer exact; each one's seconds to its (first) answer."""
+    import threading
+    import time
+    values = [3, 5, 7, 11]
+    sums = [sum(values[:n + 1]) for n in range(len(values))]
+    out, errors = {}, []
+    started = time.monotonic()
+
+    def seq_input(module, v):
+        i = module.InferInput("INPUT", [1, 1], "INT32")
+        i.set_data_from_numpy(np.array([[v]], dtype=np.int32))
+        return [i]
+
+    def rest():
+        status, _, body = rest_simple(args.host, 600)
+        if status != 200:
+            raise AssertionError(f"REST {status}: {body}")
+        out["rest_s"] = time.monotonic() - started
+
+    def grpc_unary():
+        client = grpcclient.InferenceServerClient(f"{args.host}:8001")
+        inputs = simple_inputs(grpcclient, False)
+        r = client.infer("simple", inputs, client_timeout=600)
+        if r.as_numpy("OUTPUT0").reshape(-1).tolist() != [n + 3 for n in range(16)]:
+            raise AssertionError("gRPC: wrong answer")
+        out["grpc_s"] = time.monotonic() - started
+        client.close()
+
+    def stream():
+        import queue
+        client = grpcclient.InferenceServerClient(f"{args.host}:8001")
+        results = queue.Queue()
+        client.start_stream(callback=lambda result, error: results.put((result, error)),
+                            stream_timeout=600)
+        sid = args.sequence_id
+        for n, v in enumerate(values):
+            client.async_stream_infer("sequence_accumulator", seq_input(grpcclient, v),
+                                      sequence_id=sid, sequence_start=n == 0,
+                                      sequence_end=n == len(values) - 1)
+        got = []
+        for _ in values:
+            result, error = results.get(timeout=600)
+            if error is not None:
+                raise RuntimeError(f"stream: {error}")
+            if not got:
+                out["stream_s"] = time.monotonic() - started
+            got.append(int(result.as_numpy("OUTPUT").reshape(-1)[0]))
+        client.stop_stream()
+        client.close()
+        if got != sums:
+            raise AssertionError(f"stream sequence: {got} != {sums}")
+
+    def sequence():
+        client = grpcclient.InferenceServerClient(f"{args.host}:8001")
+        got = []
+        for n, v in enumerate(values):
+            r = client.infer("sequence_accumulator", seq_input(grpcclient, v),
+                             sequence_id=args.sequence_id + 1, sequence_start=n == 0,
+                             sequence_end=n == len(values) - 1, client_timeout=600)
+            if not got:
+                out["sequence_s"] = time.monotonic() - started
+            got.append(int(r.as_numpy("OUTPUT").reshape(-1)[0]))
+        client.close()
+        if got != sums:
+            raise AssertionError(f"unary sequence: {got} != {sums}")
+
+    def guarded(fn):
+        def run():
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(f"{fn.__name__}: {e!r}")
+        return run
+
+    threads = [threading.Thread(target=guarded(f)) for f in (rest, grpc_unary, stream, sequence)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise AssertionError("; ".join(errors))
+    return {k: round(v, 2) for k, v in out.items()}
+
+
+def check_burst(args):
+    """--calls REST calls of simple at once: how many were answered (exactly), how many refused
+    with 503, and the refusals' Retry-After and messages."""
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(args.calls) as pool:
+        answers = list(pool.map(lambda _: rest_simple(args.host, 600), range(args.calls)))
+    refused = [(h.get("retry-after"), json.loads(b).get("error", "")) for s, h, b in answers
+               if s == 503]
+    others = [s for s, _, _ in answers if s not in (200, 503)]
+    if others:
+        raise AssertionError(f"statuses other than 200 and 503: {others}")
+    return {"ok": sum(1 for s, _, _ in answers if s == 200), "refused": len(refused),
+            "retry_after": sorted({r for r, _ in refused if r}),
+            "messages": sorted({m for _, m in refused})}
+
+
+def check_refused(args):
+    """One REST call and one gRPC call that are expected to be refused: their status and message."""
+    status, headers, body = rest_simple(args.host, 600)
+    client = grpcclient.InferenceServerClient(f"{args.host}:8001")
+    code, details = "OK", ""
+    try:
+        client.infer("simple", simple_inputs(grpcclient, False), client_timeout=600)
+    except Exception as e:  # noqa: BLE001 - tritonclient's InferenceServerException
+        code, details = str(getattr(e, "status", lambda: "")()), str(getattr(e, "message", lambda: e)())
+    client.close()
+    return {"rest": {"status": status, "body": body}, "grpc": {"code": code, "details": details}}
+
+
+def check_hold_stream(args):
+    """A ModelStreamInfer stream kept open --seconds with one call at its start and one at its
+    end: the service must not scale to zero under it."""
+    import queue
+    import time
+    client = grpcclient.InferenceServerClient(f"{args.host}:8001")
+    results = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)),
+                        stream_timeout=args.seconds + 120)
+    for _ in range(2):
+        client.async_stream_infer("simple", simple_inputs(grpcclient, False))
+        result, error = results.get(timeout=120)
+        if error is not None:
+            raise RuntimeError(f"stream: {error}")
+        time.sleep(args.seconds / 2)
+    client.stop_stream()
+    client.close()
+    return {"held_s": args.seconds}
+
+
+CHECKS = {"binary": check_binary, "from_zero": check_from_zero, "burst": check_burst,
+          "refused": check_refused, "hold_stream": check_hold_stream, "variants": check_variants, "sequences": check_sequences, "classification": check_classification,
           "sequence": check_sequence, "spread": check_spread, "rolling": check_rolling,
           "shm": check_shm,
           "large": check_large,
@@ -388,6 +550,7 @@ def main():
     p.add_argument("--stop-file", default="/tmp/stop-rolling")
     p.add_argument("--port", type=int, default=8002)
     p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--seconds", type=float, default=60)
     args = p.parse_args()
     try:
         print(json.dumps(CHECKS[args.check](args)), flush=True)
