@@ -345,3 +345,43 @@ fn the_status_follows_zero_and_times_the_start_from_it() {
         .unwrap();
     assert_eq!(scaled.status, "False");
 }
+
+#[test]
+fn with_keda_held_calls_are_demand() {
+    let keda = "  autoscaling:\n    engine: KEDA\n    minReplicas: 0\n    maxReplicas: 4\n    metric: PendingRequests\n    prometheusAddress: http://prometheus.monitoring.svc:9090\n";
+    let children = build(&format!("{MINIMAL}{ZERO}{keda}"));
+    let so = children.scaled_object.unwrap();
+    let triggers = so.data["spec"]["triggers"].as_array().unwrap();
+    assert_eq!(triggers.len(), 2);
+    let held = &triggers[1];
+    assert_eq!(held["name"], "held-calls");
+    let query = held["metadata"]["query"].as_str().unwrap();
+    assert!(query.contains("infergate_activator_held_calls"), "{query}");
+    assert!(
+        query.contains(r#"pod=~"resnet-activator-[a-z0-9]+-[a-z0-9]+""#),
+        "{query}"
+    );
+    assert_eq!(so.data["spec"]["minReplicaCount"], 0);
+    let without = build(&format!("{MINIMAL}{keda}"));
+    let triggers = &without.scaled_object.unwrap().data["spec"]["triggers"];
+    assert_eq!(
+        triggers.as_array().unwrap().len(),
+        1,
+        "no activator, no held calls"
+    );
+}
+
+#[test]
+fn an_hpa_works_from_one_up_when_the_service_scales_to_zero() {
+    let hpa =
+        "  autoscaling:\n    minReplicas: 0\n    maxReplicas: 4\n    metric: PendingRequests\n";
+    let children = build(&format!("{MINIMAL}{ZERO}{hpa}"));
+    let hpa = children.hpa.clone().unwrap().spec.unwrap();
+    assert_eq!(
+        hpa.min_replicas,
+        Some(1),
+        "an HPA cannot hold 0; the operator takes it there"
+    );
+    let settings = activator_config(&children).server.activator.unwrap();
+    assert_eq!(settings.scale_to, 1);
+}

@@ -35,6 +35,9 @@ pub const QUEUE_TIME_METRIC: &str = "infergate_queue_time_ms";
 pub const PENDING_METRIC: &str = "nv_inference_pending_request_count";
 
 /// KEDA's ScaledObject resource.
+/// The activator's gauge of the calls it holds (docs/sidecar.md, "Activator").
+pub const HELD_CALLS_METRIC: &str = "infergate_activator_held_calls";
+
 pub fn scaled_object_resource() -> ApiResource {
     ApiResource {
         group: "keda.sh".to_string(),
@@ -106,7 +109,9 @@ pub(super) fn hpa(
                 kind: "Deployment".to_string(),
                 name,
             },
-            min_replicas: Some(a.min_replicas),
+            // An HPA cannot hold 0 (without an alpha feature gate): with scale to zero the
+            // operator takes the service there, and the HPA, at 0, leaves it alone.
+            min_replicas: Some(a.min_replicas.max(1)),
             max_replicas: a.max_replicas,
             metrics: Some(vec![metric]),
             ..HorizontalPodAutoscalerSpec::default()
@@ -159,6 +164,27 @@ pub(super) fn scaled_object(
         }),
     };
     let mut triggers = vec![trigger];
+    // With scale to zero, the calls the activator holds are demand: KEDA's zero and the
+    // operator's are the same zero, and neither takes the service back to it under held calls.
+    if isvc.spec.scale_to_zero.is_some()
+        && variant == Variant::Stable
+        && let Some(address) = &a.prometheus_address
+    {
+        let activator = super::activator::activator_name(isvc);
+        triggers.push(json!({
+            "type": "prometheus",
+            "metricType": "Value",
+            "name": "held-calls",
+            "metadata": {
+                "serverAddress": address,
+                "query": format!(
+                    r#"sum({HELD_CALLS_METRIC}{{namespace="{ns}",pod=~"{activator}-[a-z0-9]+-[a-z0-9]+"}}) or vector(0)"#
+                ),
+                "threshold": "1",
+                "activationThreshold": "0",
+            },
+        }));
+    }
     triggers.extend(a.extra_triggers.iter().cloned());
     let mut object = DynamicObject::new(&name, &scaled_object_resource());
     object.metadata = child_meta(isvc, name.clone(), owner);
