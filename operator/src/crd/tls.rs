@@ -20,8 +20,9 @@ pub struct TlsSpec {
     /// make them: tls.crt (the certificate and its chain), tls.key, and ca.crt (the root of the
     /// clients' certificates) where mutual is set. Mounted as a volume in the sidecar only.
     /// Where sidecars route sequences (extensions.sequence.routing Sidecar) they forward to
-    /// each other over TLS: ca.crt is then required, and the certificate must also name
-    /// <name>-peers.<namespace>.svc and, with mutual, allow client authentication.
+    /// each other over TLS, as the activator (scaleToZero) passes held calls on: ca.crt is then
+    /// required, and the certificate must also name <name>-peers.<namespace>.svc and, with
+    /// mutual, allow client authentication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,
