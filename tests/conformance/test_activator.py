@@ -42,12 +42,13 @@ class Activator:
     """An activator process in front of the sidecar that will listen on `grpc_port` and
     `http_port`."""
 
-    def __init__(self, tmp_dir, grpc_port, http_port, **settings):
+    def __init__(self, tmp_dir, grpc_port, http_port, limits=None, **settings):
         binary = Path(os.environ.get("INFERGATE_SIDECAR_BIN", str(conftest.DEFAULT_SIDECAR_BIN)))
         activator = {"peers": [f"127.0.0.1:{grpc_port}"], "upstream_http_port": http_port}
         activator.update(settings)
         config = {"server": {"http_port": 0, "grpc_port": 0, "metrics_port": 0, "admin_port": 0,
-                             "log_format": "json", "activator": activator}}
+                             "log_format": "json", "activator": activator},
+                  "limits": limits or {}}
         path = tmp_dir / "activator.yaml"
         path.write_text(json.dumps(config))  # JSON is YAML
         self.process = subprocess.Popen([str(binary), "--config", str(path)],
@@ -92,11 +93,11 @@ class Service:
     """The ports the service's sidecar will take, an activator in front of them, and the sidecar
     once started."""
 
-    def __init__(self, tmp_path_factory, **settings):
+    def __init__(self, tmp_path_factory, limits=None, **settings):
         self.tmp = tmp_path_factory
         self.grpc_port, self.http_port = free_ports(2)
         self.activator = Activator(tmp_path_factory.mktemp("activator"), self.grpc_port,
-                                   self.http_port, **settings)
+                                   self.http_port, limits, **settings)
         self.sidecar = None
 
     def start_sidecar(self):
@@ -304,6 +305,28 @@ def test_a_body_past_the_cap_on_held_bytes_is_refused(tmp_path_factory):
         assert response.status == 503, response
         assert "holds as many calls as it may" in response.error
         assert s.activator.calls()["held"] == 0, "the refused call's bytes were given back"
+    finally:
+        s.stop()
+
+
+def test_a_body_past_the_processs_budget_is_refused_as_busy_once_ready(tmp_path_factory):
+    s = Service(tmp_path_factory, limits={"max_inflight_request_bytes": 1024,
+                                          "max_http_body_bytes": 1024,
+                                          "max_grpc_message_bytes": 1024})
+    try:
+        s.start_sidecar()
+        body = json.dumps({"id": "x" * 4000, "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": A.ravel().tolist()},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": B.ravel().tolist()},
+        ]})
+        deadline = time.monotonic() + 10
+        while raw_request(s.activator.http, "GET", "/v2/health/ready").status != 200:
+            assert time.monotonic() < deadline
+        response = raw_request(s.activator.http, "POST", "/v2/models/simple/infer", body=body,
+                               headers={"Content-Type": "application/json"}, timeout=10)
+        assert response.status == 503, response
+        assert response.error == "server is busy"
+        check_simple(rest_infer(s.activator.http))
     finally:
         s.stop()
 

@@ -125,7 +125,8 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
 
     # From zero with an image that cannot be pulled: held calls get the reason.
     kube.wait_until("triton at zero again", at_zero(kube, "triton"), timeout=180, interval=1)
-    good_image = infsvc(kube, "triton")["spec"]["model"]["image"]
+    model = infsvc(kube, "triton")["spec"]["model"]
+    good = {"image": model["image"], "imagePullPolicy": model.get("imagePullPolicy")}
     patch(kube, "triton", {"model": {"image": BROKEN_IMAGE, "imagePullPolicy": "IfNotPresent"}})
     refused = scenario.call(kube, "calls.py", "refused", host, timeout=900)
     assert refused["rest"]["status"] == 503, refused
@@ -134,7 +135,7 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
     assert "ImagePullFailed" in refused["grpc"]["details"], refused
     failure = infsvc(kube, "triton")["status"].get("lastFailureInfo") or {}
     assert failure.get("reason") == "ImagePullFailed", failure
-    patch(kube, "triton", {"model": {"image": good_image, "imagePullPolicy": None}})
+    patch(kube, "triton", {"model": good})
     answers = scenario.call(kube, "calls.py", "from_zero", host, "--sequence-id", "881000",
                             timeout=900)
     kube.wait_until("triton active again", active(kube, "triton"), timeout=300, interval=1)

@@ -110,7 +110,7 @@ impl Activator {
         if self.hold.is_ready() {
             let payload = match read(body, &kind, None).await {
                 Ok(payload) => payload,
-                Err(answer) => return self.refuse(&kind, answer),
+                Err(unread) => return self.unread(&kind, unread),
             };
             self.counts.passed.fetch_add(1, Ordering::Relaxed);
             return self.pass_on(port, &kind, head, payload, None).await;
@@ -121,7 +121,7 @@ impl Activator {
         };
         let payload = match read(body, &kind, Some(&mut held)).await {
             Ok(payload) => payload,
-            Err(refusal) => return self.refuse(&kind, refusal),
+            Err(unread) => return self.unread(&kind, unread),
         };
         let hold_deadline = received + self.hold.limits().timeout;
         let (deadline, by_caller) = match kind.deadline {
@@ -243,6 +243,26 @@ impl Activator {
         Ok(request)
     }
 
+    fn unread(&self, kind: &Kind, unread: Unread) -> Response<Body> {
+        match unread {
+            Unread::Held(refusal) => self.refuse(kind, refusal),
+            Unread::Busy => answer(
+                kind,
+                StatusCode::SERVICE_UNAVAILABLE,
+                tonic::Code::Unavailable,
+                crate::inflight::BUSY,
+                Some(self.retry_after_seconds),
+            ),
+            Unread::Broken => answer(
+                kind,
+                StatusCode::BAD_REQUEST,
+                tonic::Code::Cancelled,
+                "the request's body did not arrive whole",
+                None,
+            ),
+        }
+    }
+
     fn refuse(&self, kind: &Kind, refusal: Refusal) -> Response<Body> {
         let limits = self.hold.limits();
         let (status, code, message, retry) = match refusal {
@@ -299,13 +319,23 @@ impl Activator {
     }
 }
 
+/// Why a call's body was not read whole.
+enum Unread {
+    /// Past the hold's cap on bytes.
+    Held(Refusal),
+    /// Past the process's budget of request bytes in flight (`limits.max_inflight_request_bytes`).
+    Busy,
+    /// The client's side broke off mid-body: nobody is left to answer, but something is sent.
+    Broken,
+}
+
 /// The call's body: whole for a unary call (its bytes counted against the hold where `held`),
 /// as it comes for a stream.
 async fn read<B>(
     body: B,
     kind: &Kind,
     mut held: Option<&mut super::hold::Held>,
-) -> Result<Payload<B>, Refusal>
+) -> Result<Payload<B>, Unread>
 where
     B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<BoxError>,
@@ -316,15 +346,17 @@ where
     let mut body = body;
     let mut whole = BytesMut::new();
     while let Some(frame) = body.frame().await {
-        // A client that goes mid-body gets nothing: there is nobody left to answer.
-        let Ok(frame) = frame else {
-            return Err(Refusal::Failed(Arc::from(
-                "the request's body did not arrive whole",
-            )));
-        };
+        let frame = frame.map_err(|e| {
+            let e: BoxError = e.into();
+            if crate::inflight::is_busy(e.as_ref()) {
+                Unread::Busy
+            } else {
+                Unread::Broken
+            }
+        })?;
         if let Ok(data) = frame.into_data() {
             if let Some(held) = held.as_deref_mut() {
-                held.take_bytes(data.len() as u64)?;
+                held.take_bytes(data.len() as u64).map_err(Unread::Held)?;
             }
             whole.extend_from_slice(&data);
         }
