@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use common::{MINIMAL, with_spec};
 use infergate_operator::controller::scale_to_zero::{
-    Decision, Endpoints, Outcome, decide, endpoints, report,
+    Decision, Endpoints, Outcome, cold_start_ended, decide, endpoints, held_calls, report,
 };
-use infergate_operator::controller::status::{AdminStatus, AdminTraffic, PodReport};
+use infergate_operator::controller::status::{
+    AdminActivator, AdminStatus, AdminTraffic, PodReport,
+};
 use infergate_operator::crd::{InferenceServiceStatus, ScaleToZeroSpec};
 use infergate_operator::render::{self, Children, OperatorSettings};
 use k8s_openapi::api::core::v1::Pod;
@@ -269,6 +271,7 @@ fn outcome(replicas: i32, ready: i32, activator_ready: i32) -> Outcome {
         replicas,
         ready_replicas: ready,
         activator_ready,
+        held_calls: Some(3),
         decision: if replicas == 0 {
             Decision::AtZero
         } else {
@@ -335,9 +338,12 @@ fn the_status_follows_zero_and_times_the_start_from_it() {
         Some(&starting),
         &at(212),
     );
+    assert_eq!(cold_start_ended(Some(&starting), &active), Some(12.0));
+    assert_eq!(cold_start_ended(Some(&first), &starting), None);
     let state = active.scale_to_zero.unwrap();
     assert_eq!(state.state, "Active");
     assert_eq!(state.last_cold_start_seconds, Some(12.0));
+    assert_eq!(state.held_calls, Some(3));
     let scaled = active
         .conditions
         .iter()
@@ -384,4 +390,27 @@ fn an_hpa_works_from_one_up_when_the_service_scales_to_zero() {
     );
     let settings = activator_config(&children).server.activator.unwrap();
     assert_eq!(settings.scale_to, 1);
+}
+
+#[test]
+fn held_calls_are_summed_over_the_activators_that_report() {
+    let activator = |name: &str, held: u64| PodReport {
+        pod: name.to_string(),
+        outcome: Ok(AdminStatus {
+            activator: Some(AdminActivator {
+                held_calls: held,
+                held_bytes: 0,
+            }),
+            ..AdminStatus::default()
+        }),
+    };
+    let silent = PodReport {
+        pod: "c".to_string(),
+        outcome: Err("timed out".to_string()),
+    };
+    assert_eq!(
+        held_calls(&[activator("a", 2), activator("b", 5), silent]),
+        Some(7)
+    );
+    assert_eq!(held_calls(&[]), None);
 }

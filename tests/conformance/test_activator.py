@@ -63,7 +63,12 @@ class Activator:
                 self.lines.append(line.rstrip("\n"))
                 if not ready.is_set():
                     conftest.parse_addrs_from_line(line, found)
-                    if all(k in found for k in conftest.ADDR_KEYS):
+                    if "admin_addr" in line:
+                        doc = json.loads(line)
+                        address = doc.get("fields", doc).get("admin_addr")
+                        if address:
+                            found.setdefault("admin_addr", address)
+                    if all(k in found for k in (*conftest.ADDR_KEYS, "admin_addr")):
                         ready.set()
 
         threading.Thread(target=drain, daemon=True).start()
@@ -71,6 +76,12 @@ class Activator:
         self.http = conftest.connectable(found["http_addr"])
         self.grpc = conftest.connectable(found["grpc_addr"])
         self.metrics = conftest.connectable(found["metrics_addr"])
+        self.admin = conftest.connectable(found["admin_addr"])
+
+    def status(self):
+        """The admin port's /status, from loopback (as the pod's own would read it)."""
+        with urllib.request.urlopen(f"http://{self.admin}/status", timeout=10) as r:
+            return json.load(r)["activator"]
 
     def calls(self):
         """`infergate_activator_calls_total` by outcome, and the held calls now."""
@@ -233,6 +244,8 @@ def test_calls_held_while_no_sidecar_is_ready_are_answered_by_it_once_it_is(serv
     wait_held(a, len(waiting))
     time.sleep(0.5)
     assert not any(join.done() for join in waiting.values()), "a call was answered with no sidecar"
+    held = a.status()
+    assert (held["phase"], held["held_calls"], held["ready_sidecars"]) == ("Starting", 6, 0), held
     service.start_sidecar()
     check_simple(waiting["rest"]())
     check_simple(waiting["grpc"]())
@@ -244,6 +257,9 @@ def test_calls_held_while_no_sidecar_is_ready_are_answered_by_it_once_it_is(serv
     assert waiting["metadata"]() == direct
     calls = a.calls()
     assert calls["released"] == len(waiting), calls
+    status = a.status()
+    assert status["phase"] == "Ready" and status["held_calls"] == 0, status
+    assert status["calls"]["released"] == len(waiting) and status["cold_starts"] == 1, status
     assert calls["refused"] == calls["timed_out"] == calls["failed"] == 0, calls
 
 

@@ -9,8 +9,10 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -21,6 +23,17 @@ use prometheus_client::registry::Registry;
 const RECONCILE_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0,
 ];
+
+/// Upper bounds of the cold-start buckets, in seconds: a small model starts in seconds, a large
+/// one (an image pull, weights to load) in minutes.
+const COLD_START_BUCKETS: [f64; 10] = [1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0, 600.0];
+
+/// The labels of a per-resource metric.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub namespace: String,
+    pub name: String,
+}
 
 /// The controller's metrics, registered once in their own registry (names below are as
 /// exposed; counters get `_total`).
@@ -44,6 +57,14 @@ pub struct Metrics {
     pub probe_failures: Counter,
     /// `infergate_operator_leader` (1 leads, 0 waits).
     leader_gauge: Gauge,
+    /// `infergate_operator_held_calls{namespace,name}`: calls the activators of a resource with
+    /// scale to zero hold, as they last reported.
+    pub held_calls: Family<ResourceLabels, Gauge>,
+    /// `infergate_operator_scale_to_zero_total`: services this operator took to zero.
+    pub scaled_to_zero: Counter,
+    /// `infergate_operator_cold_start_seconds` (histogram): from a scale-up from zero to the first
+    /// ready pod, as the operator saw them.
+    pub cold_starts: Histogram,
     /// Set once the controller runs (as leader, or as the only replica).
     pub started: AtomicBool,
 }
@@ -91,8 +112,28 @@ impl Default for Metrics {
             "Whether this replica leads (1) or waits (0)",
             leader_gauge.clone(),
         );
+        let held_calls = Family::<ResourceLabels, Gauge>::default();
+        registry.register(
+            "held_calls",
+            "Calls the activators of an InferenceService hold while it has no ready pod",
+            held_calls.clone(),
+        );
+        let scaled_to_zero = counter(
+            &mut registry,
+            "scale_to_zero",
+            "Times an idle InferenceService was taken to zero pods",
+        );
+        let cold_starts = Histogram::new(COLD_START_BUCKETS);
+        registry.register(
+            "cold_start_seconds",
+            "From a scale-up from zero to the first ready pod",
+            cold_starts.clone(),
+        );
         Metrics {
             registry,
+            held_calls,
+            scaled_to_zero,
+            cold_starts,
             reconciles,
             reconcile_errors,
             reconcile_duration,

@@ -307,6 +307,9 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
             isvc.status.as_ref(),
             &observed.now,
         );
+        if let Some(took) = scale_to_zero::cold_start_ended(isvc.status.as_ref(), &new_status) {
+            ctx.metrics.cold_starts.observe(took);
+        }
     }
     write_status(isvc, ctx, &new_status).await?;
     announce_transition(isvc, ctx, isvc.status.as_ref(), &new_status).await;

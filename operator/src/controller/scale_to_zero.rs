@@ -21,6 +21,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
 use super::apply::{self, ApplyError};
+use super::metrics::ResourceLabels;
 use super::reconcile::Context;
 use super::status::PodReport;
 use crate::crd::{
@@ -153,12 +154,23 @@ pub fn decide(
     Decision::ScaleDown { quiet }
 }
 
+/// The calls the activators hold, from their reports; `None` where none reported.
+pub fn held_calls(reports: &[PodReport]) -> Option<u64> {
+    let held: Vec<u64> = reports
+        .iter()
+        .filter_map(|r| Some(r.outcome.as_ref().ok()?.activator.as_ref()?.held_calls))
+        .collect();
+    (!held.is_empty()).then(|| held.iter().sum())
+}
+
 /// What [`keep`] found and did, for the status.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
     pub replicas: i32,
     pub ready_replicas: i32,
     pub activator_ready: i32,
+    /// Calls the activator's pods hold, summed over those that reported.
+    pub held_calls: Option<u64>,
     pub decision: Decision,
     pub endpoints: Endpoints,
 }
@@ -197,6 +209,18 @@ pub async fn keep(
         .iter()
         .filter(|p| ready_address(p).is_some())
         .count();
+    let held_calls = held_calls(
+        &ctx.prober
+            .probe_ready_pods(&activator_pods, isvc.spec.sidecar.ports.admin)
+            .await,
+    );
+    ctx.metrics
+        .held_calls
+        .get_or_create(&ResourceLabels {
+            namespace: ns.to_string(),
+            name: isvc.name_any(),
+        })
+        .set(i64::try_from(held_calls.unwrap_or(0)).unwrap_or(i64::MAX));
     let replicas = replicas_of(deployment);
     let decision = decide(zero, replicas, pods, reports, activator_ready > 0);
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns);
@@ -209,6 +233,7 @@ pub async fn keep(
         ctx.count(apply::apply(&slices, &slice).await?.0);
         endpoints = activators;
         set_scale(&deployments, &name, 0).await?;
+        ctx.metrics.scaled_to_zero.inc();
         tracing::info!(inferenceservice = %super::status::object_name(isvc), quiet_seconds = quiet, "scaled to zero: idle");
     } else {
         let slice = render::endpoint_slice(isvc, &owner, endpoints.addresses());
@@ -231,6 +256,7 @@ pub async fn keep(
         },
         ready_replicas,
         activator_ready: i32::try_from(activator_ready).unwrap_or(i32::MAX),
+        held_calls,
         decision,
         endpoints,
     })
@@ -299,6 +325,9 @@ pub fn report(
         since,
         last_cold_start_seconds,
         activator_ready_replicas: outcome.activator_ready,
+        held_calls: outcome
+            .held_calls
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
         quiet_seconds,
     });
     let at_zero = state == "ScaledToZero";
@@ -333,6 +362,19 @@ pub fn report(
             now,
         );
     }
+}
+
+/// The seconds of a start from zero that ended between `previous` and `now` (Starting, then
+/// Active), if one did.
+pub fn cold_start_ended(
+    previous: Option<&InferenceServiceStatus>,
+    now: &InferenceServiceStatus,
+) -> Option<f64> {
+    let before = previous?.scale_to_zero.as_ref()?;
+    let after = now.scale_to_zero.as_ref()?;
+    (before.state == "Starting" && after.state == "Active")
+        .then_some(after.last_cold_start_seconds)
+        .flatten()
 }
 
 fn set_condition(

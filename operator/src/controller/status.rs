@@ -43,6 +43,18 @@ pub struct AdminStatus {
     /// How busy the sidecar is (scale to zero reads it); absent from older sidecars.
     #[serde(default)]
     pub traffic: Option<AdminTraffic>,
+    /// An activator's report (scale to zero), where the pod is an activator.
+    #[serde(default)]
+    pub activator: Option<AdminActivator>,
+}
+
+/// What an activator holds.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct AdminActivator {
+    #[serde(default)]
+    pub held_calls: u64,
+    #[serde(default)]
+    pub held_bytes: u64,
 }
 
 /// Inference calls and streams in flight, seconds since there were none, live sequences.

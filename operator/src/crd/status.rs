@@ -73,6 +73,9 @@ pub struct ScaleToZeroStatus {
     /// The activator's pods ready to hold calls.
     #[serde(default)]
     pub activator_ready_replicas: i32,
+    /// Calls the activator's pods hold now, as they last reported (while the service starts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_calls: Option<i64>,
     /// The least quiet time the pods reported: seconds since the last inference call, open
     /// stream or live sequence on the busiest pod. The service scales to zero at idleSeconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -31,7 +31,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 
-use super::config::{CONFIG_DIR, CONFIG_FILE, CONFIG_KEY, port, ports_tls};
+use super::config::{
+    CONFIG_DIR, CONFIG_FILE, CONFIG_KEY, STATUS_CLIENT_CA_FILE, STATUS_CLIENT_CA_KEY, port,
+    ports_tls,
+};
 use super::{OperatorSettings, RenderError, Variant, child_meta, pods_role_binding};
 use crate::crd::InferenceService;
 use crate::pod_names::{CONFIG_VOLUME, TLS_DIR, TLS_VOLUME};
@@ -112,7 +115,7 @@ pub(super) fn activator_objects(
         return Ok(None);
     };
     let name = activator_name(isvc);
-    let config = activator_config(isvc);
+    let config = activator_config(isvc, settings);
     config.validate(&[]).map_err(|errors| RenderError::Config {
         name: name.clone(),
         message: errors
@@ -127,9 +130,13 @@ pub(super) fn activator_objects(
             message,
         })?;
     let hash = super::config_hash(text.as_bytes());
+    let mut data = BTreeMap::from([(CONFIG_KEY.to_string(), text)]);
+    if let Some(ca) = &settings.status_client_ca {
+        data.insert(STATUS_CLIENT_CA_KEY.to_string(), ca.to_string());
+    }
     let config_map = ConfigMap {
         metadata: child_meta(isvc, name.clone(), owner),
-        data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), text)])),
+        data: Some(data),
         ..ConfigMap::default()
     };
     let rules = vec![
@@ -173,7 +180,7 @@ pub(super) fn activator_objects(
 
 /// The activator's configuration: the service's ports, TLS and logging, `server.activator`
 /// from `spec.scaleToZero`.
-pub fn activator_config(isvc: &InferenceService) -> SidecarConfig {
+pub fn activator_config(isvc: &InferenceService, settings: &OperatorSettings) -> SidecarConfig {
     let spec = &isvc.spec;
     let zero = spec.scale_to_zero.clone().unwrap_or_default();
     let mut config = SidecarConfig::default();
@@ -185,6 +192,12 @@ pub fn activator_config(isvc: &InferenceService) -> SidecarConfig {
     server.admin_port = port(spec.sidecar.ports.admin);
     server.log_level = spec.sidecar.log_level.as_str().to_string();
     server.log_format = spec.sidecar.log_format.as_str().to_string();
+    // `/status` on the admin port to the operator, as the sidecars' (no credential in the pod).
+    server.status_token_sha256 = settings.status_token_sha256.iter().cloned().collect();
+    server.status_client_ca = settings
+        .status_client_ca
+        .as_ref()
+        .map(|_| STATUS_CLIENT_CA_FILE.to_string());
     let tls = ports_tls(isvc);
     if let Some(tls) = &tls {
         server.http_tls = tls.client.clone();

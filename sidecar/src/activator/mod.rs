@@ -45,6 +45,8 @@ use infergate_config::{ActivatorSettings, SidecarConfig};
 use tokio::sync::watch;
 
 use crate::accept::{Io, PortSetup, PortTls};
+use crate::admin_access::AdminRules;
+use crate::caller::{Caller, CertifiedClient};
 use crate::inflight::{Budgeted, ByteBudget, Tracked};
 use crate::peers::kubernetes::{self, Target};
 use crate::peers::membership::{Dial, Members};
@@ -216,8 +218,27 @@ pub async fn start(config: &SidecarConfig) -> anyhow::Result<Running> {
             listener, name, setup, stop, None, serve,
         )));
     }
+    // The admin port as the sidecar's: probes in plain HTTP for anyone, `/status` to the
+    // operator (its client certificate over TLS, or its token) and to loopback.
+    let admin_tls = config
+        .server
+        .status_client_ca
+        .as_ref()
+        .map(|ca| crate::tls::AdminTls::load(ca.into()))
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("server.status_client_ca: {e}"))?;
+    if let Some(tls) = &admin_tls {
+        background.push(tokio::spawn(tls.clone().watch(every)));
+    }
+    let rules = AdminRules::new(&config.server.status_token_sha256, 0)
+        .with_client_certificates(admin_tls.is_some());
     for (listener, name, router, tls) in [
-        (admin, "admin", admin_router(), None),
+        (
+            admin,
+            "admin",
+            admin_router(activator.clone(), rules),
+            admin_tls.map(PortTls::Offered),
+        ),
         (
             metrics,
             "metrics",
@@ -359,11 +380,65 @@ impl Activator {
     }
 }
 
-fn admin_router() -> Router {
+fn admin_router(activator: Arc<Activator>, rules: AdminRules) -> Router {
     // Live and ready while it serves: held calls are what it is for.
     Router::new()
         .route("/livez", get(|| async { (StatusCode::OK, "ok\n") }))
         .route("/readyz", get(|| async { (StatusCode::OK, "ok\n") }))
+        .route(
+            "/status",
+            get(
+                move |caller: Option<axum::Extension<Caller>>,
+                      certified: Option<axum::Extension<CertifiedClient>>,
+                      headers: http::HeaderMap| {
+                    let activator = activator.clone();
+                    let rules = rules.clone();
+                    async move {
+                        let caller = caller.map(|axum::Extension(c)| c);
+                        match rules.may_read_status(caller, certified.is_some(), &headers) {
+                            Ok(()) => (
+                                [(header::CONTENT_TYPE, "application/json")],
+                                status(&activator).to_string(),
+                            )
+                                .into_response(),
+                            Err(refusal) => crate::http::answer::admin_refusal(&refusal),
+                        }
+                    }
+                },
+            ),
+        )
+}
+
+/// The activator's `/status`: where the service is, what is held, and the calls by outcome.
+fn status(a: &Activator) -> serde_json::Value {
+    let (held, bytes) = a.hold.held();
+    let phase = match a.hold.phase() {
+        Phase::Ready => "Ready".to_string(),
+        Phase::Starting => "Starting".to_string(),
+        Phase::Failed(reason) => format!("Failed: {reason}"),
+    };
+    let c = &a.counts;
+    let n = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+    serde_json::json!({
+        "ready": true,
+        "activator": {
+            "phase": phase,
+            "held_calls": held,
+            "held_bytes": bytes,
+            "ready_sidecars": a.upstreams.ready().len(),
+            "calls": {
+                "passed": n(&c.passed),
+                "released": n(&c.released),
+                "refused": n(&c.refused),
+                "failed": n(&c.failed),
+                "timed_out": n(&c.timed_out),
+                "unreachable": n(&c.unreachable),
+            },
+            "cold_starts": n(&a.cold_starts),
+            "last_cold_start_seconds": a.last_cold_start.lock().map(|d| d.as_secs_f64()),
+            "scale_ups": a.scaler.as_ref().map_or(0, |s| s.scale_ups()),
+        },
+    })
 }
 
 fn metrics_router(activator: Arc<Activator>) -> Router {
