@@ -18,11 +18,13 @@ start) goes to zero pods when idle and comes back on the first call, which the a
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 
 import scenario
 from test_4_faults import infsvc, ready, record
+from test_7_canary import models
 
 NS = scenario.NS
 IDLE = 15
@@ -31,6 +33,9 @@ BURST = 14
 ACTIVATOR_PODS = "app.kubernetes.io/name=infergate-activator,app.kubernetes.io/instance={}"
 SERVICE_PODS = "app.kubernetes.io/name=infergate,app.kubernetes.io/instance={}"
 BROKEN_IMAGE = "infergate.invalid/no-such-model-server:1"
+# `triton`'s FP32 identity model (the calls' REST and gRPC model; sequences use
+# sequence_accumulator).
+MODEL = "classifier"
 
 
 def patch(kube, name: str, spec: dict):
@@ -56,6 +61,12 @@ def at_zero(kube, name: str):
     return check
 
 
+def service_slices(kube, name: str) -> list[str]:
+    """Every EndpointSlice kube-proxy reads for the Service."""
+    slices = kube.get("endpointslice", "-n", NS, "-l", f"kubernetes.io/service-name={name}")
+    return sorted(s["metadata"]["name"] for s in slices["items"])
+
+
 def slice_addresses(kube, name: str) -> list[str]:
     slice_ = kube.get("endpointslice", "-n", NS, f"{name}-infergate")
     return sorted(a for e in slice_.get("endpoints") or [] for a in e["addresses"])
@@ -75,6 +86,12 @@ def active(kube, name: str):
     return check
 
 
+def iptables(address: str) -> list[str]:
+    """The node's NAT rules that name `address` (for a failure's message)."""
+    out = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if address in line or "triton" in line]
+
+
 def poke(kube, name: str):
     """A change of metadata wakes the operator now rather than at its next requeue."""
     kube.kubectl("annotate", "--overwrite", "infsvc", name, "-n", NS,
@@ -83,23 +100,51 @@ def poke(kube, name: str):
 
 def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
     host = scenario.service_ip(kube, "triton")
-    patch(kube, "triton", {"replicas": 1, "scaleToZero": {
+    # An open stream is traffic: opened before scale to zero is asked for (the pod has been quiet
+    # since it started, so without it the service would go to zero as soon as it could), it keeps
+    # the pod up past idleSeconds.
+    # One pod first, so that the stream's is the one that stays; the models the calls use.
+    patch(kube, "triton", {"replicas": 1, "models": models(scenario.CLASSIFIER_LABELS)})
+    kube.wait_until("triton at one pod", lambda: ready(kube, "triton") and len(
+        kube.pods(NS, SERVICE_PODS.format("triton"))) == 1, timeout=300, interval=2)
+    stream_seconds = 120
+    held = {}
+
+    def hold():
+        try:
+            held["answer"] = scenario.call(kube, "calls.py", "hold_stream", host, "--model",
+                                           MODEL, "--seconds", str(stream_seconds), timeout=stream_seconds + 120)
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            held["error"] = e
+    holding = threading.Thread(target=hold)
+    holding.start()
+    (pod_ip,) = pod_ips(kube, SERVICE_PODS.format("triton"))
+
+    def stream_open():
+        assert "error" not in held, held
+        return scenario.admin_status(kube, pod_ip)["traffic"]["in_flight"] >= 1
+    kube.wait_until("the stream open on the pod", stream_open, timeout=60, interval=1)
+    opened = time.monotonic()
+    patch(kube, "triton", {"scaleToZero": {
         "idleSeconds": IDLE, "holdTimeoutSeconds": 300, "maxHeldCalls": MAX_HELD}})
     kube.wait_until("the activator ready and the Service on the pods", active(kube, "triton"),
-                    timeout=480, interval=2)
+                    timeout=stream_seconds - IDLE * 2 - 10, interval=1)
     assert kube.get("service", "-n", NS, "triton")["spec"].get("selector") is None
-
-    # An open stream is traffic: no zero under it.
-    holding = threading.Thread(target=scenario.call, args=(kube, "calls.py", "hold_stream", host,
-                                                           "--seconds", str(IDLE * 3)),
-                               kwargs={"timeout": IDLE * 3 + 120})
-    holding.start()
-    time.sleep(IDLE * 2)
+    # The EndpointSlice controller's slice, left from the selector, is gone: kube-proxy would
+    # send calls to the pods it names beside the operator's.
+    kube.wait_until("the operator's slice alone", lambda: service_slices(kube, "triton")
+                    == ["triton-infergate"], timeout=60)
+    time.sleep(IDLE + 5)
     poke(kube, "triton")
     time.sleep(5)
-    assert zero_state(kube, "triton").get("state") == "Active", "scaled down under an open stream"
+    assert time.monotonic() - opened < stream_seconds, "the stream closed before the check"
+    state = zero_state(kube, "triton")
+    if state.get("state") != "Active":
+        holding.join(timeout=stream_seconds)
+    assert state.get("state") == "Active", ("scaled down under an open stream", state, held)
     assert len(kube.running_pods(NS, SERVICE_PODS.format("triton"))) == 1
     holding.join()
+    assert "error" not in held, held
     went_idle = time.monotonic()
     kube.wait_until("triton at zero", at_zero(kube, "triton"), timeout=180, interval=1)
     to_zero_s = time.monotonic() - went_idle
@@ -107,9 +152,15 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
     assert slice_addresses(kube, "triton") == activators
     assert kube.condition(infsvc(kube, "triton"), "ScaledToZero")["status"] == "True"
 
+    # Both ports reach the activator through the Service (a connection alone starts nothing).
+    for port in ("8000", "8001"):
+        for where in (host, activators[0]):
+            got = scenario.call(kube, "calls.py", "connect", where, "--port", port)
+            assert got["open"], (where, port, got, iptables(host))
+
     # From zero: REST, gRPC, a stream's sequence and a unary sequence, all at once.
-    cold = scenario.call(kube, "calls.py", "from_zero", host, "--sequence-id", "880000",
-                         timeout=900)
+    cold = scenario.call(kube, "calls.py", "from_zero", host, "--model", MODEL,
+                         "--sequence-id", "880000", timeout=900)
     kube.wait_until("triton active again", active(kube, "triton"), timeout=120, interval=1)
     state = kube.wait_until("the cold start in the status",
                             lambda: zero_state(kube, "triton").get("lastColdStartSeconds"),
@@ -117,7 +168,8 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
 
     # From zero, past the cap: the excess refused with Retry-After, the rest answered.
     kube.wait_until("triton at zero again", at_zero(kube, "triton"), timeout=180, interval=1)
-    burst = scenario.call(kube, "calls.py", "burst", host, "--calls", str(BURST), timeout=900)
+    burst = scenario.call(kube, "calls.py", "burst", host, "--model", MODEL, "--calls", str(BURST),
+                          timeout=900)
     assert burst["ok"] == MAX_HELD and burst["refused"] == BURST - MAX_HELD, burst
     assert burst["retry_after"] == ["5"], burst
     assert all("holds as many calls as it may" in m for m in burst["messages"]), burst
@@ -128,7 +180,7 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
     model = infsvc(kube, "triton")["spec"]["model"]
     good = {"image": model["image"], "imagePullPolicy": model.get("imagePullPolicy")}
     patch(kube, "triton", {"model": {"image": BROKEN_IMAGE, "imagePullPolicy": "IfNotPresent"}})
-    refused = scenario.call(kube, "calls.py", "refused", host, timeout=900)
+    refused = scenario.call(kube, "calls.py", "refused", host, "--model", MODEL, timeout=900)
     assert refused["rest"]["status"] == 503, refused
     assert "ImagePullFailed" in refused["rest"]["body"], refused
     assert refused["grpc"]["code"] == "StatusCode.UNAVAILABLE", refused
@@ -136,8 +188,10 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
     failure = infsvc(kube, "triton")["status"].get("lastFailureInfo") or {}
     assert failure.get("reason") == "ImagePullFailed", failure
     patch(kube, "triton", {"model": good})
-    answers = scenario.call(kube, "calls.py", "from_zero", host, "--sequence-id", "881000",
-                            timeout=900)
+    # The activator reads the status again within a second; until then it still has the failure.
+    time.sleep(3)
+    answers = scenario.call(kube, "calls.py", "from_zero", host, "--model", MODEL,
+                            "--sequence-id", "881000", timeout=900)
     kube.wait_until("triton active again", active(kube, "triton"), timeout=300, interval=1)
 
     # Scale to zero removed: the selector back, the activator gone.
@@ -149,7 +203,7 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
                 and not kube.pods(NS, ACTIVATOR_PODS.format("triton"))
                 and "scaleToZero" not in infsvc(kube, "triton")["status"])
     kube.wait_until("triton without scale to zero", plain, timeout=300, interval=2)
-    scenario.call(kube, "calls.py", "binary", host)
+    scenario.call(kube, "calls.py", "binary", host, "--model", MODEL, "--elements", "4")
     record(kube, "scale-to-zero", {"to_zero_after_idle_s": round(to_zero_s, 1), "cold": cold,
                                    "status_cold_start_s": state, "burst": burst,
                                    "after_broken_image": answers})
@@ -161,7 +215,8 @@ def test_mlserver_starts_from_zero(kube, client):
     patch(kube, "mlserver", {"scaleToZero": {"idleSeconds": IDLE}})
     kube.wait_until("mlserver at zero", at_zero(kube, "mlserver"), timeout=300, interval=1)
     started = time.monotonic()
-    answered = scenario.call(kube, "calls.py", "burst", host, "--calls", "1", timeout=900)
+    answered = scenario.call(kube, "calls.py", "burst", host, "--model", "simple", "--calls", "1",
+                             timeout=900)
     first_answer_s = time.monotonic() - started
     assert answered["ok"] == 1, answered
     kube.wait_until("mlserver active again", active(kube, "mlserver"), timeout=120, interval=1)

@@ -366,17 +366,53 @@ def check_sequences(args):
     return {str(sid): a for sid, a in answers.items()}
 
 
-def simple_body():
-    a = list(range(16))
-    return json.dumps({"inputs": [
-        {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": a},
-        {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}).encode()
+# Four values: `classifier` (an FP32 identity with labels) takes [batch, 4].
+IDENTITY_INPUT = [-1.5, 0.5, 2.25, 3.0]
 
 
-def rest_simple(host, timeout):
-    """One REST call of simple with urllib (to see every status and header): (status, headers,
-    body); the answer checked where it is 200."""
-    request = urllib.request.Request(f"http://{host}:8000/v2/models/simple/infer", data=simple_body(),
+def rest_body(model):
+    """`simple` (two INT32 inputs), or an FP32 identity model (`classifier`, `identity_fp32`)."""
+    if model == "simple":
+        return json.dumps({"inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": list(range(16))},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": [1] * 16}]}).encode()
+    return json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, len(IDENTITY_INPUT)],
+                                   "datatype": "FP32", "data": IDENTITY_INPUT}]}).encode()
+
+
+def check_rest_answer(model, body):
+    outputs = {o["name"]: o["data"] for o in json.loads(body)["outputs"]}
+    if model == "simple":
+        right = (outputs["OUTPUT0"] == [n + 1 for n in range(16)]
+                 and outputs["OUTPUT1"] == [n - 1 for n in range(16)])
+    else:
+        right = outputs["OUTPUT0"] == IDENTITY_INPUT
+    if not right:
+        raise AssertionError(f"wrong answer: {body}")
+
+
+def grpc_inputs(model):
+    if model == "simple":
+        return simple_inputs(grpcclient, False)
+    i = grpcclient.InferInput("INPUT0", [1, len(IDENTITY_INPUT)], "FP32")
+    i.set_data_from_numpy(np.array([IDENTITY_INPUT], dtype=np.float32))
+    return [i]
+
+
+def check_grpc_answer(model, result):
+    if model == "simple":
+        right = result.as_numpy("OUTPUT0").reshape(-1).tolist() == [n + 3 for n in range(16)]
+    else:
+        right = result.as_numpy("OUTPUT0").reshape(-1).tolist() == IDENTITY_INPUT
+    if not right:
+        raise AssertionError("gRPC: wrong answer")
+
+
+def rest_call(host, model, timeout):
+    """One REST call with urllib (to see every status and header): (status, headers, body); the
+    answer checked where it is 200."""
+    request = urllib.request.Request(f"http://{host}:8000/v2/models/{model}/infer",
+                                     data=rest_body(model),
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as r:
@@ -384,16 +420,14 @@ def rest_simple(host, timeout):
     except urllib.error.HTTPError as e:
         status, headers, body = e.code, dict(e.headers), e.read().decode()
     if status == 200:
-        outputs = {o["name"]: o["data"] for o in json.loads(body)["outputs"]}
-        if outputs["OUTPUT0"] != [n + 1 for n in range(16)] or outputs["OUTPUT1"] != [n - 1 for n in range(16)]:
-            raise AssertionError(f"wrong answer: {body}")
+        check_rest_answer(model, body)
     return status, {k.lower(): v for k, v in headers.items()}, body
 
 
 def check_from_zero(args):
-    """What a service scaled to zero is asked first, all at once: a REST call, a gRPC call, a
-    whole sequence on a gRPC stream and one in unary gRPC calls (sequence_accumulator, ids from
-    --sequence-id). Every answer exact; each one's seconds to its (first) answer."""
+    """What a service scaled to zero is asked first, all at once: a REST call and a gRPC call of
+    --model, a whole sequence on a gRPC stream and one in unary gRPC calls (sequence_accumulator,
+    ids from --sequence-id). Every answer exact; each one's seconds to its (first) answer."""
     import threading
     import time
     values = [3, 5, 7, 11]
@@ -407,17 +441,15 @@ def check_from_zero(args):
         return [i]
 
     def rest():
-        status, _, body = rest_simple(args.host, 600)
+        status, _, body = rest_call(args.host, args.model, 600)
         if status != 200:
             raise AssertionError(f"REST {status}: {body}")
         out["rest_s"] = time.monotonic() - started
 
     def grpc_unary():
         client = grpcclient.InferenceServerClient(f"{args.host}:8001")
-        inputs = simple_inputs(grpcclient, False)
-        r = client.infer("simple", inputs, client_timeout=600)
-        if r.as_numpy("OUTPUT0").reshape(-1).tolist() != [n + 3 for n in range(16)]:
-            raise AssertionError("gRPC: wrong answer")
+        r = client.infer(args.model, grpc_inputs(args.model), client_timeout=600)
+        check_grpc_answer(args.model, r)
         out["grpc_s"] = time.monotonic() - started
         client.close()
 
@@ -478,11 +510,11 @@ def check_from_zero(args):
 
 
 def check_burst(args):
-    """--calls REST calls of simple at once: how many were answered (exactly), how many refused
+    """--calls REST calls of --model at once: how many were answered (exactly), how many refused
     with 503, and the refusals' Retry-After and messages."""
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(args.calls) as pool:
-        answers = list(pool.map(lambda _: rest_simple(args.host, 600), range(args.calls)))
+        answers = list(pool.map(lambda _: rest_call(args.host, args.model, 600), range(args.calls)))
     refused = [(h.get("retry-after"), json.loads(b).get("error", "")) for s, h, b in answers
                if s == 503]
     others = [s for s, _, _ in answers if s not in (200, 503)]
@@ -494,21 +526,32 @@ def check_burst(args):
 
 
 def check_refused(args):
-    """One REST call and one gRPC call that are expected to be refused: their status and message."""
-    status, headers, body = rest_simple(args.host, 600)
+    """One REST call and one gRPC call of --model that are expected to be refused: their status
+    and message."""
+    status, headers, body = rest_call(args.host, args.model, 600)
     client = grpcclient.InferenceServerClient(f"{args.host}:8001")
     code, details = "OK", ""
     try:
-        client.infer("simple", simple_inputs(grpcclient, False), client_timeout=600)
+        client.infer(args.model, grpc_inputs(args.model), client_timeout=600)
     except Exception as e:  # noqa: BLE001 - tritonclient's InferenceServerException
         code, details = str(getattr(e, "status", lambda: "")()), str(getattr(e, "message", lambda: e)())
     client.close()
     return {"rest": {"status": status, "body": body}, "grpc": {"code": code, "details": details}}
 
 
+def check_connect(args):
+    """Whether a TCP connection to HOST:--port opens within 3 s (no call is sent)."""
+    import socket
+    try:
+        socket.create_connection((args.host, args.port), timeout=3).close()
+        return {"open": True}
+    except OSError as e:
+        return {"open": False, "error": str(e)}
+
+
 def check_hold_stream(args):
-    """A ModelStreamInfer stream kept open --seconds with one call at its start and one at its
-    end: the service must not scale to zero under it."""
+    """A ModelStreamInfer stream kept open --seconds with a call of --model at its start and one
+    half way: the service must not scale to zero under it."""
     import queue
     import time
     client = grpcclient.InferenceServerClient(f"{args.host}:8001")
@@ -516,7 +559,7 @@ def check_hold_stream(args):
     client.start_stream(callback=lambda result, error: results.put((result, error)),
                         stream_timeout=args.seconds + 120)
     for _ in range(2):
-        client.async_stream_infer("simple", simple_inputs(grpcclient, False))
+        client.async_stream_infer(args.model, grpc_inputs(args.model))
         result, error = results.get(timeout=120)
         if error is not None:
             raise RuntimeError(f"stream: {error}")
@@ -527,7 +570,7 @@ def check_hold_stream(args):
 
 
 CHECKS = {"binary": check_binary, "from_zero": check_from_zero, "burst": check_burst,
-          "refused": check_refused, "hold_stream": check_hold_stream, "variants": check_variants, "sequences": check_sequences, "classification": check_classification,
+          "refused": check_refused, "hold_stream": check_hold_stream, "connect": check_connect, "variants": check_variants, "sequences": check_sequences, "classification": check_classification,
           "sequence": check_sequence, "spread": check_spread, "rolling": check_rolling,
           "shm": check_shm,
           "large": check_large,
