@@ -95,9 +95,28 @@ fn the_activator_holds_for_the_service_and_may_scale_only_its_deployment() {
 }
 
 #[test]
-fn the_client_service_has_no_selector_and_the_deployment_no_count() {
+fn the_client_service_selects_no_pod_and_the_deployment_has_no_count() {
     let children = build(&format!("{MINIMAL}{ZERO}"));
-    assert_eq!(children.service.spec.as_ref().unwrap().selector, None);
+    // A selector no pod matches: the EndpointSlice controller keeps its slice empty.
+    let selector = children
+        .service
+        .spec
+        .as_ref()
+        .unwrap()
+        .selector
+        .clone()
+        .unwrap();
+    assert_eq!(selector, render::no_pod_selector());
+    let pod_labels = children
+        .deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .clone();
+    let pod_labels = pod_labels.unwrap().labels.unwrap();
+    assert!(!selector.keys().any(|k| pod_labels.contains_key(k)));
     assert_eq!(children.deployment.spec.as_ref().unwrap().replicas, None);
     let without = build(MINIMAL);
     assert!(without.service.spec.as_ref().unwrap().selector.is_some());

@@ -61,10 +61,12 @@ def at_zero(kube, name: str):
     return check
 
 
-def service_slices(kube, name: str) -> list[str]:
-    """Every EndpointSlice kube-proxy reads for the Service."""
+def other_slices(kube, name: str) -> dict[str, list]:
+    """The endpoints of every other EndpointSlice kube-proxy reads for the Service than the
+    operator's, by name."""
     slices = kube.get("endpointslice", "-n", NS, "-l", f"kubernetes.io/service-name={name}")
-    return sorted(s["metadata"]["name"] for s in slices["items"])
+    return {s["metadata"]["name"]: s.get("endpoints") or [] for s in slices["items"]
+            if s["metadata"]["name"] != f"{name}-infergate"}
 
 
 def slice_addresses(kube, name: str) -> list[str]:
@@ -129,11 +131,12 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
         "idleSeconds": IDLE, "holdTimeoutSeconds": 300, "maxHeldCalls": MAX_HELD}})
     kube.wait_until("the activator ready and the Service on the pods", active(kube, "triton"),
                     timeout=stream_seconds - IDLE * 2 - 10, interval=1)
-    assert kube.get("service", "-n", NS, "triton")["spec"].get("selector") is None
-    # The EndpointSlice controller's slice, left from the selector, is gone: kube-proxy would
-    # send calls to the pods it names beside the operator's.
-    kube.wait_until("the operator's slice alone", lambda: service_slices(kube, "triton")
-                    == ["triton-infergate"], timeout=60)
+    # A selector no pod matches: the EndpointSlice controller's own slice is empty (kube-proxy
+    # would send calls to the pods it names beside the operator's).
+    assert kube.get("service", "-n", NS, "triton")["spec"]["selector"] == {
+        "infergate.dev/endpoints-by": "operator"}
+    kube.wait_until("the controller's slices empty", lambda: not any(
+        other_slices(kube, "triton").values()), timeout=60)
     time.sleep(IDLE + 5)
     poke(kube, "triton")
     time.sleep(5)
@@ -199,7 +202,8 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
 
     def plain():
         service = kube.get("service", "-n", NS, "triton")
-        return (ready(kube, "triton") and service["spec"].get("selector")
+        return (ready(kube, "triton")
+                and "infergate.dev/endpoints-by" not in service["spec"]["selector"]
                 and not kube.pods(NS, ACTIVATOR_PODS.format("triton"))
                 and "scaleToZero" not in infsvc(kube, "triton")["status"])
     kube.wait_until("triton without scale to zero", plain, timeout=300, interval=2)

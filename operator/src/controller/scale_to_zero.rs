@@ -226,7 +226,6 @@ pub async fn keep(
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns);
     let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
     let name = isvc.name_any();
-    remove_controllers_slices(ctx, &slices, &name).await?;
     if let Decision::ScaleDown { quiet } = &decision {
         // The activator first, then zero (module docs).
         let activators = self::endpoints(&[], &activator_pods);
@@ -266,37 +265,6 @@ pub async fn keep(
 /// Field manager of the operator's changes of the count (not its applies, which leave the count
 /// alone with scale to zero).
 const SCALE_MANAGER: &str = "infergate-operator-scale";
-
-/// The EndpointSlice controller's slices of the Service, left from when it had a selector: the
-/// controller stops managing a Service whose selector is removed, but deletes none of its slices,
-/// and kube-proxy would go on sending calls to the addresses they name (pods long gone) beside
-/// the operator's. The controller copies the Service's labels onto them, so the operator-writes
-/// policy lets the operator delete them; nothing else's slices are touched.
-async fn remove_controllers_slices(
-    ctx: &Context,
-    slices: &Api<EndpointSlice>,
-    service: &str,
-) -> Result<(), ApplyError> {
-    let selector = format!(
-        "kubernetes.io/service-name={service},endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io"
-    );
-    let stale = slices
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items;
-    for slice in stale {
-        let name = slice.name_any();
-        match slices.delete(&name, &Default::default()).await {
-            Ok(_) => {
-                ctx.metrics.deletes.inc();
-                tracing::info!(slice = %name, "deleted the EndpointSlice controller's slice of a Service without a selector");
-            }
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
 
 /// The Deployment's replicas set to `replicas`, by a patch of the Deployment (which the
 /// operator-writes policy checks is the operator's own), not of its scale subresource: the

@@ -28,8 +28,14 @@ pub(super) fn service(isvc: &InferenceService, owner: &OwnerReference) -> Servic
         spec: Some(ServiceSpec {
             type_: Some(spec.service.type_.as_str().to_string()),
             // With scale to zero the operator writes the endpoints: the pods', or the
-            // activator's while no pod is ready (`activator.rs`).
-            selector: spec.scale_to_zero.is_none().then(|| selector_labels(isvc)),
+            // activator's while no pod is ready (`activator.rs`). The selector then names a
+            // label no pod carries, rather than none: the EndpointSlice controller keeps its own
+            // slice of the Service empty (without a selector it would leave the last pods' in
+            // it, which kube-proxy reads beside the operator's).
+            selector: Some(match spec.scale_to_zero {
+                None => selector_labels(isvc),
+                Some(_) => super::activator::no_pod_selector(),
+            }),
             ports: Some(service_ports(isvc)),
             session_affinity: client_ip.then(|| "ClientIP".to_string()),
             session_affinity_config: client_ip.then_some(SessionAffinityConfig {
