@@ -19,10 +19,10 @@ use std::collections::BTreeMap;
 use infergate_config::{ActivatorSettings, SidecarConfig};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Service,
-    ServiceAccount, Volume, VolumeMount,
+    ResourceRequirements, SeccompProfile, SecretVolumeSource, Service, ServiceAccount, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
@@ -324,21 +324,9 @@ fn deployment(
             ])),
             ..ResourceRequirements::default()
         }),
-        security_context: Some(SecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(side.run_as_user),
-            read_only_root_filesystem: Some(true),
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_string()]),
-                ..Capabilities::default()
-            }),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".to_string(),
-                ..SeccompProfile::default()
-            }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(super::deployment::sidecar_security_context(
+            side.run_as_user,
+        )),
         env: Some(vec![EnvVar {
             name: "POD_NAMESPACE".to_string(),
             value_from: Some(EnvVarSource {

@@ -613,24 +613,30 @@ fn sidecar_container(isvc: &InferenceService, settings: &OperatorSettings) -> Co
             SidecarMode::Regular => pre_stop_drain(spec, HOOK_IN_SIDECAR_IMAGE),
         },
         resources: Some(resources),
-        security_context: Some(SecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(side.run_as_user),
-            read_only_root_filesystem: Some(true),
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_string()]),
-                ..Capabilities::default()
-            }),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".to_string(),
-                ..SeccompProfile::default()
-            }),
-            ..SecurityContext::default()
-        }),
+        security_context: Some(sidecar_security_context(side.run_as_user)),
         volume_mounts: Some(mounts),
         env: sidecar_env(isvc),
         ..Container::default()
+    }
+}
+
+/// The sidecar's (and the activator's) container security context: the restricted profile, a
+/// read-only root, as `run_as_user`.
+pub(super) fn sidecar_security_context(run_as_user: i64) -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(run_as_user),
+        read_only_root_filesystem: Some(true),
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_string()]),
+            ..Capabilities::default()
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            ..SeccompProfile::default()
+        }),
+        ..SecurityContext::default()
     }
 }
 
