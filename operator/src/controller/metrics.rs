@@ -149,6 +149,18 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// One child's write, as `apply` reports it.
+    pub fn count(&self, outcome: super::apply::Outcome) {
+        use super::apply::Outcome;
+        let counter = match outcome {
+            Outcome::Written => &self.writes,
+            Outcome::Unchanged => &self.unchanged,
+            Outcome::Deleted => &self.deletes,
+            Outcome::Absent => return,
+        };
+        counter.inc();
+    }
+
     pub fn observe_reconcile(&self, took: Duration, ok: bool) {
         self.reconciles.inc();
         if !ok {

@@ -134,14 +134,8 @@ impl Context {
         self.failures.lock().len()
     }
 
-    pub(super) fn count(&self, outcome: Outcome) {
-        let counter = match outcome {
-            Outcome::Written => &self.metrics.writes,
-            Outcome::Unchanged => &self.metrics.unchanged,
-            Outcome::Deleted => &self.metrics.deletes,
-            Outcome::Absent => return,
-        };
-        counter.inc();
+    fn count(&self, outcome: Outcome) {
+        self.metrics.count(outcome);
     }
 
     async fn event(
@@ -288,12 +282,20 @@ async fn reconcile_inner(isvc: &InferenceService, ctx: &Context) -> Result<Actio
     let zero = match &isvc.spec.scale_to_zero {
         Some(zero) => Some((
             zero,
-            scale_to_zero::keep(isvc, ctx, &ns, &deployment, &pods, &reports, zero)
-                .await
-                .map_err(|e| match e {
-                    ApplyError::Kube(e) => Error::Kube(e),
-                    other => Error::ScaleToZero(other.to_string()),
-                })?,
+            scale_to_zero::keep(
+                isvc,
+                (&ctx.client, &ctx.prober, &ctx.metrics),
+                &ns,
+                &deployment,
+                &pods,
+                &reports,
+                zero,
+            )
+            .await
+            .map_err(|e| match e {
+                ApplyError::Kube(e) => Error::Kube(e),
+                other => Error::ScaleToZero(other.to_string()),
+            })?,
         )),
         None => None,
     };

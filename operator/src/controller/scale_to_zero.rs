@@ -21,8 +21,9 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
 use super::apply::{self, ApplyError};
+use super::metrics::Metrics;
 use super::metrics::ResourceLabels;
-use super::reconcile::Context;
+use super::probe::Prober;
 use super::status::PodReport;
 use crate::crd::{
     ConditionType, InferenceService, InferenceServiceStatus, ScaleToZeroSpec, ScaleToZeroStatus,
@@ -191,14 +192,14 @@ impl Outcome {
 /// spec.replicas where no autoscaler owns the count.
 pub async fn keep(
     isvc: &InferenceService,
-    ctx: &Context,
+    (client, prober, metrics): (&kube::Client, &Prober, &Metrics),
     ns: &str,
     deployment: &Deployment,
     pods: &[Pod],
     reports: &[PodReport],
     zero: &ScaleToZeroSpec,
 ) -> Result<Outcome, ApplyError> {
-    let client = ctx.client.clone();
+    let client = client.clone();
     let owner = render::owner_reference(isvc).unwrap_or_default();
     let activator_pods = Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&render::activator_selector_string(isvc)))
@@ -210,11 +211,11 @@ pub async fn keep(
         .filter(|p| ready_address(p).is_some())
         .count();
     let held_calls = held_calls(
-        &ctx.prober
+        &prober
             .probe_ready_pods(&activator_pods, isvc.spec.sidecar.ports.admin)
             .await,
     );
-    ctx.metrics
+    metrics
         .held_calls
         .get_or_create(&ResourceLabels {
             namespace: ns.to_string(),
@@ -230,14 +231,14 @@ pub async fn keep(
         // The activator first, then zero (module docs).
         let activators = self::endpoints(&[], &activator_pods);
         let slice = render::endpoint_slice(isvc, &owner, activators.addresses());
-        ctx.count(apply::apply(&slices, &slice).await?.0);
+        metrics.count(apply::apply(&slices, &slice).await?.0);
         endpoints = activators;
         set_scale(&deployments, &name, 0).await?;
-        ctx.metrics.scaled_to_zero.inc();
+        metrics.scaled_to_zero.inc();
         tracing::info!(inferenceservice = %super::status::object_name(isvc), quiet_seconds = quiet, "scaled to zero: idle");
     } else {
         let slice = render::endpoint_slice(isvc, &owner, endpoints.addresses());
-        ctx.count(apply::apply(&slices, &slice).await?.0);
+        metrics.count(apply::apply(&slices, &slice).await?.0);
         let wanted = isvc.spec.replicas;
         if isvc.spec.autoscaling.is_none() && replicas > 0 && replicas != wanted && wanted > 0 {
             set_scale(&deployments, &name, wanted).await?;

@@ -1,7 +1,7 @@
 //! Scale to zero's objects (`spec.scaleToZero`): the activator, which holds calls while the
 //! service has no ready pod (docs/sidecar.md, "Activator"), and the client Service's endpoints,
 //! which the operator writes itself: the service's ready pods, or the activator's while there are
-//! none (the client Service then selects no pod, [`no_pod_selector`]).
+//! none (the client Service then selects no pod, `service::no_pod_selector`).
 //!
 //! | object | name |
 //! |---|---|
@@ -55,15 +55,6 @@ pub const ACTIVATOR_CONTAINER: &str = "activator";
 /// How long a client keeps a connection to the activator: soon after the service's pods are
 /// ready, clients that connected while it had none go to them.
 const ACTIVATOR_CONNECTION_AGE_SECONDS: u64 = 30;
-
-/// The label of the client Service's selector with scale to zero, which no pod carries (the
-/// operator writes the Service's endpoints; see `service.rs`).
-pub const ENDPOINTS_BY_LABEL: &str = "infergate.dev/endpoints-by";
-
-/// The client Service's selector with scale to zero: no pod.
-pub fn no_pod_selector() -> BTreeMap<String, String> {
-    BTreeMap::from([(ENDPOINTS_BY_LABEL.to_string(), "operator".to_string())])
-}
 
 /// `<name>-activator`: the Deployment, its ConfigMap, service account, Role and RoleBinding.
 pub fn activator_name(isvc: &InferenceService) -> String {

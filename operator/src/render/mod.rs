@@ -56,7 +56,7 @@ use crate::validate;
 
 pub use activator::{
     ACTIVATOR_APP_NAME, ActivatorObjects, SLICE_MANAGER, activator_config, activator_name,
-    activator_selector_string, endpoint_slice, endpoint_slice_name, no_pod_selector, scale_to,
+    activator_selector_string, endpoint_slice, endpoint_slice_name, scale_to,
 };
 pub use autoscaling::{PENDING_METRIC, QUEUE_TIME_METRIC, scaled_object_resource};
 pub use canary::{CanaryObjects, canary_peers_name, canary_view};
@@ -70,6 +70,7 @@ pub use identity::{IdentityObjects, identity_name};
 pub use monitoring::pod_monitor_resource;
 pub use peers::{PeerObjects, access_name as peer_access_name, peers_name};
 pub use routes::{grpc_route_resource, http_route_resource};
+pub use service::no_pod_selector;
 
 /// `app.kubernetes.io/name` of every object.
 pub const APP_NAME: &str = "infergate";

@@ -34,7 +34,7 @@ pub(super) fn service(isvc: &InferenceService, owner: &OwnerReference) -> Servic
             // it, which kube-proxy reads beside the operator's).
             selector: Some(match spec.scale_to_zero {
                 None => selector_labels(isvc),
-                Some(_) => super::activator::no_pod_selector(),
+                Some(_) => no_pod_selector(),
             }),
             ports: Some(service_ports(isvc)),
             session_affinity: client_ip.then(|| "ClientIP".to_string()),
@@ -47,6 +47,15 @@ pub(super) fn service(isvc: &InferenceService, owner: &OwnerReference) -> Servic
         }),
         ..Service::default()
     }
+}
+
+/// The label of the client Service's selector with scale to zero, which no pod carries (the
+/// operator writes the Service's endpoints: `activator.rs`).
+pub const ENDPOINTS_BY_LABEL: &str = "infergate.dev/endpoints-by";
+
+/// The client Service's selector with scale to zero: no pod.
+pub fn no_pod_selector() -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::from([(ENDPOINTS_BY_LABEL.to_string(), "operator".to_string())])
 }
 
 /// HTTP and gRPC, and metrics when asked for.
