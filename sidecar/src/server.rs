@@ -249,34 +249,61 @@ fn sequence_peers(
     Ok(Some(Arc::new(peers)))
 }
 
+/// Sidecars this one is not among (a canary's, or the service's for its activator), named
+/// `group` in the log: the fixed list `peers`, or the pods of the headless Service `service`
+/// (`field` names the setting in errors).
+pub(crate) fn other_sidecars(
+    tls: &infergate_config::PeerTlsSettings,
+    service: Option<&str>,
+    labels: Option<&str>,
+    peers: &[String],
+    limits: &Limits,
+    group: &'static str,
+    field: &str,
+) -> anyhow::Result<(
+    crate::peers::membership::Members,
+    Option<crate::peers::kubernetes::Target>,
+)> {
+    use crate::peers::kubernetes::Target;
+    use crate::peers::membership::{Dial, Members};
+    let dial = Dial {
+        max_message_bytes: usize::try_from(limits.max_grpc_message_bytes).unwrap_or(usize::MAX),
+        tls: peer_tls(tls).map_err(|e| anyhow::anyhow!("{field}.tls: {e}"))?,
+    };
+    let members = Members::others(dial, group);
+    let discovery = match service {
+        Some(service) => {
+            let mut target =
+                Target::of_others(service).map_err(|e| anyhow::anyhow!("{field}.service: {e}"))?;
+            target.labels = labels.map(str::to_string);
+            Some(target)
+        }
+        None => {
+            members.replace(peers);
+            None
+        }
+    };
+    Ok((members, discovery))
+}
+
 /// The canary given a share of the calls, where one is configured.
 fn canary(
     server: &ServerSettings,
     limits: &Limits,
 ) -> anyhow::Result<Option<Arc<crate::canary::Canary>>> {
     use crate::canary::{Canary, share::Share};
-    use crate::peers::kubernetes::Target;
-    use crate::peers::membership::{Dial, Members};
     let Some(settings) = &server.canary else {
         return Ok(None);
     };
-    let dial = Dial {
-        max_message_bytes: usize::try_from(limits.max_grpc_message_bytes).unwrap_or(usize::MAX),
-        tls: peer_tls(&settings.tls).map_err(|e| anyhow::anyhow!("canary's TLS: {e}"))?,
-    };
-    let members = Members::others(dial, "canary");
-    let discovery = match &settings.service {
-        Some(service) => {
-            let mut target = Target::of_others(service)
-                .map_err(|e| anyhow::anyhow!("server.canary.service: {e}"))?;
-            target.labels = settings.labels.clone();
-            Some(target)
-        }
-        None => {
-            members.replace(&settings.peers);
-            None
-        }
-    };
+    let (members, discovery) = other_sidecars(
+        &settings.tls,
+        settings.service.as_deref(),
+        settings.labels.as_deref(),
+        &settings.peers,
+        limits,
+        "canary",
+        "server.canary",
+    )?;
     let share = Share::new(
         settings.traffic_percent,
         settings.traffic_percent_file.as_ref().map(Into::into),

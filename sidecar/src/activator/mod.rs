@@ -49,7 +49,7 @@ use crate::admin_access::AdminRules;
 use crate::caller::{Caller, CertifiedClient};
 use crate::inflight::{Budgeted, ByteBudget, Tracked};
 use crate::peers::kubernetes::{self, Target};
-use crate::peers::membership::{Dial, Members};
+use crate::peers::membership::Members;
 use call::Activator;
 use hold::{Hold, Limits, Phase};
 use scale::Scaler;
@@ -98,26 +98,16 @@ fn upstreams(
     settings: &ActivatorSettings,
     config: &SidecarConfig,
 ) -> anyhow::Result<(Arc<Members>, Option<Target>)> {
-    let dial = Dial {
-        max_message_bytes: usize::try_from(config.limits.max_grpc_message_bytes)
-            .unwrap_or(usize::MAX),
-        tls: crate::server::peer_tls(&settings.tls)
-            .map_err(|e| anyhow::anyhow!("the service's TLS: {e}"))?,
-    };
-    let members = Arc::new(Members::others(dial, "service"));
-    let discovery = match &settings.service {
-        Some(service) => {
-            let mut target = Target::of_others(service)
-                .map_err(|e| anyhow::anyhow!("server.activator.service: {e}"))?;
-            target.labels = settings.labels.clone();
-            Some(target)
-        }
-        None => {
-            members.replace(&settings.peers);
-            None
-        }
-    };
-    Ok((members, discovery))
+    let (members, discovery) = crate::server::other_sidecars(
+        &settings.tls,
+        settings.service.as_deref(),
+        settings.labels.as_deref(),
+        &settings.peers,
+        &config.limits,
+        "service",
+        "server.activator",
+    )?;
+    Ok((Arc::new(members), discovery))
 }
 
 /// What starts the service, where the settings name a Deployment or an InferenceService.
