@@ -12,7 +12,16 @@
 #   tritonclient.tar.xz  tritonclient's Python package and python-rapidjson (the harness's gRPC
 #                        readiness checks and the noop server's recorded answers; grpcio,
 #                        protobuf and numpy come from the machine)
-# Usage: bench/bundle.sh DIR     (about 40 MB; BUNDLE_PYTHON=3.12 by default)
+#   pyextra.tar.xz       what tritonclient.http needs beyond those (gevent, greenlet, zope.*,
+#                        geventhttpclient, brotli), in the test venv's versions, for the CUDA
+#                        clients and tests (bench/gpu_checks.py; cuda-python comes from the machine)
+#   pkgres.tar.xz        setuptools 80 for its pkg_resources, which tritonclient's CUDA utilities
+#                        import: used only where the machine's setuptools no longer has it
+#   perf.tar.xz          Debian's perf with the libraries it needs beyond glibc and libstdc++
+#   examples.tar.xz      simple_http_cudashm_client.py and simple_grpc_cudashm_client.py, unmodified,
+#                        from TRITON_CLIENT_EXAMPLES (the client repository's src/python/examples;
+#                        left out, with a warning, when unset)
+# Usage: bench/bundle.sh DIR     (about 55 MB; BUNDLE_PYTHON=3.12 by default)
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
@@ -24,6 +33,7 @@ BUNDLE_PYTHON="${BUNDLE_PYTHON:-3.12}"
 # shellcheck source=../tests/upstream/triton-env.sh
 source tests/upstream/triton-env.sh
 command -v wrk >/dev/null || apt_install wrk
+command -v perf >/dev/null || apt_install linux-perf
 cargo build --release --locked -q -p infergate-sidecar -p infergate-bench-noop-server \
   -p infergate-bench-relay -p infergate-bench-h2-relay
 
@@ -78,4 +88,49 @@ find "$STAGE/tritonclient" -name __pycache__ -prune -exec rm -rf {} +
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$STAGE/wheel" python-rapidjson
 (cd "$STAGE/tritonclient" && "$TEST_VENV/bin/python" -m zipfile -e "$STAGE"/wheel/python_rapidjson-*.whl .)
 pack tritonclient "$STAGE/tritonclient"
+
+download() { # download DIR REQUIREMENT...: wheels for the target Python, their files unpacked
+  local dir=$1
+  shift
+  mkdir -p "$STAGE/$dir" "$STAGE/wheel-$dir"
+  "$TEST_VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
+    --only-binary=:all: --python-version "$BUNDLE_PYTHON" --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$STAGE/wheel-$dir" "$@"
+  for wheel in "$STAGE/wheel-$dir"/*.whl; do
+    (cd "$STAGE/$dir" && "$TEST_VENV/bin/python" -m zipfile -e "$wheel" .)
+  done
+  find "$STAGE/$dir" -name __pycache__ -prune -exec rm -rf {} +
+}
+# The versions the conformance suite runs with here.
+pinned() {
+  local name
+  for name in "$@"; do
+    printf '%s==%s\n' "$name" "$("$TEST_VENV/bin/python" -c \
+      "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")"
+  done
+}
+# shellcheck disable=SC2046  # one requirement per word
+download pyextra $(pinned gevent greenlet zope.event zope.interface geventhttpclient brotli)
+pack pyextra "$STAGE/pyextra"
+download pkgres setuptools==80.9.0
+pack pkgres "$STAGE/pkgres"
+
+mkdir -p "$STAGE/perf/lib"
+cp -L "$(command -v perf)" "$STAGE/perf/"
+ldd "$(command -v perf)" | awk '$3 ~ /^\// { print $3 }' | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|ld-linux*) ;; # the machine's own
+    *) cp -L "$lib" "$STAGE/perf/lib/" ;;
+  esac
+done
+pack perf "$STAGE/perf"
+
+if [ -n "${TRITON_CLIENT_EXAMPLES:-}" ]; then
+  mkdir -p "$STAGE/examples"
+  cp "$TRITON_CLIENT_EXAMPLES"/simple_{http,grpc}_cudashm_client.py "$STAGE/examples/"
+  pack examples "$STAGE/examples"
+else
+  log "TRITON_CLIENT_EXAMPLES is unset: no example clients in the bundle"
+fi
 log "done: $(du -sh "$DEST" | cut -f1) in $DEST"

@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# The benchmark on a many-core machine with a GPU and no package registry, in one go, from a
-# folder made by bench/bundle.sh (docs/performance/archive.md, "16 cores and a GPU"). Each phase
-# has a time limit, and what it measured is kept even when cut short:
-#   0. the machine: CPU, cores, GPU, and the GPU's copy bandwidth (the harness adds memcpy and
-#      loopback TCP to each phase's machine.json)
-#   1. CUDA shared memory (perf_analyzer --shared-memory cuda, gRPC): Triton alone, the sidecar in
-#      front of it (clients' handles passed through), the sidecar alone with its built-in models;
-#      16, 1M and 16M elements; c=1 and 8
-#   2. every system unpinned: the sidecar, Triton, the sidecar in front of Triton (staging pool
-#      and REST for small calls; also with a worker per CPU), the byte relay and h2-relay floors,
-#      the do-nothing server; 16 and 1M elements; HTTP, gRPC, system shared memory and JSON; c=1,
-#      8 and 64
-#   3. pinned (PIN, default 0-3:4-7:8-15: client, front, Triton): Triton alone and through the
-#      sidecar; 16 and 1M; HTTP and gRPC; c=1 and 8
-# Usage: bench/gpu-machine.sh BUNDLE OUT
-# Writes into OUT: machine.txt, phase{1,2,3}.md (each phase's summary), results.tgz (every
-# phase's files) and run.log.
+# The benchmark and the CUDA checks on a many-core machine with a GPU and no package registry,
+# from a folder made by bench/bundle.sh (docs/performance.md, "16 cores and a GPU"). Each phase
+# has a time limit, and what it measured is kept even when cut short. The phases, in this order
+# (PHASES picks some; all by default):
+#   machine      CPU, cores, GPU, and the GPU's copy bandwidth (the harness adds memcpy and
+#                loopback TCP to each phase's machine.json)
+#   correctness  Triton's own CUDA shared-memory example clients, unmodified, and this
+#                repository's CUDA tests, against the sidecar alone, the sidecar in front of
+#                Triton and Triton alone (bench/gpu_checks.py)
+#   cuda         CUDA shared memory (perf_analyzer --shared-memory cuda, gRPC): Triton alone, the
+#                sidecar in front of it (clients' handles passed through), the sidecar alone with
+#                its built-in models; 16, 1M and 16M elements; c=1 and 8
+#   pinned       pinned (PIN, default 0-3:4-7:8-15: client, front, Triton): Triton alone, through
+#                the sidecar and through h2-relay (the floor of a gRPC front); 16 and 1M; HTTP
+#                and gRPC; c=1 and 8
+#   matrix       every system unpinned: the sidecar, Triton, the sidecar in front of Triton (also
+#                with a worker per CPU), the byte relay and h2-relay floors, the do-nothing
+#                server; 16 and 1M elements; HTTP and gRPC; c=1, 8 and 64
+#   profile      perf on the sidecar in front of Triton at 16 elements, c=1, gRPC and HTTP
+#                (bench/gpu_checks.py): folded stacks for flame graphs
+# Usage: [PHASES="machine correctness cuda pinned"] bench/gpu-machine.sh BUNDLE OUT
+# (each phase's time limit: CORRECTNESS_S, CUDA_S, PINNED_S, MATRIX_S, PROFILE_S; the matrix's
+# rows: MATRIX_CASES, MATRIX_PROTOCOLS)
+# Writes into OUT: machine.txt, <phase>.md (each phase's summary), results.tgz (every phase's
+# files) and run.log.
 set -uo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 [ $# -eq 2 ] || { echo "usage: $0 BUNDLE OUT" >&2; exit 2; }
@@ -27,6 +35,8 @@ H="${INFERGATE_OFFLINE_HOME:-/tmp/infergate-offline}"
 RESULTS="$(mktemp -d)"
 exec > >(tee -a "$OUT/run.log") 2>&1
 log() { printf '[gpu-machine %s] %s\n' "$(date +%T)" "$*"; }
+PHASES=" ${PHASES:-machine correctness cuda pinned matrix profile} "
+wanted() { [[ "$PHASES" == *" $1 "* ]]; }
 keep() { # keep PHASE: its summary beside the archive of everything so far
   [ -f "$RESULTS/$1/summary.md" ] && cp "$RESULTS/$1/summary.md" "$OUT/$1.md"
   tar -C "$RESULTS" -czf "$OUT/results.tgz.tmp" . && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"
@@ -43,7 +53,8 @@ harness() { # harness PHASE SECONDS [harness arguments]: one bench/offline-run.s
   return $rc
 }
 
-log "0: the machine"
+if wanted machine; then
+log "machine"
 {
   echo "cores: $(nproc)"
   grep -m1 'model name' /proc/cpuinfo
@@ -80,36 +91,48 @@ print(f"host to GPU, pageable: {rate(lambda: dev.copy_(pageable), 256 << 20, 5):
 PY
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
+fi
+
+checks() { # checks PHASE SECONDS WHAT: bench/gpu_checks.py, time-boxed, its files kept
+  local phase=$1 seconds=$2 what=$3
+  log "$phase: bench/gpu_checks.py $what"
+  mkdir -p "$RESULTS/$phase"
+  timeout --kill-after=20 "$seconds" "$REPO_ROOT/bench/offline-run.sh" "$BUNDLE" \
+    bench/gpu_checks.py "$what" "$RESULTS/$phase"
+  local rc=$?
+  [ -f "$RESULTS/$phase/correctness.md" ] && cp "$RESULTS/$phase/correctness.md" "$OUT/$phase.md"
+  keep "$phase"
+  log "$phase: exit $rc"
+}
+wanted correctness && checks correctness "${CORRECTNESS_S:-130}" correctness
 
 # The front as deployed: the staging pool, and REST for calls of at most 64 KiB of tensor data
 # (the operator's spec.upstream.restPort).
 FRONT="sidecar→triton+pool+rest"
-harness phase1 "${PHASE1_S:-120}" --systems "triton,$FRONT,sidecar" \
+wanted cuda && harness cuda "${CUDA_S:-100}" --systems "triton,$FRONT,sidecar" \
   --cases 'identity_fp32[16],identity_fp32[1M],identity_fp32[16M]' --protocols cuda \
   --concurrency 1,8
-triton_ok=1
-if ! grep -q '^[0-9]*,triton,' "$RESULTS/phase1/results.csv" 2>/dev/null; then
-  triton_ok=0
-  log "no Triton rows in phase 1: the later phases run without Triton"
-fi
 # tritonclient (with the machine's grpcio and protobuf) drives the relays' and the noop server's
 # readiness checks.
 client_ok=1
 PYTHONPATH="$H/tritonclient" "$PYTHON" -c 'import tritonclient.grpc' ||
   { client_ok=0; log "tritonclient.grpc does not import: no relays and no noop server"; }
-systems="sidecar"
-[ $triton_ok = 1 ] && systems="$systems,triton,$FRONT"
-[ $triton_ok = 1 ] && [ $client_ok = 1 ] && systems="$systems,relay→triton,h2relay→triton"
-[ $client_ok = 1 ] && systems="$systems,noop"
-# The same front with a worker per CPU (--worker-threads 0) beside it: one worker, the default
-# for pods that share their cores, is full at 1M and c=64 on this machine.
-variant=()
-[ $triton_ok = 1 ] && variant=(--variant 'w0=--worker-threads 0')
-harness phase2 "${PHASE2_S:-300}" --systems "$systems" "${variant[@]}" \
-  --cases 'identity_fp32[16],identity_fp32[1M]' --protocols http,grpc,shm,json \
-  --concurrency 1,8,64
-if [ $triton_ok = 1 ]; then
-  PIN="${PIN:-0-3:4-7:8-15}" harness phase3 "${PHASE3_S:-90}" --systems "triton,$FRONT" \
+floors="" h2floor=""
+[ $client_ok = 1 ] && floors=",relay→triton,h2relay→triton" h2floor=",h2relay→triton"
+if wanted pinned; then
+  PIN="${PIN:-0-3:4-7:8-15}" harness pinned "${PINNED_S:-80}" \
+    --systems "triton,$FRONT$h2floor" \
     --cases 'identity_fp32[16],identity_fp32[1M]' --protocols http,grpc --concurrency 1,8
 fi
+if wanted matrix; then
+  noop=""
+  [ $client_ok = 1 ] && noop=",noop"
+  # The front with a worker per CPU beside it: one worker, the default for pods that share
+  # their cores, is full at 1M and c=64 on this machine.
+  harness matrix "${MATRIX_S:-270}" --systems "sidecar,triton,$FRONT$floors$noop" \
+    --variant 'w0=--worker-threads 0' \
+    --cases "${MATRIX_CASES:-identity_fp32[16],identity_fp32[1M]}" \
+    --protocols "${MATRIX_PROTOCOLS:-http,grpc}" --concurrency 1,8,64
+fi
+wanted profile && checks profile "${PROFILE_S:-100}" profile
 log "done"

@@ -3,6 +3,8 @@
 # registry: it needs bash, taskset and a Python 3 whose version matches the bundle's stub (with
 # grpcio and protobuf for tritonclient, and libpython of that version for Triton's python backend).
 #   bench/offline-run.sh BUNDLE [harness arguments...]
+#   bench/offline-run.sh BUNDLE SCRIPT.py [arguments...]   another script in that environment
+#                                                          (bench/gpu_checks.py)
 # Environment (optional):
 #   PYTHON   the interpreter (default python3)
 #   PIN      CLIENT:FRONT:UPSTREAM CPU lists for taskset, e.g. 0-3:4-7:8-15: perf_analyzer and
@@ -29,6 +31,13 @@ safe = {"filter": "tar"} if hasattr(tarfile, "data_filter") else {}
 for part in ("bin", "triton", "numpy", "tools", "tritonclient"):
     with tarfile.open(f"{bundle}/{part}.tar.xz") as archive:
         archive.extractall(f"{home}/{part}", **safe)
+# Parts added for the GPU machine's checks, absent from older bundles.
+for part in ("pyextra", "pkgres", "perf", "examples"):
+    try:
+        with tarfile.open(f"{bundle}/{part}.tar.xz") as archive:
+            archive.extractall(f"{home}/{part}", **safe)
+    except FileNotFoundError:
+        print(f"[offline] the bundle has no {part}", file=sys.stderr)
 PY
   touch "$H/.unpacked"
 fi
@@ -85,7 +94,21 @@ if [ ! -e "$STUB_VENV/pyvenv.cfg" ]; then
     "$(dirname "$BASE_PYTHON")" "$PY_VER" > "$STUB_VENV/pyvenv.cfg"
 fi
 export TRITON_VENV="$STUB_VENV" TRITON_LD_PATH="$H/triton/nvidia_pytriton.libs${PY_LIBDIR:+:$PY_LIBDIR}"
-# tritonclient for the harness.
-export PYTHONPATH="$H/tritonclient${PYTHONPATH:+:$PYTHONPATH}"
+# tritonclient for the harness, and what its HTTP client needs for the CUDA checks.
+export PYTHONPATH="$H/tritonclient:$H/pyextra${PYTHONPATH:+:$PYTHONPATH}"
+# tritonclient's CUDA utilities import pkg_resources, which recent setuptools dropped.
+if ! "$PYTHON" -c 'import pkg_resources' 2>/dev/null && [ -d "$H/pkgres" ]; then
+  export PYTHONPATH="$PYTHONPATH:$H/pkgres"
+fi
+if [ -x "$H/perf/perf" ]; then
+  wrap perf "" "$H/perf/perf" "LD_LIBRARY_PATH=$H/perf/lib"
+  export PERF="$W/perf"
+fi
+[ -d "$H/examples" ] && export TRITON_CLIENT_EXAMPLES="$H/examples"
 cd "$REPO_ROOT"
+if [[ "${1:-}" == *.py ]]; then
+  script=$1
+  shift
+  exec "$PYTHON" "$script" "$@"
+fi
 exec "$PYTHON" bench/harness.py "$@"
