@@ -237,9 +237,8 @@ impl Driver {
     ) -> Result<CudaRegion> {
         let invalid =
             || Error::invalid_arg("failed to register shared memory region: invalid args");
-        let raw: [u8; HANDLE_BYTES] = handle.try_into().map_err(|_| {
-            Error::invalid_arg("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
-        })?;
+        // A handle of another length cannot be opened: Triton's answer to a failed open.
+        let raw: [u8; HANDLE_BYTES] = handle.try_into().map_err(|_| invalid())?;
         if device >= self.devices.len() {
             tracing::warn!(region = name, device, "CUDA device does not exist");
             return Err(invalid());

@@ -301,6 +301,9 @@ def test_a_handle_the_model_server_refuses_is_refused_with_its_reason(model_serv
     with pytest.raises(InferenceServerException) as short:
         http_client.register_cuda_shared_memory("short", b64(bytes(10)), 0, 64)
     assert short.value.message() == "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+    with pytest.raises(InferenceServerException) as short:
+        grpc_client.register_cuda_shared_memory("short", b64(bytes(10)), 0, 64)
+    assert short.value.message() == "failed to register shared memory region: invalid args"
     assert len(model_server.registrations) == count
 
 

@@ -485,6 +485,17 @@ def test_cuda_registrations_are_answered_by_triton():
         client.register_cuda_shared_memory("zero", base64.b64encode(bytes(64)), 0, 64)
     assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
     assert refused.value.message() == direct.json()["error"]
+    # A handle of 10 bytes over gRPC: Triton does not check the length there (it opens 64 bytes read
+    # from whatever it was sent, and the failed open answers); the sidecar checks it and gives the
+    # same answer without reaching Triton. (Over REST both check it: test_hostile_input.py.)
+    short = {}
+    for name, address in (("triton", os.environ["INFERGATE_TRITON_GRPC_URL"]), ("sidecar", GRPC)):
+        with grpcclient.InferenceServerClient(address) as each:
+            with pytest.raises(InferenceServerException) as refused:
+                each.register_cuda_shared_memory("short", base64.b64encode(bytes(10)), 0, 64)
+            short[name] = (refused.value.status(), refused.value.message())
+    assert short["sidecar"] == short["triton"] == (
+        "StatusCode.INVALID_ARGUMENT", "failed to register shared memory region: invalid args")
     client.close()
     assert requests.get(f"http://{HTTP}/v2/cudasharedmemory/status", timeout=10).json() == []
     assert requests.get(f"http://{TRITON}/v2/cudasharedmemory/status", timeout=10).json() == []

@@ -166,6 +166,13 @@ pub(super) async fn cuda_shm_register(
     };
     let device_id = uint("device_id")?;
     let byte_size = uint("byte_size")?;
+    // Triton's REST handler checks the decoded length itself; its gRPC one does not (see
+    // Registry::register_cuda), so this text is REST's alone.
+    if handle.len() != crate::shm::cuda::HANDLE_BYTES {
+        return Err(Error::invalid_arg(
+            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+        ));
+    }
     st.register_cuda(caller, &name, &handle, device_id, byte_size)
         .await?;
     Ok(empty_json_ok())

@@ -15,10 +15,11 @@ pub struct ForwardedCudaRegion {
 }
 
 impl ForwardedCudaRegion {
-    /// Checks what can be checked without a GPU: the handle's length, as Triton does.
+    /// Checks what can be checked without a GPU: the handle's length. REST checked it already;
+    /// over gRPC, Triton's answer is its failed open's (see `Registry::register_cuda`).
     pub fn new(name: &str, raw_handle: &[u8], device_id: u64, byte_size: u64) -> Result<Self> {
         let raw_handle = raw_handle.try_into().map_err(|_| {
-            Error::invalid_arg("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+            Error::invalid_arg("failed to register shared memory region: invalid args")
         })?;
         Ok(ForwardedCudaRegion {
             name: name.to_string(),

@@ -400,9 +400,12 @@ impl Registry {
                 "'region name' is necessary to register cuda shared memory region",
             ));
         }
-        if raw_handle.len() != super::cuda::HANDLE_BYTES {
+        // REST checked the length already, with its own text. Triton's gRPC handler does not: it
+        // hands the driver 64 bytes from whatever it was sent, and the failed open answers (seen
+        // against Triton 2.51 on a GPU). The same answer here, without reading past the handle.
+        if raw_handle.len() != HANDLE_BYTES {
             return Err(Error::invalid_arg(
-                "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t",
+                "failed to register shared memory region: invalid args",
             ));
         }
         let Some(driver) = driver else {
@@ -940,7 +943,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.message,
-            "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+            "failed to register shared memory region: invalid args"
         );
         let region = registry.register_cuda("c", &handle, 1, 64, true).unwrap();
         assert!(region.is_forwarded());
