@@ -14,8 +14,8 @@
 #   pinned       pinned (PIN, default 0-3:4-7:8-15: client, front, Triton): Triton alone, through
 #                the sidecar and through h2-relay (the floor of a gRPC front); 16 and 1M; HTTP
 #                and gRPC; c=1 and 8
-#   matrix       every system unpinned: the sidecar, Triton, the sidecar in front of Triton (also
-#                with a worker per CPU), the byte relay and h2-relay floors, the do-nothing
+#   matrix       every system unpinned: the sidecar and the sidecar in front of Triton (each also
+#                with a worker per CPU), Triton, the byte relay and h2-relay floors, the do-nothing
 #                server; 16 and 1M elements; HTTP and gRPC; c=1, 8 and 64
 #   profile      perf on the sidecar in front of Triton at 16 elements, c=1, gRPC and HTTP
 #                (bench/gpu_checks.py): folded stacks for flame graphs
@@ -130,7 +130,7 @@ if wanted matrix; then
   # The front with a worker per CPU beside it: one worker, the default for pods that share
   # their cores, is full at 1M and c=64 on this machine.
   harness matrix "${MATRIX_S:-270}" --systems "sidecar,triton,$FRONT$floors$noop" \
-    --variant 'w0=--worker-threads 0' \
+    --variant 'w0=--worker-threads 0' --builtin-variant 'w0=--worker-threads 0' \
     --cases "${MATRIX_CASES:-identity_fp32[16],identity_fp32[1M]}" \
     --protocols "${MATRIX_PROTOCOLS:-http,grpc}" --concurrency 1,8,64
 fi

@@ -790,14 +790,18 @@ def fmt_us(v):
 def ratio_pairs(systems: list[str]) -> list[tuple[str, str]]:
     """The (system, baseline) pairs whose throughput ratios the summary reports."""
     ratios = []
+    # The built-in sidecar and its variants (--builtin-variant).
+    builtins = ["sidecar", *(s for s in systems if s.startswith("sidecar["))]
     for upstream in UPSTREAMS:
-        if "sidecar" in systems and upstream in systems:
-            ratios.append(("sidecar", upstream))
+        for builtin in builtins:
+            if builtin in systems and upstream in systems:
+                ratios.append((builtin, upstream))
     for a in ("sidecar", "proxy→fixed"):
         if a in systems and "fixed" in systems:
             ratios.append((a, "fixed"))
-    if "sidecar" in systems and "noop" in systems:
-        ratios.append(("sidecar", "noop"))
+    for builtin in builtins:
+        if builtin in systems and "noop" in systems:
+            ratios.append((builtin, "noop"))
     if "noop" in systems and "triton" in systems:
         ratios.append(("noop", "triton"))
     for upstream in UPSTREAMS:
@@ -986,6 +990,9 @@ def main():
                          "the tables; "
                          "repeatable, e.g. --variant 'rest-all=--upstream-rest-max-bytes "
                          "4294967296'")
+    ap.add_argument("--builtin-variant", action="append", default=[], metavar="NAME=ARGS",
+                    help="an extra built-in sidecar started with ARGS added, named sidecar[NAME], "
+                         "e.g. --builtin-variant 'w0=--worker-threads 0'; repeatable")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--concurrency", default="1,8")
@@ -998,6 +1005,14 @@ def main():
         if not sep or not short or name in systems_wanted:
             ap.error(f"--variant {spec!r}: want NAME=ARGS with a NAME of its own")
         variants[name] = shlex.split(extra)
+        systems_wanted.append(name)
+    builtin_variants = {}
+    for spec in args.builtin_variant:
+        short, sep, extra = spec.partition("=")
+        name = f"sidecar[{short}]"
+        if not sep or not short or name in systems_wanted:
+            ap.error(f"--builtin-variant {spec!r}: want NAME=ARGS with a NAME of its own")
+        builtin_variants[name] = shlex.split(extra)
         systems_wanted.append(name)
     unknown_cases = [c for c in args.cases.split(",") if c not in CASES]
     if unknown_cases:
@@ -1037,6 +1052,9 @@ def main():
     try:
         if "sidecar" in systems_wanted:
             systems["sidecar"] = start_sidecar("sidecar", work, [])
+        for i, (name, extra) in enumerate(builtin_variants.items()):
+            systems[name] = start_sidecar(f"sidecar-variant-{i}", work, extra)
+            systems[name].name = name
         fronts = {
             # Everything over the loopback socket.
             "sidecar→triton": ["--staging-shm-bytes", "0"],
