@@ -31,6 +31,9 @@ BUNDLE="$(cd "$1" && pwd)"
 OUT="$(mkdir -p "$2" && cd "$2" && pwd)"
 PYTHON="${PYTHON:-python3}"
 INTERVAL_MS="${INTERVAL_MS:-400}"
+# perf_analyzer 2.45 stalls for good against the do-nothing server at HTTP c=8 and 64 on this
+# machine: with 400 ms windows a row takes seconds, so a stall is given up after 30 s, not 60.
+export PA_STALL_S="${PA_STALL_S:-30}"
 H="${INFERGATE_OFFLINE_HOME:-/tmp/infergate-offline}"
 RESULTS="$(mktemp -d)"
 exec > >(tee -a "$OUT/run.log") 2>&1
