@@ -131,9 +131,9 @@ def correctness(out: Path, servers: dict[str, harness.System]) -> int:
                 results[f"example {example}"][name] = "missing"
                 continue
             url = server.http if "_http_" in example else server.grpc
-            rc = run_logged([python, str(script), "-u", url],
-                            out / f"example-{example[:-3]}-{slug(name)}.log", timeout=60)
-            text = (out / f"example-{example[:-3]}-{slug(name)}.log").read_text(errors="replace")
+            output = out / f"example-{example[:-3]}-{slug(name)}.log"
+            rc = run_logged([python, str(script), "-u", url], output, timeout=60)
+            text = output.read_text(errors="replace")
             # Each example exits 1 on a wrong answer and ends with "PASS: ..." ("PASS: cudashm",
             # "PASS: cuda shared memory").
             verdict = "passed" if rc == 0 and "\nPASS: " in text else f"failed (exit {rc})"
