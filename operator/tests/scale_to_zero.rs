@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use common::{MINIMAL, with_spec};
 use infergate_operator::controller::scale_to_zero::{
-    Decision, Endpoints, Outcome, cold_start_ended, decide, endpoints, held_calls, report,
+    Activators, Decision, Endpoints, Outcome, cold_start_ended, decide, endpoints, held_calls,
+    report,
 };
 use infergate_operator::controller::status::{
     AdminActivator, AdminStatus, AdminTraffic, PodReport,
@@ -205,6 +206,27 @@ fn traffic(name: &str, in_flight: u64, quiet: u64, sequences: u64) -> PodReport 
     }
 }
 
+/// One ready activator, last called `quiet` seconds ago.
+fn ready_activator(quiet: u64) -> Activators {
+    Activators {
+        ready: 1,
+        quiet_seconds: Some(quiet),
+    }
+}
+
+fn activator_report(name: &str, quiet: Option<u64>) -> PodReport {
+    PodReport {
+        pod: name.to_string(),
+        outcome: Ok(AdminStatus {
+            activator: Some(AdminActivator {
+                quiet_seconds: quiet,
+                ..AdminActivator::default()
+            }),
+            ..AdminStatus::default()
+        }),
+    }
+}
+
 #[test]
 fn the_service_points_at_the_ready_pods_else_at_the_activator() {
     let pods = [
@@ -240,16 +262,16 @@ fn the_service_goes_to_zero_only_when_every_pod_is_quiet_long_enough() {
     ];
     let quiet = [traffic("a", 0, 70, 0), traffic("b", 0, 65, 0)];
     assert_eq!(
-        decide(&zero, 2, &pods, &quiet, true),
+        decide(&zero, 2, &pods, &quiet, &ready_activator(0), None),
         Decision::ScaleDown { quiet: 65 }
     );
     assert_eq!(
-        decide(&zero, 2, &pods, &quiet, false),
+        decide(&zero, 2, &pods, &quiet, &Activators::default(), None),
         Decision::Hold("no activator pod is ready to hold calls")
     );
     let one_busy = [traffic("a", 0, 70, 0), traffic("b", 0, 20, 0)];
     assert_eq!(
-        decide(&zero, 2, &pods, &one_busy, true),
+        decide(&zero, 2, &pods, &one_busy, &ready_activator(0), None),
         Decision::Wait {
             quiet: 20,
             recheck: Duration::from_secs(41)
@@ -257,17 +279,17 @@ fn the_service_goes_to_zero_only_when_every_pod_is_quiet_long_enough() {
     );
     let a_stream_open = [traffic("a", 1, 0, 0), traffic("b", 0, 900, 0)];
     assert!(matches!(
-        decide(&zero, 2, &pods, &a_stream_open, true),
+        decide(&zero, 2, &pods, &a_stream_open, &ready_activator(0), None),
         Decision::Wait { quiet: 0, .. }
     ));
     let a_live_sequence = [traffic("a", 0, 900, 1), traffic("b", 0, 900, 0)];
     assert!(matches!(
-        decide(&zero, 2, &pods, &a_live_sequence, true),
+        decide(&zero, 2, &pods, &a_live_sequence, &ready_activator(0), None),
         Decision::Wait { quiet: 0, .. }
     ));
     let silent = [traffic("a", 0, 900, 0)];
     assert!(matches!(
-        decide(&zero, 2, &pods, &silent, true),
+        decide(&zero, 2, &pods, &silent, &ready_activator(0), None),
         Decision::Hold(_)
     ));
     let starting = [
@@ -275,10 +297,13 @@ fn the_service_goes_to_zero_only_when_every_pod_is_quiet_long_enough() {
         pod("b", "10.0.0.2", false, false),
     ];
     assert!(matches!(
-        decide(&zero, 2, &starting, &quiet, true),
+        decide(&zero, 2, &starting, &quiet, &ready_activator(900), None),
         Decision::Hold(_)
     ));
-    assert_eq!(decide(&zero, 0, &[], &[], true), Decision::AtZero);
+    assert_eq!(
+        decide(&zero, 0, &[], &[], &ready_activator(0), None),
+        Decision::AtZero
+    );
 }
 
 fn at(seconds: i64) -> Time {
@@ -418,7 +443,7 @@ fn held_calls_are_summed_over_the_activators_that_report() {
         outcome: Ok(AdminStatus {
             activator: Some(AdminActivator {
                 held_calls: held,
-                held_bytes: 0,
+                ..AdminActivator::default()
             }),
             ..AdminStatus::default()
         }),
@@ -432,4 +457,143 @@ fn held_calls_are_summed_over_the_activators_that_report() {
         Some(7)
     );
     assert_eq!(held_calls(&[]), None);
+}
+
+#[test]
+fn a_service_whose_pods_cannot_start_goes_to_zero_once_the_activators_are_quiet() {
+    let zero = ScaleToZeroSpec {
+        idle_seconds: 60,
+        ..ScaleToZeroSpec::default()
+    };
+    let failing = [pod("a", "10.0.0.1", false, false)];
+    assert_eq!(
+        decide(
+            &zero,
+            1,
+            &failing,
+            &[],
+            &ready_activator(75),
+            Some("ImagePullFailed")
+        ),
+        Decision::ScaleDown { quiet: 75 }
+    );
+    assert_eq!(
+        decide(
+            &zero,
+            1,
+            &failing,
+            &[],
+            &ready_activator(20),
+            Some("ImagePullFailed")
+        ),
+        Decision::Wait {
+            quiet: 20,
+            recheck: Duration::from_secs(41)
+        },
+        "a call came 20 s ago: its caller got the failure, and may come back"
+    );
+    assert!(
+        matches!(
+            decide(
+                &zero,
+                1,
+                &failing,
+                &[],
+                &Activators::default(),
+                Some("ImagePullFailed")
+            ),
+            Decision::Hold(_)
+        ),
+        "never to zero without an activator to take the next call"
+    );
+    let unreported = Activators {
+        ready: 1,
+        quiet_seconds: None,
+    };
+    assert!(matches!(
+        decide(
+            &zero,
+            1,
+            &failing,
+            &[],
+            &unreported,
+            Some("ImagePullFailed")
+        ),
+        Decision::Hold(_)
+    ));
+    assert!(
+        matches!(
+            decide(&zero, 1, &failing, &[], &ready_activator(900), None),
+            Decision::Hold("pods are starting")
+        ),
+        "without a failure, pods that are not ready yet are starting"
+    );
+    // One pod serves and another cannot start: calls go to the one that serves, not to the
+    // activators, whose quiet says nothing then.
+    let one_serves = [
+        pod("a", "10.0.0.1", true, false),
+        pod("b", "10.0.0.2", false, false),
+    ];
+    assert!(matches!(
+        decide(
+            &zero,
+            2,
+            &one_serves,
+            &[traffic("a", 0, 900, 0)],
+            &ready_activator(900),
+            Some("ImagePullFailed")
+        ),
+        Decision::Hold(_)
+    ));
+    // Pods the API server refuses to create: none at all.
+    assert_eq!(
+        decide(
+            &zero,
+            1,
+            &[],
+            &[],
+            &ready_activator(61),
+            Some("PodsRejected")
+        ),
+        Decision::ScaleDown { quiet: 61 }
+    );
+}
+
+#[test]
+fn the_activators_quiet_is_the_least_of_the_ready_ones_reports() {
+    let pods = [
+        pod("x", "10.0.9.1", true, false),
+        pod("y", "10.0.9.2", true, false),
+        pod("z", "10.0.9.3", false, false),
+    ];
+    let reports = [
+        activator_report("x", Some(40)),
+        activator_report("y", Some(90)),
+    ];
+    assert_eq!(
+        Activators::seen(&pods, &reports),
+        Activators {
+            ready: 2,
+            quiet_seconds: Some(40)
+        }
+    );
+    assert_eq!(
+        Activators::seen(
+            &pods,
+            &[activator_report("x", Some(40)), activator_report("y", None)]
+        ),
+        Activators {
+            ready: 2,
+            quiet_seconds: None
+        },
+        "an activator that does not say"
+    );
+    assert_eq!(
+        Activators::seen(&pods, &reports[..1]),
+        Activators {
+            ready: 2,
+            quiet_seconds: None
+        },
+        "an activator not probed"
+    );
 }

@@ -246,6 +246,8 @@ def test_calls_held_while_no_sidecar_is_ready_are_answered_by_it_once_it_is(serv
     assert not any(join.done() for join in waiting.values()), "a call was answered with no sidecar"
     held = a.status()
     assert (held["phase"], held["held_calls"], held["ready_sidecars"]) == ("Starting", 6, 0), held
+    # Four of them are inferences, the service's traffic; the health check and metadata are not.
+    assert (held["in_flight"], held["quiet_seconds"]) == (4, 0), held
     service.start_sidecar()
     check_simple(waiting["rest"]())
     check_simple(waiting["grpc"]())
@@ -259,6 +261,7 @@ def test_calls_held_while_no_sidecar_is_ready_are_answered_by_it_once_it_is(serv
     assert calls["released"] == len(waiting), calls
     status = a.status()
     assert status["phase"] == "Ready" and status["held_calls"] == 0, status
+    assert status["in_flight"] == 0, status
     assert status["calls"]["released"] == len(waiting) and status["cold_starts"] == 1, status
     assert calls["refused"] == calls["timed_out"] == calls["failed"] == 0, calls
 
@@ -276,6 +279,25 @@ def test_once_a_sidecar_is_ready_calls_pass_straight_on(service):
     after = a.calls()
     assert after["passed"] - before["passed"] == 40
     assert after["released"] == before["released"]
+
+
+def test_quiet_seconds_count_from_the_last_inference_not_from_health_checks(service):
+    """The operator takes a service whose pods cannot start to zero once its activators have been
+    quiet for idleSeconds: a client polling readiness must not keep it up."""
+    a = service.activator
+    service.start_sidecar()
+    deadline = time.monotonic() + 10
+    while raw_request(a.http, "GET", "/v2/health/ready", timeout=10).status != 200:
+        assert time.monotonic() < deadline
+    check_simple(rest_infer(a.http))
+    time.sleep(2.2)
+    for _ in range(5):
+        assert raw_request(a.http, "GET", "/v2/health/ready", timeout=10).status == 200
+        assert raw_request(a.http, "GET", "/v2/models/simple", timeout=10).status == 200
+    quiet = a.status()
+    assert quiet["in_flight"] == 0 and quiet["quiet_seconds"] >= 2, quiet
+    check_simple(grpc_infer(a.grpc))
+    assert a.status()["quiet_seconds"] == 0
 
 
 def test_held_calls_past_the_cap_are_refused_with_retry_after(tmp_path_factory):

@@ -10,7 +10,9 @@ start) goes to zero pods when idle and comes back on the first call, which the a
 - From zero again, a burst of REST calls beyond maxHeldCalls: the excess get 503 with
   Retry-After, the rest are answered exactly.
 - From zero with an image that cannot be pulled: the held calls get 503 / UNAVAILABLE naming
-  ImagePullFailed, and status.lastFailureInfo says so. The image restored, the service serves.
+  ImagePullFailed, and status.lastFailureInfo says so. With no call for idleSeconds, the failing
+  pod goes too: back at zero, the failure kept. The image restored, the next call starts a pod
+  and the service serves.
 - scaleToZero removed: the Service has its selector again, the activator is gone, the service
   serves.
 """
@@ -190,6 +192,13 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
     assert "ImagePullFailed" in refused["grpc"]["details"], refused
     failure = infsvc(kube, "triton")["status"].get("lastFailureInfo") or {}
     assert failure.get("reason") == "ImagePullFailed", failure
+    # No call since: the pod that cannot start is not kept.
+    started = time.monotonic()
+    kube.wait_until("triton back at zero while its image fails", at_zero(kube, "triton"),
+                    timeout=IDLE + 120, interval=1)
+    to_zero_failing_s = time.monotonic() - started
+    failure = infsvc(kube, "triton")["status"].get("lastFailureInfo") or {}
+    assert failure.get("reason") == "ImagePullFailed", failure
     patch(kube, "triton", {"model": good})
     # The activator reads the status again within a second; until then it still has the failure.
     time.sleep(3)
@@ -210,7 +219,8 @@ def test_scale_to_zero_and_back_without_a_lost_call(kube, client):
     scenario.call(kube, "calls.py", "binary", host, "--model", MODEL, "--elements", "4")
     record(kube, "scale-to-zero", {"to_zero_after_idle_s": round(to_zero_s, 1), "cold": cold,
                                    "status_cold_start_s": state, "burst": burst,
-                                   "after_broken_image": answers})
+                                   "after_broken_image": answers,
+                                   "to_zero_while_failing_s": round(to_zero_failing_s, 1)})
 
 
 def test_mlserver_starts_from_zero(kube, client):

@@ -10,6 +10,14 @@
 //! set to 0: a call that comes in between reaches a pod that still serves (it drains as it
 //! goes, finishing what it has), and a call that comes after is held by the activator, which
 //! starts a pod again. The service never goes to zero while the activator has no ready pod.
+//!
+//! A service whose pods cannot start (a failure the operator finds in its pods or Deployment:
+//! an image that cannot be pulled, a model that cannot be fetched, a crashing container, a pod no
+//! node takes) answers every call with that failure through the activator, while its pods keep
+//! what they asked for (a GPU, say). Once the activators have had no inference call for
+//! idleSeconds, it goes to zero too; `lastFailureInfo` keeps the failure, and the next call
+//! starts a pod again, which is how a failure that mended itself (an image pushed late, a node
+//! added) is found.
 
 use std::time::Duration;
 
@@ -105,14 +113,55 @@ pub fn replicas_of(deployment: &Deployment) -> i32 {
         .unwrap_or(1)
 }
 
+/// What the activators said, for [`decide`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Activators {
+    /// Activator pods ready to hold calls.
+    pub ready: usize,
+    /// Seconds since an activator last had an inference call: the least of the ready ones'
+    /// reports; `None` where one of them did not say (an older activator, a failed probe).
+    pub quiet_seconds: Option<u64>,
+}
+
+impl Activators {
+    /// From the activator pods and their `/status` reports.
+    pub fn seen(activator_pods: &[Pod], reports: &[PodReport]) -> Activators {
+        let ready: Vec<String> = activator_pods
+            .iter()
+            .filter(|p| ready_address(p).is_some())
+            .map(ResourceExt::name_any)
+            .collect();
+        let quiet: Option<Vec<u64>> = ready
+            .iter()
+            .map(|name| {
+                let report = reports.iter().find(|r| &r.pod == name)?;
+                report
+                    .outcome
+                    .as_ref()
+                    .ok()?
+                    .activator
+                    .as_ref()?
+                    .quiet_seconds
+            })
+            .collect();
+        Activators {
+            ready: ready.len(),
+            quiet_seconds: quiet.and_then(|q| q.into_iter().min()),
+        }
+    }
+}
+
 /// Whether to go to zero: every pod of the Deployment ready, every one reporting, none busy for
-/// `idle_seconds`, and the activator ready to take the calls.
+/// `idle_seconds`, and the activator ready to take the calls. Or, where the pods cannot start
+/// (`failure`, the reason the operator found), the activators without a call for `idle_seconds`
+/// (module docs).
 pub fn decide(
     zero: &ScaleToZeroSpec,
     replicas: i32,
     pods: &[Pod],
     reports: &[PodReport],
-    activator_ready: bool,
+    activators: &Activators,
+    failure: Option<&str>,
 ) -> Decision {
     if replicas == 0 {
         return Decision::AtZero;
@@ -122,7 +171,13 @@ pub fn decide(
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect();
     if live.is_empty() || live.iter().any(|p| ready_address(p).is_none()) {
-        return Decision::Hold("pods are starting");
+        // Only where no pod serves: while one does, the calls go to it, not to the activators,
+        // whose quiet then says nothing.
+        let none_serves = live.iter().all(|p| ready_address(p).is_none());
+        return match failure {
+            Some(_) if none_serves => failing(zero, activators),
+            _ => Decision::Hold("pods are starting"),
+        };
     }
     let mut quiet = u64::MAX;
     for pod in &live {
@@ -149,8 +204,25 @@ pub fn decide(
         let recheck = Duration::from_secs((idle - quiet + 1).max(5));
         return Decision::Wait { quiet, recheck };
     }
-    if !activator_ready {
+    if activators.ready == 0 {
         return Decision::Hold("no activator pod is ready to hold calls");
+    }
+    Decision::ScaleDown { quiet }
+}
+
+/// Pods that cannot start: to zero once the activators, which answer the calls meanwhile, have
+/// had none for idleSeconds.
+fn failing(zero: &ScaleToZeroSpec, activators: &Activators) -> Decision {
+    if activators.ready == 0 {
+        return Decision::Hold("pods cannot start, and no activator pod is ready to hold calls");
+    }
+    let Some(quiet) = activators.quiet_seconds else {
+        return Decision::Hold("pods cannot start, and an activator does not report its calls");
+    };
+    let idle = u64::try_from(zero.idle_seconds).unwrap_or(u64::MAX);
+    if quiet < idle {
+        let recheck = Duration::from_secs((idle - quiet + 1).max(5));
+        return Decision::Wait { quiet, recheck };
     }
     Decision::ScaleDown { quiet }
 }
@@ -206,15 +278,12 @@ pub async fn keep(
         .await?
         .items;
     let mut endpoints = endpoints(pods, &activator_pods);
-    let activator_ready = activator_pods
-        .iter()
-        .filter(|p| ready_address(p).is_some())
-        .count();
-    let held_calls = held_calls(
-        &prober
-            .probe_ready_pods(&activator_pods, isvc.spec.sidecar.ports.admin)
-            .await,
-    );
+    let activator_reports = prober
+        .probe_ready_pods(&activator_pods, isvc.spec.sidecar.ports.admin)
+        .await;
+    let activators = Activators::seen(&activator_pods, &activator_reports);
+    let activator_ready = activators.ready;
+    let held_calls = held_calls(&activator_reports);
     metrics
         .held_calls
         .get_or_create(&ResourceLabels {
@@ -223,7 +292,13 @@ pub async fn keep(
         })
         .set(i64::try_from(held_calls.unwrap_or(0)).unwrap_or(i64::MAX));
     let replicas = replicas_of(deployment);
-    let decision = decide(zero, replicas, pods, reports, activator_ready > 0);
+    // As the status finds it (status::compute), but for a refused spec, which stops the
+    // reconcile before this.
+    let failure = super::failures::pods_rejected(deployment)
+        .or_else(|| super::failures::from_pods(pods))
+        .or_else(|| super::failures::stalled(deployment))
+        .map(|f| f.reason);
+    let decision = decide(zero, replicas, pods, reports, &activators, failure);
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns);
     let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
     let name = isvc.name_any();
@@ -235,7 +310,14 @@ pub async fn keep(
         endpoints = activators;
         set_scale(&deployments, &name, 0).await?;
         metrics.scaled_to_zero.inc();
-        tracing::info!(inferenceservice = %super::status::object_name(isvc), quiet_seconds = quiet, "scaled to zero: idle");
+        match failure {
+            Some(reason) => {
+                tracing::info!(inferenceservice = %super::status::object_name(isvc), quiet_seconds = quiet, reason, "scaled to zero: idle, its pods cannot start")
+            }
+            None => {
+                tracing::info!(inferenceservice = %super::status::object_name(isvc), quiet_seconds = quiet, "scaled to zero: idle")
+            }
+        }
     } else {
         let slice = render::endpoint_slice(isvc, &owner, endpoints.addresses());
         metrics.count(apply::apply(&slices, &slice).await?.0);

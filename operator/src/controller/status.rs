@@ -55,6 +55,10 @@ pub struct AdminActivator {
     pub held_calls: u64,
     #[serde(default)]
     pub held_bytes: u64,
+    /// Seconds since its last inference call (held, refused or passed on); absent from older
+    /// activators.
+    #[serde(default)]
+    pub quiet_seconds: Option<u64>,
 }
 
 /// Inference calls and streams in flight, seconds since there were none, live sequences.

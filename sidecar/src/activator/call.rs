@@ -24,6 +24,19 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The gRPC method whose calls are streams.
 const STREAM_METHOD: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
+const INFER_METHOD: &str = "/inference.GRPCInferenceService/ModelInfer";
+
+/// Whether a call is an inference, which counts as the service's traffic (`/status`
+/// `quiet_seconds`): health checks and metadata do not, as in the sidecar (`traffic.rs`), or a
+/// client polling readiness would keep a failing service's pods for ever.
+fn is_inference(path: &str) -> bool {
+    path == INFER_METHOD
+        || path == STREAM_METHOD
+        || (path.starts_with("/v2/models/")
+            && ["/infer", "/generate", "/generate_stream"]
+                .iter()
+                .any(|end| path.ends_with(end)))
+}
 
 /// Headers of one HTTP/1.1 connection, not of the call (RFC 9110, 7.6.1): not passed on.
 const HOP_BY_HOP: [HeaderName; 5] = [
@@ -89,6 +102,10 @@ pub struct Activator {
     /// The last cold start's duration, and how many there were.
     pub last_cold_start: parking_lot::Mutex<Option<Duration>>,
     pub cold_starts: AtomicU64,
+    /// Inference calls here (held, refused or passed on) and since when there have been none:
+    /// the operator takes a service whose pods cannot start to zero once it is quiet long
+    /// enough. A stream counts until it is passed on.
+    pub traffic: Arc<crate::traffic::Traffic>,
 }
 
 /// A call's body: read whole (unary), or passed on as it comes (a stream).
@@ -105,6 +122,7 @@ impl Activator {
         B::Error: Into<BoxError>,
     {
         let received = Instant::now();
+        let _busy = is_inference(request.uri().path()).then(|| self.traffic.begin());
         let kind = Kind::of(&request, received);
         let (head, body) = request.into_parts();
         if self.hold.is_ready() {
@@ -417,4 +435,34 @@ fn answer(
         }
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_inference;
+
+    #[test]
+    fn only_inference_counts_as_traffic() {
+        for path in [
+            "/v2/models/simple/infer",
+            "/v2/models/simple/versions/1/infer",
+            "/v2/models/gen/generate",
+            "/v2/models/gen/generate_stream",
+            "/inference.GRPCInferenceService/ModelInfer",
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+        ] {
+            assert!(is_inference(path), "{path}");
+        }
+        for path in [
+            "/v2/health/ready",
+            "/v2/models/simple",
+            "/v2/models/simple/ready",
+            "/v2",
+            "/inference.GRPCInferenceService/ServerReady",
+            "/inference.GRPCInferenceService/ModelMetadata",
+            "/infer",
+        ] {
+            assert!(!is_inference(path), "{path}");
+        }
+    }
 }

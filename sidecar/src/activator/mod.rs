@@ -157,6 +157,7 @@ pub async fn start(config: &SidecarConfig) -> anyhow::Result<Running> {
         retry_after_seconds: settings.retry_after_seconds,
         last_cold_start: Default::default(),
         cold_starts: Default::default(),
+        traffic: Default::default(),
     });
     let http_tls = crate::server::port_tls(&config.server.http_tls, &["h2", "http/1.1"])
         .map_err(|e| anyhow::anyhow!("HTTP TLS: {e}"))?;
@@ -415,6 +416,8 @@ fn status(a: &Activator) -> serde_json::Value {
             "phase": phase,
             "held_calls": held,
             "held_bytes": bytes,
+            "in_flight": a.traffic.in_flight(),
+            "quiet_seconds": a.traffic.quiet_for().as_secs(),
             "ready_sidecars": a.upstreams.ready().len(),
             "calls": {
                 "passed": n(&c.passed),
