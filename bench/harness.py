@@ -1000,22 +1000,21 @@ def main():
     ap.add_argument("--concurrency", default="1,8")
     args = ap.parse_args()
     systems_wanted = args.systems.split(",")
-    variants = {}
-    for spec in args.variant:
-        short, sep, extra = spec.partition("=")
-        name = f"sidecar→triton[{short}]"
-        if not sep or not short or name in systems_wanted:
-            ap.error(f"--variant {spec!r}: want NAME=ARGS with a NAME of its own")
-        variants[name] = shlex.split(extra)
-        systems_wanted.append(name)
-    builtin_variants = {}
-    for spec in args.builtin_variant:
-        short, sep, extra = spec.partition("=")
-        name = f"sidecar[{short}]"
-        if not sep or not short or name in systems_wanted:
-            ap.error(f"--builtin-variant {spec!r}: want NAME=ARGS with a NAME of its own")
-        builtin_variants[name] = shlex.split(extra)
-        systems_wanted.append(name)
+
+    def named_variants(flag: str, specs: list[str], system: str) -> dict[str, list[str]]:
+        """NAME=ARGS specs as systems named system[NAME], each added to the systems wanted."""
+        found = {}
+        for spec in specs:
+            short, sep, extra = spec.partition("=")
+            name = f"{system}[{short}]"
+            if not sep or not short or name in systems_wanted:
+                ap.error(f"{flag} {spec!r}: want NAME=ARGS with a NAME of its own")
+            found[name] = shlex.split(extra)
+            systems_wanted.append(name)
+        return found
+
+    variants = named_variants("--variant", args.variant, "sidecar→triton")
+    builtin_variants = named_variants("--builtin-variant", args.builtin_variant, "sidecar")
     unknown_cases = [c for c in args.cases.split(",") if c not in CASES]
     if unknown_cases:
         ap.error(f"unknown cases: {', '.join(unknown_cases)} (known: {', '.join(CASES)})")
