@@ -214,16 +214,21 @@ fn ready_activator(quiet: u64) -> Activators {
     }
 }
 
-fn activator_report(name: &str, quiet: Option<u64>) -> PodReport {
+/// An activator's `/status` report.
+fn activator_report(name: &str, activator: AdminActivator) -> PodReport {
     PodReport {
         pod: name.to_string(),
         outcome: Ok(AdminStatus {
-            activator: Some(AdminActivator {
-                quiet_seconds: quiet,
-                ..AdminActivator::default()
-            }),
+            activator: Some(activator),
             ..AdminStatus::default()
         }),
+    }
+}
+
+fn quiet_for(quiet: Option<u64>) -> AdminActivator {
+    AdminActivator {
+        quiet_seconds: quiet,
+        ..AdminActivator::default()
     }
 }
 
@@ -438,15 +443,14 @@ fn an_hpa_works_from_one_up_when_the_service_scales_to_zero() {
 
 #[test]
 fn held_calls_are_summed_over_the_activators_that_report() {
-    let activator = |name: &str, held: u64| PodReport {
-        pod: name.to_string(),
-        outcome: Ok(AdminStatus {
-            activator: Some(AdminActivator {
+    let activator = |name: &str, held: u64| {
+        activator_report(
+            name,
+            AdminActivator {
                 held_calls: held,
                 ..AdminActivator::default()
-            }),
-            ..AdminStatus::default()
-        }),
+            },
+        )
     };
     let silent = PodReport {
         pod: "c".to_string(),
@@ -567,8 +571,8 @@ fn the_activators_quiet_is_the_least_of_the_ready_ones_reports() {
         pod("z", "10.0.9.3", false, false),
     ];
     let reports = [
-        activator_report("x", Some(40)),
-        activator_report("y", Some(90)),
+        activator_report("x", quiet_for(Some(40))),
+        activator_report("y", quiet_for(Some(90))),
     ];
     assert_eq!(
         Activators::seen(&pods, &reports),
@@ -580,7 +584,10 @@ fn the_activators_quiet_is_the_least_of_the_ready_ones_reports() {
     assert_eq!(
         Activators::seen(
             &pods,
-            &[activator_report("x", Some(40)), activator_report("y", None)]
+            &[
+                activator_report("x", quiet_for(Some(40))),
+                activator_report("y", quiet_for(None))
+            ]
         ),
         Activators {
             ready: 2,

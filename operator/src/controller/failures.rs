@@ -44,6 +44,15 @@ pub fn pods_rejected(deployment: &Deployment) -> Option<Failure> {
         })
 }
 
+/// The failure the Deployment and its pods show, the cause before the symptom: pods the cluster
+/// will not create, then what the pods say, and only then a rollout past its deadline.
+pub fn of_children(deployment: Option<&Deployment>, pods: &[Pod]) -> Option<Failure> {
+    deployment
+        .and_then(pods_rejected)
+        .or_else(|| from_pods(pods))
+        .or_else(|| deployment.and_then(stalled))
+}
+
 /// A rollout past its progress deadline. The pods usually say why (no node, an image that
 /// cannot be pulled): their failure is shown before this one.
 pub fn stalled(deployment: &Deployment) -> Option<Failure> {

@@ -198,11 +198,8 @@ pub fn decide(
         };
         quiet = quiet.min(pod_quiet);
     }
-    let idle = u64::try_from(zero.idle_seconds).unwrap_or(u64::MAX);
-    if quiet < idle {
-        // A second past the threshold, at least 5 s apart.
-        let recheck = Duration::from_secs((idle - quiet + 1).max(5));
-        return Decision::Wait { quiet, recheck };
+    if let Some(wait) = not_idle_yet(zero, quiet) {
+        return wait;
     }
     if activators.ready == 0 {
         return Decision::Hold("no activator pod is ready to hold calls");
@@ -219,12 +216,17 @@ fn failing(zero: &ScaleToZeroSpec, activators: &Activators) -> Decision {
     let Some(quiet) = activators.quiet_seconds else {
         return Decision::Hold("pods cannot start, and an activator does not report its calls");
     };
+    not_idle_yet(zero, quiet).unwrap_or(Decision::ScaleDown { quiet })
+}
+
+/// `Wait` while `quiet` is short of idleSeconds: a look again a second past the threshold, at
+/// least 5 s apart.
+fn not_idle_yet(zero: &ScaleToZeroSpec, quiet: u64) -> Option<Decision> {
     let idle = u64::try_from(zero.idle_seconds).unwrap_or(u64::MAX);
-    if quiet < idle {
-        let recheck = Duration::from_secs((idle - quiet + 1).max(5));
-        return Decision::Wait { quiet, recheck };
-    }
-    Decision::ScaleDown { quiet }
+    (quiet < idle).then(|| Decision::Wait {
+        quiet,
+        recheck: Duration::from_secs((idle - quiet + 1).max(5)),
+    })
 }
 
 /// The calls the activators hold, from their reports; `None` where none reported.
@@ -292,12 +294,8 @@ pub async fn keep(
         })
         .set(i64::try_from(held_calls.unwrap_or(0)).unwrap_or(i64::MAX));
     let replicas = replicas_of(deployment);
-    // As the status finds it (status::compute), but for a refused spec, which stops the
-    // reconcile before this.
-    let failure = super::failures::pods_rejected(deployment)
-        .or_else(|| super::failures::from_pods(pods))
-        .or_else(|| super::failures::stalled(deployment))
-        .map(|f| f.reason);
+    // As the status finds it (a refused spec stops the reconcile before this).
+    let failure = super::failures::of_children(Some(deployment), pods).map(|f| f.reason);
     let decision = decide(zero, replicas, pods, reports, &activators, failure);
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), ns);
     let deployments = Api::<Deployment>::namespaced(client.clone(), ns);
@@ -310,14 +308,8 @@ pub async fn keep(
         endpoints = activators;
         set_scale(&deployments, &name, 0).await?;
         metrics.scaled_to_zero.inc();
-        match failure {
-            Some(reason) => {
-                tracing::info!(inferenceservice = %super::status::object_name(isvc), quiet_seconds = quiet, reason, "scaled to zero: idle, its pods cannot start")
-            }
-            None => {
-                tracing::info!(inferenceservice = %super::status::object_name(isvc), quiet_seconds = quiet, "scaled to zero: idle")
-            }
-        }
+        // `reason`: where its pods could not start.
+        tracing::info!(inferenceservice = %super::status::object_name(isvc), quiet_seconds = quiet, reason = failure, "scaled to zero: idle");
     } else {
         let slice = render::endpoint_slice(isvc, &owner, endpoints.addresses());
         metrics.count(apply::apply(&slices, &slice).await?.0);

@@ -203,14 +203,11 @@ pub fn compute(
 
     let available = available_condition(isvc, observed.deployment);
     let rolled_out = rolled_out_condition(observed.deployment);
-    // The cause before the symptom: a refused spec or child, pods the cluster will not create,
-    // then what the pods say, and only then a rollout past its deadline.
+    // The cause before the symptom: a refused spec or child first, then what the children show.
     let failure = observed
         .refusal
         .clone()
-        .or_else(|| observed.deployment.and_then(failures::pods_rejected))
-        .or_else(|| failures::from_pods(observed.pods))
-        .or_else(|| observed.deployment.and_then(failures::stalled));
+        .or_else(|| failures::of_children(observed.deployment, observed.pods));
     let model_ready = model_ready_condition(observed.reports, &answered);
     let not_ready: Vec<&str> = extensions
         .iter()
