@@ -40,8 +40,6 @@ import harness  # noqa: E402  (bench/harness.py: servers started as the benchmar
 
 REPO = harness.REPO
 EXAMPLES = ("simple_http_cudashm_client.py", "simple_grpc_cudashm_client.py")
-# The front as the operator deploys it (bench/gpu-machine.sh measures the same one).
-FRONT_ARGS = ["--staging-shm-bytes", str(256 << 20)]
 SERVERS = ("sidecar", "triton", "sidecar→triton")
 
 
@@ -68,9 +66,8 @@ def start_servers(work: Path, servers: dict[str, harness.System]):
 def start_front(work: Path) -> harness.System:
     upstream = harness.start_triton(work / "upstream")
     try:
-        front = harness.start_sidecar("front", work, [
-            "--upstream", f"grpc://{upstream.grpc}", *FRONT_ARGS,
-            "--upstream-rest", f"http://{upstream.http}"])
+        # As the operator deploys it (bench/gpu-machine.sh measures the same front).
+        front = harness.start_sidecar("front", work, harness.deployed_front_args(upstream))
     except Exception:
         upstream.stop()
         raise

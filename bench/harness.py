@@ -184,6 +184,17 @@ def start_sidecar(name: str, work: Path, extra: list[str]) -> System:
     return system
 
 
+# The staging pool of the fronts that have one: room for 8 requests of 4 MiB in and out at once.
+POOL_ARGS = ["--staging-shm-bytes", str(256 << 20)]
+
+
+def deployed_front_args(triton: System) -> list[str]:
+    """The sidecar in front of `triton` as the operator deploys it (sidecar→triton+pool+rest):
+    gRPC, the staging pool, and calls with at most 64 KiB of tensor data over REST."""
+    return ["--upstream", f"grpc://{triton.grpc}", *POOL_ARGS,
+            "--upstream-rest", f"http://{triton.http}"]
+
+
 def start_triton(work: Path) -> System:
     work.mkdir(parents=True, exist_ok=True)
     repo = work / "models"
@@ -1059,15 +1070,14 @@ def main():
         fronts = {
             # Everything over the loopback socket.
             "sidecar→triton": ["--staging-shm-bytes", "0"],
-            # Tensors of 64 KiB and more through the staging pool (room for 8 requests of 4 MiB
-            # in and out at once).
-            "sidecar→triton+pool": ["--staging-shm-bytes", str(256 << 20)],
+            # Tensors of 64 KiB and more through the staging pool.
+            "sidecar→triton+pool": POOL_ARGS,
             # The same as sidecar→triton, speaking V2 REST to Triton instead of gRPC.
             "sidecar→triton/rest": ["--staging-shm-bytes", "0"],
             # The pool, and calls with at most 64 KiB of tensor data over REST (--upstream-rest).
-            "sidecar→triton+pool+rest": ["--staging-shm-bytes", str(256 << 20)],
+            "sidecar→triton+pool+rest": POOL_ARGS,
             # A/B variants: the last one with more arguments.
-            **{name: ["--staging-shm-bytes", str(256 << 20), *extra]
+            **{name: [*POOL_ARGS, *extra]
                for name, extra in variants.items()},
         }
         if "triton" in systems_wanted:
